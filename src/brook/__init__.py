@@ -1,0 +1,3 @@
+"""brook: a Kafka-protocol-compatible message log broker."""
+
+__version__ = "0.1.0"
