@@ -2,7 +2,9 @@
 
 Snappy is written with the xerial framing that Kafka's Java client writes (every client
 reads it); on read both the xerial framing and raw snappy blocks are accepted.
-LZ4 is the LZ4 frame format Kafka uses since message format v1.
+LZ4 is the LZ4 frame format Kafka uses since message format v1, written with independent
+blocks and no content checksum like Kafka's own writer: Kafka's reader rejects frames whose
+blocks are linked, which is what the LZ4 library writes by default.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def compress(codec: Codec, data: bytes) -> bytes:
     if codec == Codec.SNAPPY:
         return _xerial_compress(data)
     if codec == Codec.LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        return _lz4_compress(data)
     if codec == Codec.ZSTD:
         return bytes(cramjam.zstd.compress(data))
     raise UnsupportedCompressionError(f"unknown compression codec {codec}")
@@ -69,6 +71,12 @@ def decompress(codec: Codec, data: bytes | memoryview) -> bytes:
     except (cramjam.DecompressionError, ValueError, OSError) as exc:
         raise CorruptRecordError(f"cannot decompress {codec.name} data: {exc}") from None
     raise UnsupportedCompressionError(f"unknown compression codec {codec}")
+
+
+def _lz4_compress(data: bytes) -> bytes:
+    compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
+    compressor.compress(data)
+    return bytes(compressor.finish())
 
 
 def _xerial_compress(data: bytes) -> bytes:

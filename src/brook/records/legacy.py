@@ -1,0 +1,337 @@
+"""Kafka's legacy message sets (magic 0 and 1) and their conversion to RecordBatch v2.
+
+Old clients still produce these (and must be served them), so brook reads them, turns them
+into v2 batches for its log, and can write them back for down-conversion.
+
+An entry of a message set (big-endian):
+
+    offset int64, message_size int32, then the message of message_size bytes:
+    crc uint32 (CRC-32 of everything after it), magic int8, attributes int8,
+    timestamp int64 (magic 1 only), key int32 length + bytes, value int32 length + bytes
+    (a length of -1 is null).
+
+The magic byte sits at byte 16 of an entry, as it does in a v2 batch, which is what lets
+`magic_of` tell the formats apart. A compressed message is a wrapper whose value is a whole
+compressed inner message set. Inner offsets are absolute for magic 0; for magic 1 they are
+relative (0..n-1 as producers write them), and the wrapper carries the absolute offset of
+the last inner message.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from .batch import CREATE_TIME, LOG_APPEND_TIME, Record, encode_batch
+from .compression import CODEC_MASK, Codec, codec_of, compress, decompress
+from .errors import CorruptRecordError, TruncatedBatchError, UnsupportedCompressionError
+
+MAGIC_V0 = 0
+MAGIC_V1 = 1
+NO_TIMESTAMP_TYPE = -1  # what Kafka reports as the timestamp type of magic 0 messages
+TIMESTAMP_TYPE_BIT = 0x08  # magic 1 only
+
+LOG_OVERHEAD = 12  # offset + message_size
+MAGIC_OFFSET = 16  # offset + message_size + crc
+MESSAGE_OVERHEAD = {MAGIC_V0: 14, MAGIC_V1: 22}  # crc .. value length, empty key and value
+
+_ENTRY_PREFIX = struct.Struct(">qiIbb")  # offset, message_size, crc, magic, attributes
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+
+_LEGACY_CODECS = (Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4)
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyMessage:
+    """One message, with its absolute offset.
+
+    `attributes` is the byte stored in the message itself (for messages flattened out of a
+    compressed wrapper, the inner message's byte). `timestamp` and `timestamp_type` are the
+    effective ones: -1 and NO_TIMESTAMP_TYPE for magic 0; for a magic-1 wrapper in
+    LogAppendTime, the wrapper's timestamp and type for every inner message.
+    """
+
+    offset: int
+    magic: int
+    attributes: int = 0
+    timestamp: int = -1
+    timestamp_type: int = CREATE_TIME
+    key: bytes | None = None
+    value: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """A top-level entry as stored: either a plain message or a compressed wrapper."""
+
+    message: LegacyMessage
+    codec: Codec
+
+
+def magic_of(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The magic byte of the entry or batch at `pos` (byte 16 in every format)."""
+    if pos < 0 or len(buf) - pos <= MAGIC_OFFSET:
+        raise TruncatedBatchError("too few bytes to hold a magic byte")
+    magic = buf[pos + MAGIC_OFFSET]
+    return magic - 256 if magic > 127 else magic
+
+
+# ---------------------------------------------------------------- reading
+
+
+def decode_message_set(buf: bytes | bytearray | memoryview) -> list[LegacyMessage]:
+    """Every message of a legacy message set, compressed wrappers flattened, in order.
+
+    A partial entry at the end of `buf` is ignored (fetch responses cut the last entry
+    short by design); a complete entry that is damaged raises CorruptRecordError.
+    """
+    messages: list[LegacyMessage] = []
+    for entry in _iter_entries(memoryview(buf), top_level=True):
+        messages.extend(_flatten(entry))
+    return messages
+
+
+def to_v2_batches(buf: bytes | bytearray | memoryview) -> list[bytes]:
+    """Convert a legacy message set into v2 batches, one per top-level entry.
+
+    Offsets, timestamps, keys and values are kept; a compressed wrapper becomes one batch
+    compressed with the same codec. Magic 0 messages have no timestamp: their records get
+    -1 and the batch CreateTime, as Kafka does when it up-converts.
+    """
+    batches = []
+    for entry in _iter_entries(memoryview(buf), top_level=True):
+        messages = _flatten(entry)
+        records = [Record(m.offset, m.timestamp, m.key, m.value) for m in messages]
+        ts_type = LOG_APPEND_TIME if entry.message.timestamp_type == LOG_APPEND_TIME else CREATE_TIME
+        batches.append(encode_batch(records, codec=entry.codec, timestamp_type=ts_type))
+    return batches
+
+
+def _iter_entries(view: memoryview, top_level: bool, magic: int | None = None) -> Iterator[_Entry]:
+    """Yield each entry of a message set. Inside a wrapper nothing may be cut short."""
+    pos = 0
+    end = len(view)
+    while pos < end:
+        if end - pos < LOG_OVERHEAD:
+            if top_level:
+                return
+            raise CorruptRecordError("compressed message set ends inside an entry header")
+        offset, size = struct.unpack_from(">qi", view, pos)
+        if size < MESSAGE_OVERHEAD[MAGIC_V0]:
+            raise CorruptRecordError(f"message size {size} is smaller than any message")
+        if end - pos - LOG_OVERHEAD < size:
+            if top_level:
+                return
+            raise CorruptRecordError("compressed message set ends inside a message")
+        message = view[pos + LOG_OVERHEAD : pos + LOG_OVERHEAD + size]
+        entry = _parse_message(offset, message)
+        if magic is not None and entry.message.magic != magic:
+            raise CorruptRecordError("inner message magic differs from its wrapper's")
+        yield entry
+        pos += LOG_OVERHEAD + size
+
+
+def _parse_message(offset: int, msg: memoryview) -> _Entry:
+    (crc,) = struct.unpack_from(">I", msg, 0)
+    magic, attributes = msg[4], msg[5]
+    if magic not in MESSAGE_OVERHEAD:
+        raise CorruptRecordError(f"magic {magic} is not a legacy message")
+    if len(msg) < MESSAGE_OVERHEAD[magic]:
+        raise CorruptRecordError(f"message size {len(msg)} is too small for magic {magic}")
+    actual = zlib.crc32(msg[4:])
+    if actual != crc:
+        raise CorruptRecordError(f"message at offset {offset}: CRC {actual:#010x} != stored {crc:#010x}")
+    codec = codec_of(attributes)
+    if codec not in _LEGACY_CODECS:
+        raise UnsupportedCompressionError(f"{codec.name} needs message format v2")
+    pos = 6
+    if magic == MAGIC_V1:
+        (timestamp,) = _INT64.unpack_from(msg, pos)
+        pos += 8
+        ts_type = LOG_APPEND_TIME if attributes & TIMESTAMP_TYPE_BIT else CREATE_TIME
+    else:
+        timestamp, ts_type = -1, NO_TIMESTAMP_TYPE
+    key, pos = _read_bytes(msg, pos)
+    value, pos = _read_bytes(msg, pos)
+    if pos != len(msg):
+        raise CorruptRecordError(f"message at offset {offset}: size does not match its fields")
+    return _Entry(LegacyMessage(offset, magic, attributes, timestamp, ts_type, key, value), codec)
+
+
+def _read_bytes(msg: memoryview, pos: int) -> tuple[bytes | None, int]:
+    if len(msg) - pos < 4:
+        raise CorruptRecordError("message ends inside a length field")
+    (length,) = _INT32.unpack_from(msg, pos)
+    pos += 4
+    if length == -1:
+        return None, pos
+    if length < 0 or length > len(msg) - pos:
+        raise CorruptRecordError(f"invalid key or value length {length}")
+    return bytes(msg[pos : pos + length]), pos + length
+
+
+def _flatten(entry: _Entry) -> list[LegacyMessage]:
+    """The messages an entry stands for: itself, or the inner messages of a wrapper."""
+    wrapper = entry.message
+    if entry.codec == Codec.NONE:
+        return [wrapper]
+    if wrapper.value is None:
+        raise CorruptRecordError(f"compressed wrapper at offset {wrapper.offset} has no value")
+    data = wrapper.value
+    if entry.codec == Codec.LZ4 and wrapper.magic == MAGIC_V0:
+        data = _repair_lz4_header_checksum(data)
+    inner = [e.message for e in _iter_entries(memoryview(decompress(entry.codec, data)), False, wrapper.magic)]
+    if not inner:
+        raise CorruptRecordError(f"compressed wrapper at offset {wrapper.offset} holds no message")
+    if any(e.attributes & CODEC_MASK for e in inner):
+        raise CorruptRecordError("compressed messages must not be nested")
+    if wrapper.magic == MAGIC_V0:
+        return inner  # inner offsets are already absolute
+    base = wrapper.offset - inner[-1].offset
+    if base < 0:
+        raise CorruptRecordError(f"wrapper offset {wrapper.offset} is below its relative offsets")
+    log_append = wrapper.timestamp_type == LOG_APPEND_TIME
+    return [
+        LegacyMessage(
+            base + m.offset,
+            m.magic,
+            m.attributes,
+            wrapper.timestamp if log_append else m.timestamp,
+            wrapper.timestamp_type,
+            m.key,
+            m.value,
+        )
+        for m in inner
+    ]
+
+
+# ---------------------------------------------------------------- writing
+
+
+def encode_message_set(
+    messages: Sequence[LegacyMessage], magic: int, codec: Codec = Codec.NONE
+) -> bytes:
+    """Write `messages` (absolute offsets) as a legacy message set of the given magic.
+
+    With a codec, all messages go into one compressed wrapper, with the inner offsets Kafka
+    expects (absolute for magic 0, relative for magic 1) and the wrapper at the last offset.
+    The wrapper is in LogAppendTime if any message is, and its timestamp is the largest.
+    Each message keeps its attribute bits 4-7; the codec and timestamp-type bits are
+    derived from `codec` and `timestamp_type`.
+    """
+    if magic not in MESSAGE_OVERHEAD:
+        raise ValueError(f"legacy magic must be 0 or 1, not {magic}")
+    if codec not in _LEGACY_CODECS:
+        raise ValueError(f"{Codec(codec).name} is not available before message format v2")
+    if codec == Codec.NONE or not messages:
+        return b"".join(_encode_entry(m, magic) for m in messages)
+    first = messages[0].offset
+    if magic == MAGIC_V1:
+        inner = [_with_offset(m, m.offset - first) for m in messages]
+    else:
+        inner = list(messages)
+    data = compress(codec, b"".join(_encode_entry(m, magic) for m in inner))
+    if codec == Codec.LZ4 and magic == MAGIC_V0:
+        data = _lz4_header_checksum_as_kafka_08(data)
+    log_append = any(m.timestamp_type == LOG_APPEND_TIME for m in messages)
+    wrapper = LegacyMessage(
+        offset=messages[-1].offset,
+        magic=magic,
+        timestamp=max(m.timestamp for m in messages),
+        timestamp_type=LOG_APPEND_TIME if log_append else CREATE_TIME,
+        key=None,
+        value=data,
+    )
+    return _encode_entry(wrapper, magic, codec)
+
+
+def _with_offset(m: LegacyMessage, offset: int) -> LegacyMessage:
+    return LegacyMessage(offset, m.magic, m.attributes, m.timestamp, m.timestamp_type, m.key, m.value)
+
+
+def _encode_entry(m: LegacyMessage, magic: int, codec: Codec = Codec.NONE) -> bytes:
+    attributes = (m.attributes & ~(CODEC_MASK | TIMESTAMP_TYPE_BIT) & 0xFF) | int(codec)
+    if magic == MAGIC_V1 and m.timestamp_type == LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_BIT
+    parts = [struct.pack(">bB", magic, attributes)]
+    if magic == MAGIC_V1:
+        parts.append(_INT64.pack(m.timestamp))
+    for field in (m.key, m.value):
+        if field is None:
+            parts.append(_INT32.pack(-1))
+        else:
+            parts.append(_INT32.pack(len(field)))
+            parts.append(bytes(field))
+    body = b"".join(parts)
+    return struct.pack(">qiI", m.offset, 4 + len(body), zlib.crc32(body)) + body
+
+
+# ---------------------------------------------------------------- LZ4 framing quirk
+#
+# Kafka before 0.10 computed the LZ4 frame header checksum (HC) over the magic number and
+# the frame descriptor instead of the descriptor alone. Kafka kept that for magic 0: it
+# writes the broken HC and ignores the HC on read. cramjam checks the HC, so a magic-0
+# frame gets its HC recomputed before decompression, and gets the broken one when written.
+
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+
+
+def _lz4_descriptor_end(data: bytes) -> int | None:
+    """Position of the HC byte of an LZ4 frame, or None when `data` is no such frame."""
+    if len(data) < 7 or data[:4] != _LZ4_MAGIC:
+        return None
+    flg = data[4]
+    end = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)  # content size, dict id
+    return end if end < len(data) else None
+
+
+def _repair_lz4_header_checksum(data: bytes) -> bytes:
+    hc_pos = _lz4_descriptor_end(data)
+    if hc_pos is None:
+        return data  # let the decompressor report what is wrong
+    return data[:hc_pos] + bytes((xxh32(data[4:hc_pos]) >> 8 & 0xFF,)) + data[hc_pos + 1 :]
+
+
+def _lz4_header_checksum_as_kafka_08(data: bytes) -> bytes:
+    hc_pos = _lz4_descriptor_end(data)
+    assert hc_pos is not None, "cramjam wrote something that is not an LZ4 frame"
+    return data[:hc_pos] + bytes((xxh32(data[:hc_pos]) >> 8 & 0xFF,)) + data[hc_pos + 1 :]
+
+
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def xxh32(data: bytes, seed: int = 0) -> int:
+    """XXH32, the hash of LZ4 frame checksums (only ever run on a few header bytes here)."""
+    n = len(data)
+    pos = 0
+    if n >= 16:
+        acc = [(seed + _P1 + _P2) & _M32, (seed + _P2) & _M32, seed & _M32, (seed - _P1) & _M32]
+        while pos + 16 <= n:
+            for i in range(4):
+                lane = int.from_bytes(data[pos : pos + 4], "little")
+                acc[i] = _rotl((acc[i] + lane * _P2) & _M32, 13) * _P1 & _M32
+                pos += 4
+        h = (_rotl(acc[0], 1) + _rotl(acc[1], 7) + _rotl(acc[2], 12) + _rotl(acc[3], 18)) & _M32
+    else:
+        h = (seed + _P5) & _M32
+    h = (h + n) & _M32
+    while pos + 4 <= n:
+        h = _rotl((h + int.from_bytes(data[pos : pos + 4], "little") * _P3) & _M32, 17) * _P4 & _M32
+        pos += 4
+    while pos < n:
+        h = _rotl((h + data[pos] * _P5) & _M32, 11) * _P1 & _M32
+        pos += 1
+    h ^= h >> 15
+    h = h * _P2 & _M32
+    h ^= h >> 13
+    h = h * _P3 & _M32
+    return h ^ (h >> 16)

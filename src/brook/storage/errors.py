@@ -1,0 +1,35 @@
+"""Errors of the storage engine. Each maps to one Kafka error code at the protocol layer."""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base class of storage errors."""
+
+
+class OffsetOutOfRangeError(StorageError):
+    """Kafka's OFFSET_OUT_OF_RANGE: the offset is before the log start or after its end."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} is out of range [{log_start_offset}, {log_end_offset}]"
+        )
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class RecordTooLargeError(StorageError):
+    """Kafka's MESSAGE_TOO_LARGE: a batch is over max.message.bytes."""
+
+
+class RecordBatchTooLargeError(StorageError):
+    """Kafka's RECORD_LIST_TOO_LARGE: a batch cannot fit in a segment at all."""
+
+
+class InvalidRecordError(StorageError):
+    """Kafka's INVALID_RECORD: a batch that is well-formed but not acceptable."""
+
+
+class KafkaStorageError(StorageError):
+    """Kafka's KAFKA_STORAGE_ERROR: the disk failed us (I/O error, disk full)."""

@@ -1,0 +1,459 @@
+"""A partition log: an ordered list of segments with one active (last) segment.
+
+The segment list is an immutable tuple that is replaced, never mutated, when segments are
+rolled, deleted or swapped in by the cleaner; a reader that took a snapshot keeps working on
+it. Deleted segments are renamed `.deleted` and their files closed and removed only after
+`file.delete.delay.ms`, so regions handed to `sendfile` stay valid meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..records.batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    TIMESTAMP_TYPE_BIT,
+    RecordBatch,
+    decode_batch,
+    read_header,
+    set_base_offset,
+    set_partition_leader_epoch,
+    verify_crc,
+)
+from ..records.errors import CorruptRecordError, TruncatedBatchError
+from .config import LogConfig
+from .errors import InvalidRecordError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError
+from .segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    BatchEntry,
+    FileRegion,
+    LogSegment,
+)
+
+log = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+_ATTRS = struct.Struct(">h")
+_MAX_TS = struct.Struct(">q")
+_CRC = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    record_count: int
+    valid_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    fetch_offset: int
+    regions: tuple[FileRegion, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(r.length for r in self.regions)
+
+    def read(self) -> bytes:
+        return b"".join(r.read() for r in self.regions)
+
+    def batches(self) -> list[RecordBatch]:
+        """Decode the whole batches of this fetch (a partial last batch is dropped, as
+        clients do)."""
+        data = self.read()
+        out, pos = [], 0
+        while pos < len(data):
+            try:
+                h = read_header(data, pos)
+            except TruncatedBatchError:
+                break
+            out.append(decode_batch(data, pos))
+            pos += h.size
+        return out
+
+
+def parse_topic_partition(dirname: str) -> tuple[str, int]:
+    topic, _, partition = os.path.basename(dirname.rstrip("/")).rpartition("-")
+    if not topic or not partition.isdigit():
+        raise ValueError(f"{dirname!r} is not a <topic>-<partition> log directory")
+    return topic, int(partition)
+
+
+class Log:
+    def __init__(self, directory: str, config: LogConfig, *, clock: Clock = SYSTEM_CLOCK,
+                 recovery_point: int = 0, log_start_offset: int = 0,
+                 had_clean_shutdown: bool = False) -> None:
+        self.directory = directory
+        self.topic, self.partition = parse_topic_partition(directory)
+        self.config = config
+        self.clock = clock
+        self.recovery_point = recovery_point
+        self.log_start_offset = log_start_offset
+        self.last_flush_ms = clock.milliseconds()
+        self.unflushed_messages = 0
+        self.pending_deletes: list[tuple[int, LogSegment]] = []
+        self.recovered_bytes_truncated = 0
+        os.makedirs(directory, exist_ok=True)
+        self._segments: tuple[LogSegment, ...] = ()
+        self._bases: list[int] = []
+        self._load(had_clean_shutdown)
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return self._segments
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def _set_segments(self, segments: tuple[LogSegment, ...]) -> None:
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+
+    def _segment_index_for(self, offset: int) -> int:
+        return max(bisect_right(self._bases, offset) - 1, 0)
+
+    # ------------------------------------------------------------ loading and recovery
+
+    def _load(self, had_clean_shutdown: bool) -> None:
+        names = os.listdir(self.directory)
+        for name in names:
+            if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX):
+                os.unlink(os.path.join(self.directory, name))  # unfinished delete or clean
+        for name in sorted(n for n in names if n.endswith(LOG_SUFFIX + SWAP_SUFFIX)):
+            self._complete_swap(int(name[:20]))
+        bases = sorted(int(n[:20]) for n in os.listdir(self.directory) if n.endswith(LOG_SUFFIX))
+        segments = [LogSegment.open(self.directory, b, self.config) for b in bases]
+        if not segments:
+            now = self.clock.milliseconds()
+            segments = [LogSegment.create(self.directory, self.log_start_offset, self.config, now)]
+        recover_from = len(segments)  # index of the first segment to scan
+        if not had_clean_shutdown:
+            recover_from = 0
+            for i, seg in enumerate(segments):
+                if seg.base_offset <= self.recovery_point:
+                    recover_from = i
+        for i, seg in enumerate(segments):
+            if i < recover_from and seg.load_indexes():
+                continue
+            truncated = seg.recover()
+            if truncated:
+                log.warning("%s: truncated %d invalid bytes at the end of segment %d",
+                            self.directory, truncated, seg.base_offset)
+                self.recovered_bytes_truncated += truncated
+                for later in segments[i + 1:]:
+                    log.warning("%s: deleting segment %d after the damage", self.directory, later.base_offset)
+                    later.delete_files()
+                del segments[i + 1:]
+                break
+        active = segments[-1]
+        if active.next_offset == active.base_offset and active.size:
+            active.read_next_offset()
+        self._set_segments(tuple(segments))
+        self.log_start_offset = max(self.log_start_offset, segments[0].base_offset)
+        self.recovery_point = min(max(self.recovery_point, self.log_start_offset), self.log_end_offset)
+
+    def _complete_swap(self, base: int) -> None:
+        """Finish a cleaner swap interrupted by a crash: the .swap segment replaces the
+        segments whose offsets it covers."""
+        swap = LogSegment.open(self.directory, base, self.config, suffix=SWAP_SUFFIX)
+        swap.recover()
+        end = swap.next_offset
+        for name in os.listdir(self.directory):
+            if name.endswith(LOG_SUFFIX) and base <= int(name[:20]) < end:
+                old = LogSegment.open(self.directory, int(name[:20]), self.config)
+                old.delete_files()
+        swap.change_suffix("")
+        swap.close()
+
+    # ------------------------------------------------------------ append
+
+    def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int | None = None,
+               assign_offsets: bool = True) -> LogAppendInfo:
+        """Validate batches (header, CRC, size), assign offsets and write them.
+
+        With `assign_offsets=False` the batches keep their offsets, which must be beyond the
+        log end (the cleaner and, later, followers append that way).
+        """
+        buf = bytearray(records)
+        now = self.clock.milliseconds()
+        config = self.config
+        append_time = config.message_timestamp_type == "LogAppendTime"
+        entries: list[BatchEntry] = []
+        next_offset = self.log_end_offset
+        max_ts, offset_of_max_ts = -1, -1
+        pos, end = 0, len(buf)
+        while pos < end:
+            h = read_header(buf, pos)
+            verify_crc(buf, pos, h)
+            if h.size > config.max_message_bytes:
+                raise RecordTooLargeError(f"batch of {h.size} bytes is over max.message.bytes {config.max_message_bytes}")
+            if h.size > config.segment_bytes:
+                raise RecordBatchTooLargeError(f"batch of {h.size} bytes is over segment.bytes {config.segment_bytes}")
+            if assign_offsets:
+                if h.record_count != h.last_offset_delta + 1 or h.record_count == 0:
+                    raise InvalidRecordError(f"batch has {h.record_count} records but offset delta {h.last_offset_delta}")
+                set_base_offset(buf, pos, next_offset)
+                base = next_offset
+            else:
+                if h.base_offset < next_offset:
+                    raise InvalidRecordError(f"batch offset {h.base_offset} is below the log end {next_offset}")
+                base = h.base_offset
+            if leader_epoch is not None:
+                set_partition_leader_epoch(buf, pos, leader_epoch)
+            batch_max_ts = h.max_timestamp
+            if append_time:
+                batch_max_ts = now
+                _stamp_log_append_time(buf, pos, h.attributes, now, h.size)
+            last = base + h.last_offset_delta
+            if batch_max_ts > max_ts:
+                max_ts, offset_of_max_ts = batch_max_ts, last
+            entries.append(BatchEntry(pos, base, last, batch_max_ts, h.size))
+            next_offset = last + 1
+            pos += h.size
+        if not entries:
+            raise CorruptRecordError("no record batch in the appended data")
+        first_offset = entries[0].base_offset
+        segment = self._maybe_roll(end, next_offset - 1, now)
+        segment.append(buf, entries)
+        count = next_offset - first_offset
+        self.unflushed_messages += count
+        if self.unflushed_messages >= config.flush_messages:
+            self.flush()
+        return LogAppendInfo(first_offset, next_offset - 1, max_ts, offset_of_max_ts,
+                             now if append_time else -1, count, end)
+
+    def _maybe_roll(self, incoming: int, last_offset: int, now: int) -> LogSegment:
+        segment = self._segments[-1]
+        if segment.should_roll(incoming, last_offset, now):
+            segment = self.roll(now)
+        return segment
+
+    def roll(self, now: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset."""
+        now = self.clock.milliseconds() if now is None else now
+        old = self._segments[-1]
+        if old.size == 0:
+            return old
+        old.on_become_inactive()
+        new = LogSegment.create(self.directory, self.log_end_offset, self.config, now)
+        new.next_offset = self.log_end_offset
+        self._set_segments(self._segments + (new,))
+        return new
+
+    # ------------------------------------------------------------ flush
+
+    def flush(self) -> None:
+        """fsync every segment with data past the recovery point; advance the recovery point."""
+        end = self.log_end_offset
+        if end > self.recovery_point:
+            segs = self._segments
+            for seg in segs[self._segment_index_for(self.recovery_point):]:
+                seg.flush()
+        self.recovery_point = end
+        self.unflushed_messages = 0
+        self.last_flush_ms = self.clock.milliseconds()
+
+    def flush_if_due(self, now: int) -> bool:
+        """The time half of the flush policy: flush if `flush.ms` passed with data unflushed."""
+        if self.unflushed_messages and now - self.last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            return True
+        return False
+
+    # ------------------------------------------------------------ read
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_message: bool = True) -> FetchDataInfo:
+        """File regions holding batches from `offset`, up to `max_bytes` (see LogSegment.read).
+
+        `max_offset` (exclusive) bounds what is visible, e.g. the high watermark.
+        Raises OffsetOutOfRangeError outside [log start, log end].
+        """
+        segments = self._segments  # snapshot: deletions and swaps do not disturb this read
+        bases = self._bases
+        end_offset = segments[-1].next_offset
+        if offset == end_offset:
+            return FetchDataInfo(offset, ())
+        if offset < self.log_start_offset or offset > end_offset:
+            raise OffsetOutOfRangeError(offset, self.log_start_offset, end_offset)
+        limit = end_offset if max_offset is None else min(max_offset, end_offset)
+        if offset >= limit:
+            return FetchDataInfo(offset, ())
+        i = max(bisect_right(bases, offset) - 1, 0)
+        while i < len(segments):
+            seg = segments[i]
+            max_position = seg.size
+            if i + 1 >= len(segments) or limit < segments[i + 1].base_offset:
+                if limit < end_offset:
+                    loc = seg.translate_offset(limit)
+                    max_position = loc.position if loc is not None else seg.size
+            region = seg.read(offset, max_bytes, max_position, min_one_message)
+            if region is not None:
+                return FetchDataInfo(offset, (region,) if region.length else ())
+            i += 1
+        return FetchDataInfo(offset, ())
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """Kafka's ListOffsets lookup: (offset, timestamp) or None if no record is that new.
+
+        EARLIEST_TIMESTAMP (-2) and LATEST_TIMESTAMP (-1) give the log start and end with
+        timestamp -1; MAX_TIMESTAMP (-3) the record with the largest timestamp.
+        """
+        if timestamp == EARLIEST_TIMESTAMP:
+            return self.log_start_offset, -1
+        if timestamp == LATEST_TIMESTAMP:
+            return self.log_end_offset, -1
+        segments = self._segments
+        if timestamp == MAX_TIMESTAMP:
+            best = max(segments, key=lambda s: s.max_timestamp_so_far)
+            if best.max_timestamp_so_far < 0:
+                return None
+            return best.offset_of_max_timestamp, best.max_timestamp_so_far
+        for seg in segments:
+            if seg.size and seg.largest_timestamp >= timestamp:
+                found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    # ------------------------------------------------------------ retention
+
+    def delete_old_segments(self) -> int:
+        """Apply retention.ms, retention.bytes and the log start offset; return segments deleted.
+
+        Whole segments only, oldest first, never the active one.
+        """
+        now = self.clock.milliseconds()
+        segments = self._segments
+        config = self.config
+        total = sum(s.size for s in segments)
+        n = 0
+        for i, seg in enumerate(segments[:-1]):
+            if segments[i + 1].base_offset <= self.log_start_offset:
+                pass
+            elif config.delete and config.retention_ms >= 0 and now - seg.largest_timestamp > config.retention_ms:
+                pass
+            elif config.delete and config.retention_bytes >= 0 and total - seg.size >= config.retention_bytes:
+                pass
+            else:
+                break
+            total -= seg.size
+            n += 1
+        if n:
+            self._delete_segments(segments[:n], now)
+        return n
+
+    def _delete_segments(self, doomed: tuple[LogSegment, ...], now: int) -> None:
+        remaining = self._segments[len(doomed):]
+        self._set_segments(remaining)
+        self.log_start_offset = max(self.log_start_offset, remaining[0].base_offset)
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        for seg in doomed:
+            seg.change_suffix(DELETED_SUFFIX)
+            self.pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
+        log.info("%s: deleted %d segment(s), log start offset now %d",
+                 self.directory, len(doomed), self.log_start_offset)
+
+    def increase_log_start_offset(self, offset: int) -> None:
+        """Kafka's DeleteRecords: records below `offset` become unreadable at once and their
+        segments go at the next retention pass."""
+        if offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(offset, self.log_start_offset, self.log_end_offset)
+        self.log_start_offset = max(self.log_start_offset, offset)
+
+    def delete_pending_files(self, now: int | None = None, force: bool = False) -> int:
+        """Remove `.deleted` files whose delay has passed (all of them with `force`)."""
+        now = self.clock.milliseconds() if now is None else now
+        keep, done = [], 0
+        for due, seg in self.pending_deletes:
+            if force or due <= now:
+                seg.delete_files()
+                done += 1
+            else:
+                keep.append((due, seg))
+        self.pending_deletes = keep
+        return done
+
+    # ------------------------------------------------------------ cleaner support
+
+    def replace_segments(self, new: LogSegment, old: tuple[LogSegment, ...]) -> None:
+        """Swap a cleaned segment (suffix .cleaned) in for `old`, crash-safely.
+
+        Order, as in Kafka: .cleaned -> .swap (durable), old -> .deleted, .swap -> .log.
+        A crash at any point leaves either the old segments or the new one on load.
+        """
+        new.flush()
+        new.change_suffix(SWAP_SUFFIX)
+        _fsync_dir(self.directory)
+        now = self.clock.milliseconds()
+        for seg in old:
+            seg.change_suffix(DELETED_SUFFIX)
+            self.pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
+        new.change_suffix("")
+        _fsync_dir(self.directory)
+        current = self._segments
+        first = current.index(old[0])
+        self._set_segments(current[:first] + (new,) + current[first + len(old):])
+
+    # ------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        for seg in self._segments:
+            seg.close()
+        self.delete_pending_files(force=True)
+
+    def delete(self) -> None:
+        """Remove the whole log directory (topic deletion)."""
+        for seg in self._segments:
+            seg.delete_files()
+        self.delete_pending_files(force=True)
+        for name in os.listdir(self.directory):
+            os.unlink(os.path.join(self.directory, name))
+        os.rmdir(self.directory)
+
+    def __repr__(self) -> str:
+        return f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, end={self.log_end_offset})"
+
+
+def _stamp_log_append_time(buf: bytearray, pos: int, attributes: int, now: int, size: int) -> None:
+    """Mark a batch LogAppendTime with max timestamp `now`; the CRC covers both, so redo it."""
+    _ATTRS.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_BIT)
+    _MAX_TS.pack_into(buf, pos + 35, now)
+    _CRC.pack_into(buf, pos + CRC_OFFSET, crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET: pos + size]))
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

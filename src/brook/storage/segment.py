@@ -1,0 +1,401 @@
+"""One segment of a partition log: a .log file of v2 batches plus its two sparse indexes.
+
+The file descriptor is opened with O_APPEND: appends are plain `write`s of the batches as
+received (offsets already rewritten), reads are `pread`s of batch headers, and fetches hand
+(fd, position, length) regions to `sendfile`.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+
+from ..records.batch import (
+    HEADER_SIZE,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_BIT,
+    decode_batch,
+    scan_batches,
+)
+from ..records.errors import CorruptRecordError, RecordsError
+from .config import LogConfig
+from .errors import KafkaStorageError
+from .index import CorruptIndexError, OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+INT32_MAX = 2**31 - 1
+
+# The fields of a batch header the read path needs: baseOffset, batchLength, then
+# lastOffsetDelta at 23 and maxTimestamp at 35.
+_PREFIX = struct.Struct(">qi")
+_LAST_DELTA = struct.Struct(">i")
+_MAX_TS = struct.Struct(">q")
+_ATTRS = struct.Struct(">h")
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """Bytes of a segment file that a network layer can `sendfile` without copying them."""
+
+    fd: int
+    position: int
+    length: int
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.length, self.position)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLocation:
+    position: int
+    base_offset: int
+    last_offset: int
+    size: int
+
+
+@dataclass(slots=True)
+class BatchEntry:
+    """What an append tells the segment about each batch it writes."""
+
+    position: int  # within the data being appended
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    size: int
+
+
+class LogSegment:
+    def __init__(self, directory: str, base_offset: int, config: LogConfig, fd: int, size: int,
+                 created_ms: int, suffix: str = "") -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.config = config
+        self.fd = fd
+        self.size = size
+        self.created_ms = created_ms
+        self.suffix = suffix
+        self.index = OffsetIndex(self._path(INDEX_SUFFIX), base_offset, config.segment_index_bytes)
+        self.time_index = TimeIndex(self._path(TIME_INDEX_SUFFIX), base_offset, config.segment_index_bytes)
+        self.bytes_since_last_index = 0
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp = -1
+        self.rolling_base_ms: int | None = None  # max timestamp of the first batch
+        self.next_offset = base_offset  # exact for the active segment
+        self.closed = False
+
+    # ------------------------------------------------------------ files
+
+    def _path(self, kind: str) -> str:
+        return os.path.join(self.directory, file_name(self.base_offset, kind) + self.suffix)
+
+    @property
+    def log_path(self) -> str:
+        return self._path(LOG_SUFFIX)
+
+    @classmethod
+    def create(cls, directory: str, base_offset: int, config: LogConfig, now_ms: int,
+               suffix: str = "") -> "LogSegment":
+        path = os.path.join(directory, file_name(base_offset, LOG_SUFFIX) + suffix)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        return cls(directory, base_offset, config, fd, 0, now_ms, suffix)
+
+    @classmethod
+    def open(cls, directory: str, base_offset: int, config: LogConfig, suffix: str = "") -> "LogSegment":
+        path = os.path.join(directory, file_name(base_offset, LOG_SUFFIX) + suffix)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        st = os.fstat(fd)
+        return cls(directory, base_offset, config, fd, st.st_size, st.st_mtime_ns // 1_000_000, suffix)
+
+    def load_indexes(self) -> bool:
+        """Load both indexes from disk; False if either is missing or not sane (rebuild it)."""
+        try:
+            self.index.load(self.size)
+            self.time_index.load(INT32_MAX + self.base_offset)
+        except (OSError, CorruptIndexError):
+            self.index.reset()
+            self.time_index.reset()
+            return False
+        ts, off = self.time_index.last_entry
+        self.max_timestamp_so_far, self.offset_of_max_timestamp = ts, off
+        return True
+
+    def change_suffix(self, suffix: str) -> None:
+        """Rename all three files (used for .deleted, .cleaned and .swap)."""
+        old_log = self.log_path
+        self.suffix = suffix
+        os.replace(old_log, self.log_path)
+        self.index.rename(self._path(INDEX_SUFFIX))
+        self.time_index.rename(self._path(TIME_INDEX_SUFFIX))
+
+    # ------------------------------------------------------------ writes
+
+    def append(self, data: bytes | bytearray | memoryview, batches: list[BatchEntry]) -> None:
+        """Write batches whose offsets are already assigned; update the sparse indexes."""
+        start = self.size
+        try:
+            written = os.write(self.fd, data)
+        except OSError as exc:
+            self._undo_partial_write(start)
+            raise KafkaStorageError(f"append to {self.log_path} failed: {exc}") from exc
+        if written != len(data):
+            self._undo_partial_write(start)
+            raise KafkaStorageError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+        interval = self.config.index_interval_bytes
+        for b in batches:
+            if b.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = b.max_timestamp
+                self.offset_of_max_timestamp = b.last_offset
+            if self.rolling_base_ms is None:
+                self.rolling_base_ms = b.max_timestamp
+            if self.bytes_since_last_index > interval:
+                self.index.append(b.base_offset, start + b.position)
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+                self.bytes_since_last_index = 0
+            self.bytes_since_last_index += b.size
+        self.size = start + len(data)
+        self.next_offset = batches[-1].last_offset + 1
+
+    def _undo_partial_write(self, size: int) -> None:
+        try:
+            os.ftruncate(self.fd, size)
+        except OSError:
+            pass
+
+    def should_roll(self, incoming_bytes: int, last_offset: int, now_ms: int) -> bool:
+        if self.size == 0:
+            return False
+        if self.size + incoming_bytes > self.config.segment_bytes:
+            return True
+        if self.index.is_full or self.time_index.is_full:
+            return True
+        if last_offset - self.base_offset > INT32_MAX:
+            return True
+        base = self.rolling_base_ms if self.rolling_base_ms is not None and self.rolling_base_ms >= 0 \
+            else self.created_ms
+        return now_ms - base > self.config.segment_ms
+
+    def on_become_inactive(self) -> None:
+        """The segment was rolled: record its final max timestamp and write its indexes."""
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+        self.index.flush(sync=False)
+        self.time_index.flush(sync=False)
+
+    def flush(self) -> None:
+        try:
+            os.fsync(self.fd)
+            self.index.flush()
+            self.time_index.flush()
+        except OSError as exc:
+            raise KafkaStorageError(f"flush of {self.log_path} failed: {exc}") from exc
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch at or after `offset`; return the number of bytes removed."""
+        loc = self.translate_offset(offset)
+        if loc is None:
+            return 0
+        removed = self.size - loc.position
+        os.ftruncate(self.fd, loc.position)
+        self.size = loc.position
+        self.index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.next_offset = loc.base_offset
+        self.bytes_since_last_index = 0
+        ts, off = self.time_index.last_entry
+        self.max_timestamp_so_far, self.offset_of_max_timestamp = ts, off
+        if self.size == 0:
+            self.rolling_base_ms = None
+        return removed
+
+    # ------------------------------------------------------------ reads
+
+    def _batch_at(self, position: int) -> BatchLocation:
+        head = os.pread(self.fd, 27, position)
+        if len(head) < 27:
+            raise CorruptRecordError(f"{self.log_path}: truncated batch header at {position}")
+        base, length = _PREFIX.unpack_from(head)
+        if length < _MIN_BATCH_LENGTH:
+            raise CorruptRecordError(f"{self.log_path}: batch length {length} at {position}")
+        (delta,) = _LAST_DELTA.unpack_from(head, 23)
+        return BatchLocation(position, base, base + delta, length + LOG_OVERHEAD)
+
+    def translate_offset(self, offset: int, max_position: int | None = None) -> BatchLocation | None:
+        """The first batch whose last offset is >= `offset`, or None if there is none."""
+        end = self.size if max_position is None else max_position
+        _, pos = self.index.lookup(offset)
+        while pos < end:
+            loc = self._batch_at(pos)
+            if loc.last_offset >= offset:
+                return loc
+            pos += loc.size
+        return None
+
+    def read(self, offset: int, max_size: int, max_position: int | None = None,
+             min_one_message: bool = True) -> FileRegion | None:
+        """A region from the batch holding `offset` up to `max_size` bytes.
+
+        As in Kafka, the region may end inside a batch (clients drop a partial last batch),
+        except that with `min_one_message` the first batch is always whole.
+        """
+        end = self.size if max_position is None else max_position
+        loc = self.translate_offset(offset, end)
+        if loc is None:
+            return None
+        available = end - loc.position
+        length = min(available, max_size)
+        if min_one_message and length < loc.size:
+            length = min(available, loc.size)
+        return FileRegion(self.fd, loc.position, length)
+
+    def batches(self, start_position: int = 0, end_position: int | None = None):
+        """Yield (position, raw batch bytes) for tools and the cleaner; stops at a torn tail."""
+        end = self.size if end_position is None else end_position
+        pos = start_position
+        while pos < end:
+            loc = self._batch_at(pos)
+            if pos + loc.size > end:
+                return
+            yield pos, os.pread(self.fd, loc.size, pos)
+            pos += loc.size
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `timestamp`, or None."""
+        _, from_offset = self.time_index.lookup(timestamp)
+        _, pos = self.index.lookup(max(from_offset, start_offset))
+        while pos < self.size:
+            loc = self._batch_at(pos)
+            head = os.pread(self.fd, 43, pos)
+            (max_ts,) = _MAX_TS.unpack_from(head, 35)
+            if max_ts >= timestamp and loc.last_offset >= start_offset:
+                (attrs,) = _ATTRS.unpack_from(head, 21)
+                if attrs & TIMESTAMP_TYPE_BIT:  # LogAppendTime: every record has max_ts
+                    return max(loc.base_offset, start_offset), max_ts
+                batch = decode_batch(os.pread(self.fd, loc.size, pos), verify=False)
+                for rec in batch.records:
+                    if rec.offset >= start_offset and rec.timestamp >= timestamp:
+                        ts = batch.max_timestamp if batch.timestamp_type == LOG_APPEND_TIME else rec.timestamp
+                        return rec.offset, ts
+            pos += loc.size
+        return None
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Newest record timestamp, or the file's modification time if records carry none."""
+        if self.max_timestamp_so_far >= 0:
+            return self.max_timestamp_so_far
+        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+
+    # ------------------------------------------------------------ recovery
+
+    def recover(self) -> int:
+        """Rebuild the indexes by scanning every batch; truncate at the first invalid one.
+
+        Returns the number of bytes truncated (0 when the whole file is valid).
+        """
+        self.index.reset()
+        self.time_index.reset()
+        self.max_timestamp_so_far = self.offset_of_max_timestamp = -1
+        self.rolling_base_ms = None
+        self.bytes_since_last_index = 0
+        self.next_offset = self.base_offset
+        size = os.fstat(self.fd).st_size
+        valid = 0
+        entries: list[BatchEntry] = []
+        if size:
+            with mmap.mmap(self.fd, size, access=mmap.ACCESS_READ) as mm:
+                view = memoryview(mm)
+                try:
+                    for pos, h in scan_batches(view, verify=True):
+                        if h.base_offset < self.next_offset:
+                            break  # offsets going backwards: not a batch this log wrote
+                        entries.append(BatchEntry(pos, h.base_offset, h.last_offset, h.max_timestamp, h.size))
+                        self.next_offset = h.last_offset + 1
+                        valid = pos + h.size
+                except RecordsError:
+                    pass
+                finally:
+                    view.release()
+        truncated = size - valid
+        if truncated:
+            os.ftruncate(self.fd, valid)
+        self.size = 0
+        self.next_offset = self.base_offset
+        if entries:
+            self._index_only(entries)
+        self.size = valid
+        return truncated
+
+    def _index_only(self, entries: list[BatchEntry]) -> None:
+        """Replay the index bookkeeping of `append` for batches already in the file."""
+        interval = self.config.index_interval_bytes
+        for b in entries:
+            if b.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = b.max_timestamp
+                self.offset_of_max_timestamp = b.last_offset
+            if self.rolling_base_ms is None:
+                self.rolling_base_ms = b.max_timestamp
+            if self.bytes_since_last_index > interval:
+                self.index.append(b.base_offset, b.position)
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+                self.bytes_since_last_index = 0
+            self.bytes_since_last_index += b.size
+        self.next_offset = entries[-1].last_offset + 1
+
+    def read_next_offset(self) -> int:
+        """Scan from the last index entry to find the offset after the last batch."""
+        _, pos = self.index.last_entry
+        next_offset = self.base_offset
+        first = True
+        while pos < self.size:
+            loc = self._batch_at(pos)
+            if first or loc.last_offset >= next_offset:
+                next_offset = loc.last_offset + 1
+            first = False
+            pos += loc.size
+        if self.rolling_base_ms is None and self.size:
+            head = os.pread(self.fd, 43, 0)
+            (self.rolling_base_ms,) = _MAX_TS.unpack_from(head, 35)
+        self.next_offset = max(next_offset, self.base_offset)
+        return self.next_offset
+
+    # ------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+        self.index.flush(sync=False)
+        self.time_index.flush(sync=False)
+        os.close(self.fd)
+        self.closed = True
+
+    def close_without_index(self) -> None:
+        if not self.closed:
+            os.close(self.fd)
+            self.closed = True
+
+    def delete_files(self) -> None:
+        """Close and unlink all three files (after any delay the caller wanted)."""
+        self.close_without_index()
+        for path in (self.log_path, self.index.path, self.time_index.path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
