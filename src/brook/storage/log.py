@@ -242,7 +242,7 @@ class Log:
         if not entries:
             raise CorruptRecordError("no record batch in the appended data")
         first_offset = entries[0].base_offset
-        segment = self._maybe_roll(end, next_offset - 1, now)
+        segment = self._maybe_roll(end, next_offset - 1, now, max_ts)
         segment.append(buf, entries)
         count = next_offset - first_offset
         self.unflushed_messages += count
@@ -251,9 +251,9 @@ class Log:
         return LogAppendInfo(first_offset, next_offset - 1, max_ts, offset_of_max_ts,
                              now if append_time else -1, count, end)
 
-    def _maybe_roll(self, incoming: int, last_offset: int, now: int) -> LogSegment:
+    def _maybe_roll(self, incoming: int, last_offset: int, now: int, max_ts: int) -> LogSegment:
         segment = self._segments[-1]
-        if segment.should_roll(incoming, last_offset, now):
+        if segment.should_roll(incoming, last_offset, now, max_ts):
             segment = self.roll(now)
         return segment
 

@@ -174,7 +174,7 @@ class LogSegment:
         except OSError:
             pass
 
-    def should_roll(self, incoming_bytes: int, last_offset: int, now_ms: int) -> bool:
+    def should_roll(self, incoming_bytes: int, last_offset: int, now_ms: int, incoming_max_ts: int) -> bool:
         if self.size == 0:
             return False
         if self.size + incoming_bytes > self.config.segment_bytes:
@@ -183,9 +183,13 @@ class LogSegment:
             return True
         if last_offset - self.base_offset > INT32_MAX:
             return True
-        base = self.rolling_base_ms if self.rolling_base_ms is not None and self.rolling_base_ms >= 0 \
-            else self.created_ms
-        return now_ms - base > self.config.segment_ms
+        # As Kafka: time is measured in record timestamps from the first batch's, or by the
+        # wall clock from the segment's creation when records carry no timestamps.
+        if self.rolling_base_ms is not None and self.rolling_base_ms >= 0:
+            waited = incoming_max_ts - self.rolling_base_ms
+        else:
+            waited = now_ms - self.created_ms
+        return waited > self.config.segment_ms
 
     def on_become_inactive(self) -> None:
         """The segment was rolled: record its final max timestamp and write its indexes."""
