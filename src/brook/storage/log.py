@@ -174,9 +174,9 @@ class Log:
                     later.delete_files()
                 del segments[i + 1:]
                 break
-        active = segments[-1]
-        if active.next_offset == active.base_offset and active.size:
-            active.read_next_offset()
+        for seg in segments:
+            if seg.next_offset == seg.base_offset and seg.size:
+                seg.read_next_offset()  # loaded, not scanned: find where its last batch ends
         self._set_segments(tuple(segments))
         self.log_start_offset = max(self.log_start_offset, segments[0].base_offset)
         self.recovery_point = min(max(self.recovery_point, self.log_start_offset), self.log_end_offset)
