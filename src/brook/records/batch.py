@@ -235,17 +235,30 @@ class RecordBatch:
 def decode_records(
     data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int
 ) -> list[Record]:
-    """Decode `count` uncompressed records from `data`; every byte must be used."""
+    """Decode `count` uncompressed records from `data`; every byte must be used.
+
+    `data` is a whole batch body, so a record or varint running past its end is damage
+    (CorruptRecordError), not a batch that more bytes would complete.
+    """
+    try:
+        return _decode_records(data, count, base_offset, base_timestamp)
+    except TruncatedBatchError as exc:
+        raise CorruptRecordError(str(exc)) from None
+
+
+def _decode_records(
+    data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int
+) -> list[Record]:
     records: list[Record] = []
     pos = 0
     end = len(data)
     for _ in range(count):
         length, pos = decode_varint(data, pos)
-        if length < 0:
-            raise CorruptRecordError(f"negative record length {length}")
+        if length < 1:  # even an empty record has its attributes byte
+            raise CorruptRecordError(f"invalid record length {length}")
         rec_end = pos + length
         if rec_end > end:
-            raise TruncatedBatchError("record runs past the end of the batch")
+            raise CorruptRecordError("record runs past the end of the batch")
         attributes = data[pos]
         pos += 1
         ts_delta, pos = decode_varint(data, pos)
@@ -282,7 +295,7 @@ def _read_bytes(data: bytes | memoryview, pos: int, end: int) -> tuple[bytes | N
             raise CorruptRecordError(f"invalid length {length}")
         return None, pos
     if pos + length > end:
-        raise TruncatedBatchError("field runs past the end of its record")
+        raise CorruptRecordError("field runs past the end of its record")
     return bytes(data[pos : pos + length]), pos + length
 
 

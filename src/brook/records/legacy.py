@@ -19,10 +19,11 @@ the last inner message.
 
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
-from dataclasses import dataclass
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
 from .batch import CREATE_TIME, LOG_APPEND_TIME, Record, encode_batch
 from .compression import CODEC_MASK, Codec, codec_of, compress, decompress
@@ -37,9 +38,10 @@ LOG_OVERHEAD = 12  # offset + message_size
 MAGIC_OFFSET = 16  # offset + message_size + crc
 MESSAGE_OVERHEAD = {MAGIC_V0: 14, MAGIC_V1: 22}  # crc .. value length, empty key and value
 
-_ENTRY_PREFIX = struct.Struct(">qiIbb")  # offset, message_size, crc, magic, attributes
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
+_INT32_MAX = 2**31 - 1
+_INT64_LIMIT = 2**63
 
 _LEGACY_CODECS = (Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4)
 
@@ -72,7 +74,7 @@ class _Entry:
 
 
 def magic_of(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
-    """The magic byte of the entry or batch at `pos` (byte 16 in every format)."""
+    """The magic byte (a signed int8) of the entry or batch at `pos`: byte 16 in every format."""
     if pos < 0 or len(buf) - pos <= MAGIC_OFFSET:
         raise TruncatedBatchError("too few bytes to hold a magic byte")
     magic = buf[pos + MAGIC_OFFSET]
@@ -104,10 +106,28 @@ def to_v2_batches(buf: bytes | bytearray | memoryview) -> list[bytes]:
     batches = []
     for entry in _iter_entries(memoryview(buf), top_level=True):
         messages = _flatten(entry)
+        _check_fits_v2(messages)
         records = [Record(m.offset, m.timestamp, m.key, m.value) for m in messages]
-        ts_type = LOG_APPEND_TIME if entry.message.timestamp_type == LOG_APPEND_TIME else CREATE_TIME
+        ts_type = (
+            LOG_APPEND_TIME if entry.message.timestamp_type == LOG_APPEND_TIME else CREATE_TIME
+        )
         batches.append(encode_batch(records, codec=entry.codec, timestamp_type=ts_type))
     return batches
+
+
+def _check_fits_v2(messages: list[LegacyMessage]) -> None:
+    """A v2 batch stores offsets as int32 deltas and timestamps as int64 deltas from its first
+    record, with offsets increasing; a wrapper that breaks this cannot have come from Kafka."""
+    first = messages[0]
+    for prev, m in itertools.pairwise(messages):
+        if m.offset <= prev.offset:
+            raise CorruptRecordError(
+                f"offsets {prev.offset}, {m.offset} in a wrapper do not increase"
+            )
+    if messages[-1].offset - first.offset > _INT32_MAX:
+        raise CorruptRecordError(f"wrapper spans more than 2**31 offsets from {first.offset}")
+    if any(not -_INT64_LIMIT <= m.timestamp - first.timestamp < _INT64_LIMIT for m in messages):
+        raise CorruptRecordError("timestamps in a wrapper lie further apart than int64 allows")
 
 
 def _iter_entries(view: memoryview, top_level: bool, magic: int | None = None) -> Iterator[_Entry]:
@@ -143,7 +163,9 @@ def _parse_message(offset: int, msg: memoryview) -> _Entry:
         raise CorruptRecordError(f"message size {len(msg)} is too small for magic {magic}")
     actual = zlib.crc32(msg[4:])
     if actual != crc:
-        raise CorruptRecordError(f"message at offset {offset}: CRC {actual:#010x} != stored {crc:#010x}")
+        raise CorruptRecordError(
+            f"message at offset {offset}: CRC {actual:#010x} != stored {crc:#010x}"
+        )
     codec = codec_of(attributes)
     if codec not in _LEGACY_CODECS:
         raise UnsupportedCompressionError(f"{codec.name} needs message format v2")
@@ -183,7 +205,10 @@ def _flatten(entry: _Entry) -> list[LegacyMessage]:
     data = wrapper.value
     if entry.codec == Codec.LZ4 and wrapper.magic == MAGIC_V0:
         data = _repair_lz4_header_checksum(data)
-    inner = [e.message for e in _iter_entries(memoryview(decompress(entry.codec, data)), False, wrapper.magic)]
+    inner = [
+        e.message
+        for e in _iter_entries(memoryview(decompress(entry.codec, data)), False, wrapper.magic)
+    ]
     if not inner:
         raise CorruptRecordError(f"compressed wrapper at offset {wrapper.offset} holds no message")
     if any(e.attributes & CODEC_MASK for e in inner):
@@ -230,7 +255,7 @@ def encode_message_set(
         return b"".join(_encode_entry(m, magic) for m in messages)
     first = messages[0].offset
     if magic == MAGIC_V1:
-        inner = [_with_offset(m, m.offset - first) for m in messages]
+        inner = [replace(m, offset=m.offset - first) for m in messages]
     else:
         inner = list(messages)
     data = compress(codec, b"".join(_encode_entry(m, magic) for m in inner))
@@ -246,10 +271,6 @@ def encode_message_set(
         value=data,
     )
     return _encode_entry(wrapper, magic, codec)
-
-
-def _with_offset(m: LegacyMessage, offset: int) -> LegacyMessage:
-    return LegacyMessage(offset, m.magic, m.attributes, m.timestamp, m.timestamp_type, m.key, m.value)
 
 
 def _encode_entry(m: LegacyMessage, magic: int, codec: Codec = Codec.NONE) -> bytes:

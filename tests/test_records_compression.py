@@ -1,0 +1,197 @@
+"""Compression codecs, checked against the framings Kafka's Java client writes and reads."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import cramjam
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from brook.records import Codec, CorruptRecordError, UnsupportedCompressionError
+from brook.records.compression import codec_of, compress, decompress
+
+SOME = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+LZ4_MAGIC = b"\x04\x22\x4d\x18"
+
+
+def _payload(size: int, seed: int = 0) -> bytes:
+    """Half random, half repetitive: compressible but not trivially so."""
+    rng = random.Random(seed)
+    return b"".join(rng.randbytes(64) + b"kafka" * 13 for _ in range(size // 129 + 1))[:size]
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+@SOME
+@given(data=st.binary(max_size=2000))
+def test_round_trip(codec, data):
+    assert decompress(codec, compress(codec, data)) == data
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_round_trip_large_and_from_memoryview(codec):
+    data = _payload(300_000)
+    assert decompress(codec, memoryview(compress(codec, data))) == data
+
+
+def test_codec_of_masks_attributes_and_rejects_unknown():
+    assert codec_of(0x08 | 0x10 | 2) == Codec.SNAPPY
+    for bits in (5, 6, 7):
+        with pytest.raises(UnsupportedCompressionError):
+            codec_of(bits)
+
+
+# ---------------------------------------------------------------- snappy
+
+
+def _xerial_blocks(data: bytes) -> list[bytes]:
+    """Split a xerial stream into its raw snappy blocks, parsed independently of brook."""
+    assert data[:16] == XERIAL_HEADER
+    blocks, pos = [], 16
+    while pos < len(data):
+        (size,) = struct.unpack_from(">i", data, pos)
+        blocks.append(data[pos + 4 : pos + 4 + size])
+        pos += 4 + size
+    assert pos == len(data)
+    return blocks
+
+
+def test_snappy_writes_xerial_framing():
+    data = _payload(1000)
+    blocks = _xerial_blocks(compress(Codec.SNAPPY, data))
+    assert len(blocks) == 1
+    assert bytes(cramjam.snappy.decompress_raw(blocks[0])) == data
+
+
+@SOME
+@given(size=st.integers(32 * 1024 + 1, 140_000), seed=st.integers(0, 2**32))
+def test_snappy_xerial_round_trip_over_several_blocks(size, seed):
+    data = _payload(size, seed)
+    compressed = compress(Codec.SNAPPY, data)
+    blocks = _xerial_blocks(compressed)
+    # snappy-java, and so Kafka, cuts the input into 32 KiB blocks.
+    assert len(blocks) == -(-size // (32 * 1024))
+    assert b"".join(bytes(cramjam.snappy.decompress_raw(b)) for b in blocks) == data
+    assert decompress(Codec.SNAPPY, compressed) == data
+
+
+def test_snappy_reads_xerial_written_by_hand():
+    parts = [b"first block " * 100, b"second block " * 50]
+    stream = XERIAL_HEADER
+    for part in parts:
+        block = bytes(cramjam.snappy.compress_raw(part))
+        stream += struct.pack(">i", len(block)) + block
+    assert decompress(Codec.SNAPPY, stream) == b"".join(parts)
+
+
+@SOME
+@given(data=st.binary(max_size=5000))
+def test_snappy_reads_raw_blocks(data):
+    assert decompress(Codec.SNAPPY, bytes(cramjam.snappy.compress_raw(data))) == data
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        XERIAL_HEADER[:12],  # header cut short
+        XERIAL_HEADER + b"\x00\x00",  # block length cut short
+        XERIAL_HEADER + struct.pack(">i", 50) + b"abc",  # block overruns the data
+        XERIAL_HEADER + struct.pack(">i", -1),  # negative block length
+        XERIAL_HEADER + struct.pack(">i", 4) + b"\xff\xff\xff\xff",  # block is not snappy
+    ],
+)
+def test_snappy_bad_xerial_is_corrupt(bad):
+    with pytest.raises(CorruptRecordError):
+        decompress(Codec.SNAPPY, bad)
+
+
+# ---------------------------------------------------------------- lz4
+
+
+def _lz4_frame(data: bytes) -> tuple[int, int, list[tuple[bytes, bool]], bytes]:
+    """Parse an LZ4 frame (lz4 frame spec): FLG, BD, [(block, compressed)], trailer."""
+    assert data[:4] == LZ4_MAGIC
+    flg, bd = data[4], data[5]
+    pos = 6 + (8 if flg & 0x08 else 0) + 1  # content size, then the header checksum
+    blocks = []
+    while True:
+        (word,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        if word == 0:
+            break
+        size = word & 0x7FFFFFFF
+        blocks.append((data[pos : pos + size], not word & 0x80000000))
+        pos += size + (4 if flg & 0x10 else 0)
+    return flg, bd, blocks, data[pos:]
+
+
+def test_lz4_frame_is_one_kafka_reads():
+    # Kafka's Lz4BlockInputStream accepts version 01 and refuses dependent blocks.
+    data = _payload(300_000)
+    flg, bd, blocks, trailer = _lz4_frame(compress(Codec.LZ4, data))
+    assert flg >> 6 == 0b01, "frame version"
+    assert flg & 0x20, "blocks must be independent"
+    assert flg & 0x03 == 0, "reserved bits"
+    assert 4 <= (bd >> 4) & 7 <= 7 and bd & 0x8F == 0, "block size 64 KiB .. 4 MiB"
+    assert not flg & 0x04 and trailer == b"", "Kafka's writer adds no content checksum"
+    # Each block must decompress on its own, the way Kafka's reader decompresses them.
+    block_max = 1 << (2 * ((bd >> 4) & 7) + 8)
+    out = b""
+    for block, compressed in blocks:
+        if compressed:  # every block but the last holds exactly block_max bytes
+            block = bytes(
+                cramjam.lz4.decompress_block(block, output_len=min(block_max, len(data) - len(out)))
+            )
+        out += block
+    assert len(blocks) > 1 and out == data
+
+
+def test_lz4_reads_frames_with_content_checksum_and_linked_blocks():
+    # What other clients (librdkafka and friends) may write.
+    data = _payload(200_000)
+    assert decompress(Codec.LZ4, bytes(cramjam.lz4.compress(data))) == data
+
+
+# ---------------------------------------------------------------- garbage
+
+
+@pytest.mark.parametrize("codec", [c for c in Codec if c != Codec.NONE])
+@pytest.mark.parametrize(
+    "garbage", [b"", b"\x00", b"definitely not compressed data", bytes(range(256))]
+)
+def test_garbage_is_corrupt(codec, garbage):
+    if codec == Codec.SNAPPY and garbage == b"\x00":
+        assert decompress(codec, garbage) == b""  # a valid raw snappy block of nothing
+        return
+    with pytest.raises(CorruptRecordError):
+        decompress(codec, garbage)
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+@settings(max_examples=100, deadline=None)
+@given(garbage=st.binary(max_size=300))
+def test_random_bytes_decompress_or_raise_corrupt(codec, garbage):
+    try:
+        decompress(codec, garbage)
+    except CorruptRecordError:
+        pass
+
+
+@pytest.mark.parametrize("codec", [c for c in Codec if c != Codec.NONE])
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.binary(min_size=1, max_size=500),
+    flips=st.lists(st.tuples(st.integers(0), st.integers(1, 255)), min_size=1, max_size=3),
+)
+def test_damaged_streams_decompress_or_raise_corrupt(codec, data, flips):
+    damaged = bytearray(compress(codec, data))
+    for pos, xor in flips:
+        damaged[pos % len(damaged)] ^= xor
+    try:
+        decompress(codec, bytes(damaged))
+    except CorruptRecordError:
+        pass
