@@ -53,6 +53,8 @@ CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_STRUCT = _HEADER  # for hot paths that want the raw tuple, not a BatchHeader
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _BASE_OFFSET = struct.Struct(">q")
 _PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
 _CRC = struct.Struct(">I")

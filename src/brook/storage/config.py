@@ -58,8 +58,8 @@ class LogConfig:
         return cfg
 
     def validate(self) -> None:
-        if self.segment_bytes < 14:
-            raise ValueError("segment.bytes must be at least 14")
+        if not 14 <= self.segment_bytes <= 2**31 - 1:
+            raise ValueError("segment.bytes must be in [14, 2147483647] (index positions are int32)")
         if self.segment_index_bytes < 8:
             raise ValueError("segment.index.bytes must be at least 8")
         if not self.policies or not self.policies <= {"delete", "compact"}:

@@ -101,11 +101,14 @@ class OffsetIndex(_Index):
     def _entry_bytes(self, i: int) -> bytes:
         return _OFFSET_ENTRY.pack(self._offsets[i] - self.base_offset, self._positions[i])
 
-    def append(self, offset: int, position: int) -> None:
-        if self._offsets and offset <= self._offsets[-1]:
-            raise ValueError(f"index entry {offset} is not after {self._offsets[-1]}")
-        self._offsets.append(offset)
+    def append(self, offset: int, position: int) -> bool:
+        """Add an entry; return True when the index is now full (the segment must roll)."""
+        offsets = self._offsets
+        if offsets and offset <= offsets[-1]:
+            raise ValueError(f"index entry {offset} is not after {offsets[-1]}")
+        offsets.append(offset)
         self._positions.append(position)
+        return len(offsets) >= self.max_entries
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """The last entry at or before `offset`: (offset, position); (base, 0) if none."""
@@ -161,14 +164,14 @@ class TimeIndex(_Index):
     def _entry_bytes(self, i: int) -> bytes:
         return _TIME_ENTRY.pack(self._timestamps[i], self._offsets[i] - self.base_offset)
 
-    def maybe_append(self, timestamp: int, offset: int) -> None:
-        """Add an entry if the timestamp is larger than the last one (entries only grow)."""
-        if self._timestamps and timestamp <= self._timestamps[-1]:
-            return
-        if self._offsets and offset < self._offsets[-1]:
-            return
-        self._timestamps.append(timestamp)
-        self._offsets.append(offset)
+    def maybe_append(self, timestamp: int, offset: int) -> bool:
+        """Add an entry if the timestamp is larger than the last one (entries only grow);
+        return True when the index is full."""
+        timestamps = self._timestamps
+        if (not timestamps or timestamp > timestamps[-1]) and (not self._offsets or offset >= self._offsets[-1]):
+            timestamps.append(timestamp)
+            self._offsets.append(offset)
+        return len(timestamps) >= self.max_entries
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """The last entry whose timestamp is < `timestamp`: (timestamp, offset); or (-1, base).
