@@ -1,0 +1,479 @@
+"""Log compaction: keep at least the latest record of every key, as Kafka's LogCleaner does.
+
+A compacted log has a clean head and a dirty tail. The cleaner checkpoints, per log, the
+*first dirty offset*: everything below it was compacted by an earlier pass. A pass
+
+1. picks the range [first dirty offset, first uncleanable offset). The first uncleanable
+   offset is the base of the active segment, lowered to the base of the first segment whose
+   newest record is younger than `min.compaction.lag.ms`;
+2. builds an offset map, key -> latest offset, from the records of that range (a plain dict,
+   optionally bounded: when it is full the pass stops at a batch boundary and cleans only
+   up to there, as Kafka does);
+3. rewrites every segment from the start of the log to the end of the mapped range, in
+   groups of consecutive segments that fit in one segment (`segment.bytes`, index sizes),
+   each group into one new segment (suffix `.cleaned`, base offset of the group's first
+   segment) that `Log.replace_segments` swaps in crash-safely;
+4. returns the end of the mapped range, the next first dirty offset.
+
+A record is kept unless a later record of the same key is in the map, or it is a tombstone
+(null value) whose delete horizon has passed. Tombstones follow KIP-534: the first pass
+that keeps a batch holding tombstones rewrites it with the delete-horizon bit and
+`now + delete.retention.ms` in its base timestamp; later passes drop the batch's
+tombstones once that horizon is reached, so consumers had `delete.retention.ms` to see them.
+
+Records without a key are kept (Kafka refuses them on produce to compacted topics and its
+cleaner drops them; brook's cleaner leaves whatever it cannot compact alone). Control
+batches are copied unchanged. Offsets never change: a batch that lost records is re-encoded
+with the same base offset, last offset delta, codec, producer fields, leader epoch,
+timestamp type and transactional flag; a batch that lost nothing is copied byte for byte.
+
+Batches that lose all their records are dropped. Kafka keeps an empty batch when it holds
+the last sequence of an active producer (idempotence state); brook does not rebuild
+producer state from the log yet, so it does not. The one exception, which Kafka makes too
+for the last batch of a cleaning round, is the last batch of each group: it is kept, empty
+if need be, so that the cleaned segment ends where the segments it replaces ended. Crash
+recovery (`Log._complete_swap`) tells which old segments a `.swap` segment replaces by the
+offsets it covers, and would otherwise leave the tail of the group behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Mapping, Sequence
+
+from ..records.batch import (
+    LOG_APPEND_TIME,
+    NO_TIMESTAMP,
+    BatchHeader,
+    Record,
+    decode_batch,
+    encode_batch,
+    read_header,
+    verify_crc,
+)
+from ..records.compression import Codec
+from ..records.errors import RecordsError
+from .config import LONG_MAX
+from .log import Log
+from .segment import CLEANED_SUFFIX, INT32_MAX, BatchEntry, LogSegment
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+_MAX_TS = struct.Struct(">q")
+
+
+# ---------------------------------------------------------------- which log, which range
+
+
+@dataclass(frozen=True, slots=True)
+class CleanableStats:
+    """How dirty a log is (Kafka's LogToClean)."""
+
+    log: Log = field(repr=False, compare=False)
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    clean_bytes: int  # segments below the first dirty offset
+    dirty_bytes: int  # segments in [first dirty, first uncleanable)
+    max_compaction_delay_ms: int  # > 0: max.compaction.lag.ms is overdue by this much
+    checkpoint_reset: bool = False  # the given first dirty offset was out of range
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return self.log.topic, self.log.partition
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.dirty_bytes
+
+    @property
+    def dirty_ratio(self) -> float:
+        total = self.total_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+    @property
+    def need_compaction_now(self) -> bool:
+        return self.max_compaction_delay_ms > 0
+
+    @property
+    def should_clean(self) -> bool:
+        """Dirty enough for `min.cleanable.dirty.ratio`, or forced by `max.compaction.lag.ms`."""
+        if not self.log.config.compact or self.dirty_bytes <= 0:
+            return False
+        return self.need_compaction_now or self.dirty_ratio >= self.log.config.min_cleanable_dirty_ratio
+
+
+def _next_bases(segments: Sequence[LogSegment]) -> list[int]:
+    """For each segment, the base of the next one (the active segment: its next offset)."""
+    out = [s.base_offset for s in segments[1:]]
+    out.append(max(segments[-1].next_offset, segments[-1].base_offset + 1))
+    return out
+
+
+def _first_batch_timestamp(seg: LogSegment) -> int:
+    """Max timestamp of the segment's first batch (Kafka's rolling base timestamp)."""
+    if seg.rolling_base_ms is not None:
+        return seg.rolling_base_ms
+    if seg.size < 43:
+        return NO_TIMESTAMP
+    head = os.pread(seg.fd, 43, 0)
+    return _MAX_TS.unpack_from(head, 35)[0] if len(head) == 43 else NO_TIMESTAMP
+
+
+def cleanable_stats(log_: Log, first_dirty_offset: int | None, now_ms: int) -> CleanableStats:
+    """The cleanable range of a log and its dirty ratio (Kafka's cleanableOffsets and
+    LogToClean). `first_dirty_offset` is the checkpointed one; None or out of range means
+    the log start offset."""
+    segments = log_.segments  # snapshot
+    config = log_.config
+    start = log_.log_start_offset
+    reset = False
+    if first_dirty_offset is None or first_dirty_offset < start or first_dirty_offset > log_.log_end_offset:
+        reset = first_dirty_offset is not None
+        first_dirty_offset = start
+    first_dirty = first_dirty_offset
+    nexts = _next_bases(segments)
+    # Non-active segments holding offsets at or after the first dirty offset.
+    dirty_non_active = [s for s, nxt in zip(segments[:-1], nexts[:-1]) if nxt > first_dirty]
+
+    uncleanable = segments[-1].base_offset  # the active segment is never cleaned
+    lag = max(config.min_compaction_lag_ms, 0)
+    if lag > 0:
+        for seg in dirty_non_active:
+            if seg.largest_timestamp > now_ms - lag:
+                uncleanable = min(uncleanable, seg.base_offset)
+                break
+
+    delay = 0
+    max_lag = max(config.max_compaction_lag_ms, 0)
+    if max_lag < LONG_MAX and dirty_non_active:
+        firsts = [t for t in (_first_batch_timestamp(s) for s in dirty_non_active) if t > 0]
+        clean_until = now_ms - max_lag
+        if firsts and min(firsts) < clean_until:
+            delay = clean_until - min(firsts)
+
+    dirty_from = min(first_dirty, uncleanable)
+    clean_bytes = dirty_bytes = 0
+    for seg, nxt in zip(segments, nexts):
+        if seg.base_offset < first_dirty:
+            clean_bytes += seg.size
+        if seg.base_offset < uncleanable and nxt > dirty_from:
+            dirty_bytes += seg.size
+    return CleanableStats(log_, first_dirty, uncleanable, clean_bytes, dirty_bytes, delay, reset)
+
+
+def _all_stats(logs: Iterable[Log], checkpoints: Mapping[TopicPartition, int],
+               now_ms: int) -> list[CleanableStats]:
+    return [cleanable_stats(lg, checkpoints.get((lg.topic, lg.partition)), now_ms)
+            for lg in logs if lg.config.compact]
+
+
+def _dirtiest(stats: Iterable[CleanableStats]) -> CleanableStats | None:
+    best = None
+    for st in stats:
+        if st.should_clean and (best is None or st.dirty_ratio > best.dirty_ratio):
+            best = st
+    return best
+
+
+def pick_dirtiest(logs: Iterable[Log], checkpoints: Mapping[TopicPartition, int],
+                  now_ms: int) -> CleanableStats | None:
+    """The compacted log with the highest dirty ratio among those due for cleaning."""
+    return _dirtiest(_all_stats(logs, checkpoints, now_ms))
+
+
+# ---------------------------------------------------------------- cleaning
+
+
+@dataclass(slots=True)
+class CleanResult:
+    topic: str
+    partition: int
+    start_offset: int  # first dirty offset this pass started from
+    new_first_dirty_offset: int  # end of the cleaned range: checkpoint this
+    first_uncleanable_offset: int
+    map_entries: int = 0
+    map_full: bool = False  # the offset map filled: the pass stopped before the uncleanable offset
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    batches_rewritten: int = 0
+    segments_replaced: int = 0  # old segments swapped out
+    groups_cleaned: int = 0  # new segments swapped in
+
+
+def build_offset_map(log_: Log, start: int, end: int,
+                     max_entries: int | None = None) -> tuple[dict[bytes, int], int, bool]:
+    """key -> latest offset over the records in [start, end).
+
+    Returns (map, offset the map covers up to (exclusive), whether it filled). When adding a
+    batch would take the map over `max_entries` keys, the map stops before that batch,
+    unless it is still empty (a pass must make progress: it then holds one batch more).
+    """
+    offsets: dict[bytes, int] = {}
+    if end <= start:
+        return offsets, start, False
+    segments = log_.segments
+    for seg, nxt in zip(segments, _next_bases(segments)):
+        if seg.base_offset >= end:
+            break
+        if nxt <= start:
+            continue
+        for _, raw in seg.batches():
+            h = read_header(raw)
+            if h.last_offset < start:
+                continue
+            if h.base_offset >= end:
+                break
+            if h.is_control:
+                continue
+            verify_crc(raw, 0, h)
+            keys = [(r.key, r.offset) for r in decode_batch(raw, verify=False).records
+                    if r.key is not None and r.offset >= start]
+            if max_entries is not None and offsets:
+                new = len({k for k, _ in keys if k not in offsets})
+                if new and len(offsets) + new > max_entries:
+                    return offsets, max(h.base_offset, start), True
+            for key, offset in keys:
+                offsets[key] = offset
+    return offsets, end, False
+
+
+def group_segments(segments: Sequence[LogSegment], next_bases: Sequence[int], max_size: int,
+                   max_index_size: int) -> list[list[LogSegment]]:
+    """Consecutive segments merged while their total size fits in one segment and their
+    indexes in one index, and offsets stay within int32 of the group's base (Kafka's
+    groupSegmentsBySize). `next_bases[i]` is the offset after segment i."""
+    groups: list[list[LogSegment]] = []
+    i, n = 0, len(segments)
+    while i < n:
+        first = segments[i]
+        group = [first]
+        size = first.size
+        index_size = len(first.index) * first.index.entry_size
+        time_size = len(first.time_index) * first.time_index.entry_size
+        i += 1
+        while i < n:
+            seg = segments[i]
+            seg_index = len(seg.index) * seg.index.entry_size
+            seg_time = len(seg.time_index) * seg.time_index.entry_size
+            if (size + seg.size > max_size or index_size + seg_index > max_index_size
+                    or time_size + seg_time > max_index_size):
+                break
+            if seg.size and next_bases[i] - 1 - first.base_offset > INT32_MAX:
+                break
+            group.append(seg)
+            size += seg.size
+            index_size += seg_index
+            time_size += seg_time
+            i += 1
+        groups.append(group)
+    return groups
+
+
+def clean_log(log_: Log, first_dirty_offset: int | None, now_ms: int, *,
+              max_map_entries: int | None = None) -> CleanResult:
+    """Compact `log_` from its start to the end of its dirty range (no dirty-ratio check:
+    that is the caller's, see `cleanable_stats`). Returns the new first dirty offset."""
+    config = log_.config
+    if not config.compact:
+        raise ValueError(f"{log_}: cleanup.policy {config.cleanup_policy!r} does not compact")
+    stats = cleanable_stats(log_, first_dirty_offset, now_ms)
+    start = stats.first_dirty_offset
+    upper = max(stats.first_uncleanable_offset, start)
+    offset_map, end, full = build_offset_map(log_, start, upper, max_map_entries)
+    result = CleanResult(log_.topic, log_.partition, start, end, stats.first_uncleanable_offset,
+                         map_entries=len(offset_map), map_full=full)
+
+    segments = log_.segments
+    nexts = _next_bases(segments)
+    count = 0  # segments below `end`, never the active one
+    while count < len(segments) - 1 and segments[count].base_offset < end:
+        count += 1
+    groups = group_segments(segments[:count], nexts[:count], config.segment_bytes,
+                            config.segment_index_bytes)
+    for group in groups:
+        _clean_group(log_, group, offset_map, end, now_ms, result)
+    log.info("%s: cleaned up to offset %d: %d records kept, %d removed, %d -> %d bytes",
+             log_, end, result.records_kept, result.records_removed, result.bytes_read,
+             result.bytes_written)
+    return result
+
+
+def _batches_with_last(group: Sequence[LogSegment]) -> Iterator[tuple[int, bytes, bool]]:
+    """(index of the segment in the group, raw batch, is it the group's last batch)."""
+    pending: tuple[int, bytes] | None = None
+    for i, seg in enumerate(group):
+        for _, raw in seg.batches():
+            if pending is not None:
+                yield pending[0], pending[1], False
+            pending = (i, raw)
+    if pending is not None:
+        yield pending[0], pending[1], True
+
+
+def _clean_group(log_: Log, group: list[LogSegment], offset_map: dict[bytes, int], end: int,
+                 now_ms: int, result: CleanResult) -> None:
+    config = log_.config
+    cleaned = LogSegment.create(log_.directory, group[0].base_offset, config, now_ms, suffix=CLEANED_SUFFIX)
+    changed = len(group) > 1
+    try:
+        out = bytearray()
+        entries: list[BatchEntry] = []
+        current = 0
+
+        def write_out() -> None:
+            if entries:
+                cleaned.append(out, entries)
+                result.bytes_written += len(out)
+            out.clear()
+            entries.clear()
+
+        for seg_index, raw, is_last in _batches_with_last(group):
+            if seg_index != current:  # one append per source segment, as Kafka does
+                write_out()
+                current = seg_index
+            h = read_header(raw)
+            verify_crc(raw, 0, h)
+            result.bytes_read += h.size
+            keep_empty = is_last and len(group) > 1  # see the module docstring
+            new = _filter_batch(raw, h, offset_map, end, now_ms, config.delete_retention_ms,
+                                keep_empty, result)
+            if new is not raw:
+                changed = True
+            if new is None:
+                continue
+            nh = read_header(new) if new is not raw else h
+            entries.append(BatchEntry(len(out), nh.base_offset, nh.last_offset, nh.max_timestamp, nh.size))
+            out += new
+        write_out()
+        if not changed:  # a lone segment with nothing to remove: leave it be
+            cleaned.delete_files()
+            return
+        cleaned.on_become_inactive()
+        # Keep the old modification time: retention of a segment without timestamps uses it.
+        mtime_ns = os.fstat(group[-1].fd).st_mtime_ns
+        os.utime(cleaned.log_path, ns=(mtime_ns, mtime_ns))
+        log_.replace_segments(cleaned, tuple(group))
+    except BaseException:
+        cleaned.delete_files()
+        raise
+    result.segments_replaced += len(group)
+    result.groups_cleaned += 1
+
+
+def _filter_batch(raw: bytes, h: BatchHeader, offset_map: dict[bytes, int], end: int, now_ms: int,
+                  delete_retention_ms: int, keep_empty: bool, result: CleanResult) -> bytes | None:
+    """The batch to write for `raw`: `raw` itself if nothing changes, a re-encoded batch,
+    or None to drop it."""
+    if h.is_control:
+        result.records_read += h.record_count
+        result.records_kept += h.record_count
+        return raw
+    batch = decode_batch(raw, verify=False)
+    horizon = h.base_timestamp if h.has_delete_horizon else None
+    kept: list[Record] = []
+    tombstones = False
+    for rec in batch.records:
+        key = rec.key
+        if rec.offset >= end or key is None:
+            pass  # beyond what the map covers, or not compactable: keep
+        elif rec.offset < offset_map.get(key, -1):
+            continue  # a later record has this key
+        elif rec.value is None and horizon is not None and horizon <= now_ms:
+            result.tombstones_removed += 1
+            continue  # tombstone whose delete horizon has passed
+        if key is not None and rec.value is None:
+            tombstones = True
+        kept.append(rec)
+    n = len(batch.records)
+    result.records_read += n
+    result.records_kept += len(kept)
+    result.records_removed += n - len(kept)
+    set_horizon = tombstones and horizon is None
+    if len(kept) == n and not set_horizon and (n or keep_empty):
+        return raw
+    if not kept and not keep_empty:
+        return None
+    result.batches_rewritten += 1
+    if not kept:
+        # An empty batch that only keeps the offset range, as Kafka's "retain empty" does.
+        return encode_batch(
+            [], base_offset=h.base_offset, last_offset_delta=h.last_offset_delta, codec=Codec.NONE,
+            timestamp_type=batch.timestamp_type, partition_leader_epoch=h.partition_leader_epoch,
+            producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+            transactional=h.is_transactional, base_timestamp=h.max_timestamp, max_timestamp=h.max_timestamp,
+        )
+    if set_horizon:
+        horizon = now_ms + delete_retention_ms
+    # LogAppendTime batches keep their stamped max timestamp; CreateTime ones take the
+    # max of what is left.
+    max_ts = h.max_timestamp if h.timestamp_type == LOG_APPEND_TIME else None
+    return encode_batch(
+        kept, base_offset=h.base_offset, last_offset_delta=h.last_offset_delta, codec=h.compression,
+        timestamp_type=batch.timestamp_type, partition_leader_epoch=h.partition_leader_epoch,
+        producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+        transactional=h.is_transactional, max_timestamp=max_ts, delete_horizon_ms=horizon,
+    )
+
+
+# ---------------------------------------------------------------- the cleaner
+
+
+class LogCleaner:
+    """Cleans the dirtiest compacted log at each call, remembering first dirty offsets.
+
+    `checkpoints` maps (topic, partition) to the first dirty offset; the log manager loads
+    it from and saves it to `cleaner-offset-checkpoint`.
+    """
+
+    def __init__(self, checkpoints: Mapping[TopicPartition, int] | None = None, *,
+                 max_map_entries: int | None = None) -> None:
+        self.checkpoints: dict[TopicPartition, int] = dict(checkpoints or {})
+        self.max_map_entries = max_map_entries
+        self.uncleanable: set[TopicPartition] = set()  # logs whose data could not be read
+
+    def clean_once(self, logs: Iterable[Log] | Mapping[TopicPartition, Log],
+                   now_ms: int) -> CleanResult | None:
+        """Clean the dirtiest eligible log (of a list of logs or a dict of them by
+        (topic, partition)); None if no log is due."""
+        if isinstance(logs, Mapping):
+            logs = logs.values()
+        candidates = [lg for lg in logs if (lg.topic, lg.partition) not in self.uncleanable]
+        stats = _all_stats(candidates, self.checkpoints, now_ms)
+        for st in stats:
+            if st.checkpoint_reset:  # the checkpoint fell out of the log: start over
+                self.checkpoints[st.topic_partition] = st.first_dirty_offset
+        best = _dirtiest(stats)
+        if best is None:
+            return None
+        tp = best.topic_partition
+        try:
+            result = clean_log(best.log, best.first_dirty_offset, now_ms,
+                               max_map_entries=self.max_map_entries)
+        except RecordsError:
+            log.exception("%s: cannot clean a log with invalid records; leaving it uncompacted", best.log)
+            self.uncleanable.add(tp)
+            return None
+        self.checkpoints[tp] = result.new_first_dirty_offset
+        return result
+
+    def update_checkpoint(self, tp: TopicPartition, offset: int) -> None:
+        self.checkpoints[tp] = offset
+
+    def truncate_checkpoint(self, tp: TopicPartition, offset: int) -> None:
+        """The log was truncated to `offset`: the dirty range cannot start beyond it."""
+        if self.checkpoints.get(tp, -1) > offset:
+            self.checkpoints[tp] = offset
+
+    def remove(self, tp: TopicPartition) -> None:
+        """The log is gone (topic deleted, replica moved)."""
+        self.checkpoints.pop(tp, None)
+        self.uncleanable.discard(tp)
