@@ -1,0 +1,239 @@
+"""LogManager: owns every partition log under one or more `log.dirs`.
+
+It loads logs at start-up (recovering those not cleanly shut down), creates and deletes
+them, and runs the periodic work Kafka's log manager runs: flush by time, retention,
+compaction, delayed file deletion and the checkpoints. The work is driven by `tick(now)`
+(sans-I/O: the broker calls it from its event loop, tests call it with a fake clock).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from ..clock import SYSTEM_CLOCK, Clock
+from .checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
+from .cleaner import LogCleaner
+from .config import LogConfig
+from .log import Log, parse_topic_partition
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerConfig:
+    """Broker-level intervals of the periodic work (Kafka's keys, Kafka's defaults except
+    the flush scheduler: Kafka's default of never makes `flush.ms` silently inert)."""
+
+    flush_scheduler_interval_ms: int = 1000  # log.flush.scheduler.interval.ms
+    retention_check_interval_ms: int = 300_000  # log.retention.check.interval.ms
+    recovery_point_checkpoint_interval_ms: int = 60_000  # log.flush.offset.checkpoint.interval.ms
+    start_offset_checkpoint_interval_ms: int = 60_000  # log.flush.start.offset.checkpoint.interval.ms
+    cleaner_backoff_ms: int = 15_000  # log.cleaner.backoff.ms
+    cleaner_enable: bool = True  # log.cleaner.enable
+
+    @classmethod
+    def from_broker_props(cls, props: dict[str, str]) -> "ManagerConfig":
+        keys = {
+            "log.flush.scheduler.interval.ms": "flush_scheduler_interval_ms",
+            "log.retention.check.interval.ms": "retention_check_interval_ms",
+            "log.flush.offset.checkpoint.interval.ms": "recovery_point_checkpoint_interval_ms",
+            "log.flush.start.offset.checkpoint.interval.ms": "start_offset_checkpoint_interval_ms",
+            "log.cleaner.backoff.ms": "cleaner_backoff_ms",
+        }
+        values: dict = {name: int(props[k]) for k, name in keys.items() if k in props}
+        if "log.cleaner.enable" in props:
+            values["cleaner_enable"] = str(props["log.cleaner.enable"]).lower() == "true"
+        return cls(**values)
+
+
+class LogManager:
+    def __init__(self, log_dirs: Iterable[str], default_config: LogConfig, *,
+                 clock: Clock = SYSTEM_CLOCK, manager_config: ManagerConfig | None = None,
+                 topic_config: Callable[[str], LogConfig] | None = None) -> None:
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        if not self.log_dirs:
+            raise ValueError("at least one log dir is needed")
+        self.default_config = default_config
+        self.clock = clock
+        self.manager_config = manager_config or ManagerConfig()
+        self._topic_config = topic_config
+        self.logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, str] = {}
+        self.cleaner = LogCleaner()
+        now = clock.milliseconds()
+        self._next_run = {
+            "flush": now + self.manager_config.flush_scheduler_interval_ms,
+            "retention": now + self.manager_config.retention_check_interval_ms,
+            "recovery_checkpoint": now + self.manager_config.recovery_point_checkpoint_interval_ms,
+            "start_checkpoint": now + self.manager_config.start_offset_checkpoint_interval_ms,
+            "cleaner": now + self.manager_config.cleaner_backoff_ms,
+        }
+        self.started = False
+
+    def config_for(self, topic: str) -> LogConfig:
+        return self._topic_config(topic) if self._topic_config else self.default_config
+
+    # ------------------------------------------------------------ start-up and shutdown
+
+    def startup(self) -> None:
+        """Load every log; logs of a dir without the clean-shutdown marker are recovered."""
+        for log_dir in self.log_dirs:
+            os.makedirs(log_dir, exist_ok=True)
+            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER)
+            clean = os.path.exists(marker)
+            recovery_points = self._read_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT)
+            start_offsets = self._read_checkpoint(log_dir, LOG_START_CHECKPOINT)
+            self.cleaner.checkpoints.update(self._read_checkpoint(log_dir, CLEANER_CHECKPOINT))
+            for name in sorted(os.listdir(log_dir)):
+                path = os.path.join(log_dir, name)
+                if not os.path.isdir(path):
+                    continue
+                try:
+                    tp = parse_topic_partition(name)
+                except ValueError:
+                    continue
+                if tp in self.logs:
+                    raise RuntimeError(f"{tp} has logs in two log dirs: {self._dir_of[tp]} and {log_dir}")
+                self.logs[tp] = Log(path, self.config_for(tp[0]), clock=self.clock,
+                                    recovery_point=recovery_points.get(tp, 0),
+                                    log_start_offset=start_offsets.get(tp, 0),
+                                    had_clean_shutdown=clean)
+                self._dir_of[tp] = log_dir
+            if clean:
+                os.unlink(marker)  # from now on a crash must be recovered
+            log.info("loaded %d logs from %s (%s shutdown)", sum(1 for d in self._dir_of.values() if d == log_dir),
+                     log_dir, "clean" if clean else "unclean")
+        self.started = True
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write the checkpoints, then the clean-shutdown markers."""
+        for lg in self.logs.values():
+            lg.flush()
+            lg.close()
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_cleaner()
+        for log_dir in self.log_dirs:
+            with open(os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER), "w"):
+                pass
+        self.started = False
+
+    def _read_checkpoint(self, log_dir: str, name: str) -> dict[TopicPartition, int]:
+        try:
+            return read_checkpoint(os.path.join(log_dir, name))
+        except CorruptCheckpointError as exc:
+            log.warning("ignoring %s: %s", name, exc)  # recovery scans from the start instead
+            return {}
+
+    # ------------------------------------------------------------ logs
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self.logs.get((topic, partition))
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        tp = (topic, partition)
+        existing = self.logs.get(tp)
+        if existing is not None:
+            return existing
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])  # fewest logs, as Kafka does
+        lg = Log(os.path.join(log_dir, f"{topic}-{partition}"), config or self.config_for(topic),
+                 clock=self.clock, had_clean_shutdown=True)
+        self.logs[tp] = lg
+        self._dir_of[tp] = log_dir
+        return lg
+
+    def update_config(self, topic: str, config: LogConfig) -> None:
+        for (t, _), lg in self.logs.items():
+            if t == topic:
+                lg.config = config
+                for seg in lg.segments:
+                    seg.config = config
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        tp = (topic, partition)
+        lg = self.logs.pop(tp, None)
+        if lg is None:
+            return
+        self._dir_of.pop(tp)
+        self.cleaner.checkpoints.pop(tp, None)
+        lg.delete()
+
+    def all_logs(self) -> list[Log]:
+        return list(self.logs.values())
+
+    # ------------------------------------------------------------ periodic work
+
+    def tick(self, now: int | None = None) -> None:
+        """Run whatever periodic work is due at `now`."""
+        now = self.clock.milliseconds() if now is None else now
+        mc = self.manager_config
+        due = self._next_run
+        if now >= due["flush"]:
+            self.flush_dirty_logs(now)
+            due["flush"] = now + mc.flush_scheduler_interval_ms
+        if now >= due["retention"]:
+            self.cleanup_logs(now)
+            due["retention"] = now + mc.retention_check_interval_ms
+        if mc.cleaner_enable and now >= due["cleaner"]:
+            self.clean_logs(now)
+            due["cleaner"] = now + mc.cleaner_backoff_ms
+        if now >= due["recovery_checkpoint"]:
+            self.checkpoint_recovery_points()
+            due["recovery_checkpoint"] = now + mc.recovery_point_checkpoint_interval_ms
+        if now >= due["start_checkpoint"]:
+            self.checkpoint_log_start_offsets()
+            due["start_checkpoint"] = now + mc.start_offset_checkpoint_interval_ms
+        for lg in self.logs.values():
+            if lg.pending_deletes:
+                lg.delete_pending_files(now)
+
+    def next_due_ms(self) -> int:
+        """When `tick` next has something to do (for a runtime that sleeps until then)."""
+        pending = [due for lg in self.logs.values() for due, _ in lg.pending_deletes]
+        return min(list(self._next_run.values()) + pending)
+
+    def flush_dirty_logs(self, now: int) -> int:
+        return sum(lg.flush_if_due(now) for lg in self.logs.values())
+
+    def cleanup_logs(self, now: int) -> int:
+        """Retention: delete old segments of every log (compact-only logs keep theirs)."""
+        deleted = 0
+        for lg in list(self.logs.values()):
+            deleted += lg.delete_old_segments()
+        return deleted
+
+    def clean_logs(self, now: int):
+        return self.cleaner.clean_once(self.logs, now)
+
+    def _by_dir(self, value: Callable[[TopicPartition, Log], int]) -> dict[str, dict[TopicPartition, int]]:
+        out: dict[str, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        for tp, lg in self.logs.items():
+            out[self._dir_of[tp]][tp] = value(tp, lg)
+        return out
+
+    def checkpoint_recovery_points(self) -> None:
+        for log_dir, entries in self._by_dir(lambda tp, lg: lg.recovery_point).items():
+            write_checkpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT), entries)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        for log_dir, entries in self._by_dir(lambda tp, lg: lg.log_start_offset).items():
+            write_checkpoint(os.path.join(log_dir, LOG_START_CHECKPOINT), entries)
+
+    def checkpoint_cleaner(self) -> None:
+        cps = self.cleaner.checkpoints
+        for log_dir, entries in self._by_dir(lambda tp, lg: cps.get(tp, -1)).items():
+            write_checkpoint(os.path.join(log_dir, CLEANER_CHECKPOINT),
+                             {tp: o for tp, o in entries.items() if o >= 0})
