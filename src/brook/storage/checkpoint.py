@@ -23,6 +23,8 @@ def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
             lines = f.read().splitlines()
     except FileNotFoundError:
         return {}
+    except UnicodeDecodeError as exc:
+        raise CorruptCheckpointError(f"{path}: not UTF-8 text ({exc})") from None
     try:
         if int(lines[0]) != VERSION:
             raise CorruptCheckpointError(f"{path}: unknown version {lines[0]!r}")

@@ -30,6 +30,7 @@ class _Index(ABC):
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_size // self.entry_size)
         self._flushed = 0  # entries already written to the file
+        self._synced = False  # and fsynced (a flush with sync=False leaves them unsynced)
 
     @abstractmethod
     def __len__(self) -> int: ...
@@ -45,6 +46,13 @@ class _Index(ABC):
         """Write entries added since the last flush (rewriting the file if it was truncated)."""
         n = len(self)
         if self._flushed == n and os.path.exists(self.path):
+            if sync and not self._synced:  # written by an earlier flush(sync=False)
+                fd = os.open(self.path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                self._synced = True
             return
         data = b"".join(self._entry_bytes(i) for i in range(self._flushed, n))
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
@@ -56,6 +64,7 @@ class _Index(ABC):
         finally:
             os.close(fd)
         self._flushed = n
+        self._synced = sync
 
     def reset(self) -> None:
         self.truncate_entries(0)

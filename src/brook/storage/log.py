@@ -37,6 +37,7 @@ from .errors import InvalidRecordError, OffsetOutOfRangeError, RecordBatchTooLar
 from .segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
+    INT32_MAX,
     LOG_SUFFIX,
     SWAP_SUFFIX,
     BatchEntry,
@@ -185,6 +186,14 @@ class Log:
         for seg in segments:
             if seg.next_offset == seg.base_offset and seg.size:
                 seg.read_next_offset()  # loaded, not scanned: find where its last batch ends
+        if segments[-1].next_offset < self.log_start_offset:
+            # The crash lost records up to the log start offset (as Kafka: start over there).
+            log.warning("%s: log end %d is below the log start offset %d; starting empty there",
+                        self.directory, segments[-1].next_offset, self.log_start_offset)
+            for seg in segments:
+                seg.delete_files()
+            segments = [LogSegment.create(self.directory, self.log_start_offset, self.config,
+                                          self.clock.milliseconds())]
         self._set_segments(tuple(segments))
         self.log_start_offset = max(self.log_start_offset, segments[0].base_offset)
         self.recovery_point = min(max(self.recovery_point, self.log_start_offset), self.log_end_offset)
@@ -266,7 +275,11 @@ class Log:
         if not assign_offsets:
             first_offset = entries[0][1]
         segment = self._segments[-1]
-        if segment.should_roll(end, next_offset - 1, now, max_ts):
+        if next_offset - 1 - first_offset > INT32_MAX:
+            raise InvalidRecordError(f"offsets {first_offset}..{next_offset - 1} do not fit in one segment")
+        if next_offset - 1 - segment.base_offset > INT32_MAX:
+            segment = self.roll(now, first_offset)  # relative offsets must fit in int32
+        elif segment.should_roll(end, next_offset - 1, now, max_ts):
             segment = self.roll(now)
         segment.append(pieces, entries, end)
         count = next_offset - first_offset
@@ -277,16 +290,23 @@ class Log:
         return _new_tuple(LogAppendInfo, (first_offset, next_offset - 1, max_ts, offset_of_max_ts,
                                           now if append_time else -1, count, end))
 
-    def roll(self, now: int | None = None) -> LogSegment:
-        """Start a new active segment at the log end offset."""
+    def roll(self, now: int | None = None, base_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset, or at `base_offset` if that is
+        beyond it (an append with offsets too far from the active segment's base)."""
         now = self.clock.milliseconds() if now is None else now
+        base = max(self.log_end_offset, base_offset or 0)
         old = self._segments[-1]
+        kept = self._segments
         if old.size == 0:
-            return old
-        old.on_become_inactive()
-        new = LogSegment.create(self.directory, self.log_end_offset, self.config, now)
-        new.next_offset = self.log_end_offset
-        self._set_segments(self._segments + (new,))
+            if old.base_offset == base:
+                return old
+            old.delete_files()  # an empty active segment: replace it by one at `base`
+            kept = kept[:-1]
+        else:
+            old.on_become_inactive()
+        new = LogSegment.create(self.directory, base, self.config, now)
+        new.next_offset = base
+        self._set_segments(kept + (new,))
         return new
 
     # ------------------------------------------------------------ flush
@@ -295,9 +315,11 @@ class Log:
         """fsync every segment with data past the recovery point; advance the recovery point."""
         end = self.log_end_offset
         if end > self.recovery_point:
-            segs = self._segments
-            for seg in segs[self._segment_index_for(self.recovery_point):]:
+            segs = self._segments[self._segment_index_for(self.recovery_point):]
+            for seg in segs:
                 seg.flush()
+            if any(seg.base_offset >= self.recovery_point for seg in segs):
+                _fsync_dir(self.directory)  # segments created since the last flush
         self.recovery_point = end
         self.unflushed_messages = 0
         self.last_flush_ms = self.clock.milliseconds()

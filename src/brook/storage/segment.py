@@ -351,6 +351,8 @@ class LogSegment:
                     for pos, h in scan_batches(view, verify=True):
                         if h.base_offset < self.next_offset:
                             break  # offsets going backwards: not a batch this log wrote
+                        if h.last_offset - self.base_offset > INT32_MAX:
+                            break  # not a relative offset (the CRC does not cover the base offset)
                         entries.append(BatchEntry(pos, h.base_offset, h.last_offset, h.max_timestamp, h.size))
                         self.next_offset = h.last_offset + 1
                         valid = pos + h.size
