@@ -168,3 +168,32 @@ def test_empty_segment_and_empty_log_reload(tmp_path):
     lg = Log(d, CONFIG, clock=FakeClock(), had_clean_shutdown=True)
     assert lg.log_end_offset == 2 and [s.base_offset for s in lg.segments] == [0, 2]
     assert lg.append(make_batch(1, 1)).first_offset == 2
+
+
+def test_damaged_active_segment_after_a_clean_shutdown_is_recovered_not_fatal(tmp_path):
+    d, expected, last = build_log(tmp_path)
+    lg = reopen(d, had_clean_shutdown=True)
+    indexed = lg.active_segment.index.last_entry[1]
+    lg.close()
+    with open(active_log_file(d), "r+b") as f:  # a batch length of 0 after the last index entry
+        f.seek(last.position + 8)
+        f.write(b"\x00\x00\x00\x00")
+    assert last.position >= indexed
+    lg = reopen(d, had_clean_shutdown=True)
+    assert lg.recovered_bytes_truncated == last.length
+    assert read_all(lg) == [r for r in expected if r[0] < lg.log_end_offset]
+    assert lg.log_end_offset < expected[-1][0] + 1
+
+
+def test_damaged_old_segment_after_a_clean_shutdown_does_not_stop_the_log(tmp_path):
+    d, expected, _ = build_log(tmp_path)
+    lg = reopen(d, had_clean_shutdown=True)
+    second = lg.segments[1]
+    last_pos = list(second.batches())[-1][0]
+    lg.close()
+    with open(os.path.join(d, f"{second.base_offset:020d}.log"), "r+b") as f:
+        f.seek(last_pos + 8)
+        f.write(b"\x00\x00\x00\x00")
+    lg = reopen(d, had_clean_shutdown=True)
+    assert lg.log_end_offset == expected[-1][0] + 1  # the active segment is fine
+    assert read_all(lg, start=lg.segments[2].base_offset) == [r for r in expected if r[0] >= lg.segments[2].base_offset]

@@ -363,7 +363,10 @@ def _clean_group(log_: Log, group: list[LogSegment], offset_map: dict[bytes, int
         os.utime(cleaned.log_path, ns=(mtime_ns, mtime_ns))
         log_.replace_segments(cleaned, tuple(group))
     except BaseException:
-        cleaned.delete_files()
+        if cleaned.suffix == CLEANED_SUFFIX:  # not yet part of the swap: nothing refers to it
+            cleaned.delete_files()
+        else:  # mid-swap: leave the files for the swap completion on the next load
+            cleaned.close_without_index()
         raise
     result.segments_replaced += len(group)
     result.groups_cleaned += 1

@@ -31,7 +31,7 @@ from ..records.batch import (
     decode_batch,
     read_header,
 )
-from ..records.errors import CorruptRecordError, TruncatedBatchError
+from ..records.errors import CorruptRecordError, RecordsError, TruncatedBatchError
 from .config import LogConfig
 from .errors import InvalidRecordError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError
 from .segment import (
@@ -185,7 +185,15 @@ class Log:
                 break
         for seg in segments:
             if seg.next_offset == seg.base_offset and seg.size:
-                seg.read_next_offset()  # loaded, not scanned: find where its last batch ends
+                try:
+                    seg.read_next_offset()  # loaded, not scanned: find where its last batch ends
+                except RecordsError as exc:
+                    if seg is not segments[-1]:  # reads of the damage will answer an error
+                        log.error("%s: segment %d is damaged: %s", self.directory, seg.base_offset, exc)
+                        continue
+                    log.warning("%s: active segment %d is damaged (%s); recovering it",
+                                self.directory, seg.base_offset, exc)
+                    self.recovered_bytes_truncated += seg.recover()
         if segments[-1].next_offset < self.log_start_offset:
             # The crash lost records up to the log start offset (as Kafka: start over there).
             log.warning("%s: log end %d is below the log start offset %d; starting empty there",
