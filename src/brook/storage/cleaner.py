@@ -386,13 +386,13 @@ def _filter_batch(raw: bytes, h: BatchHeader, offset_map: dict[bytes, int], end:
     tombstones = False
     for rec in batch.records:
         key = rec.key
-        if rec.offset >= end or key is None:
-            pass  # beyond what the map covers, or not compactable: keep
-        elif rec.offset < offset_map.get(key, -1):
-            continue  # a later record has this key
-        elif rec.value is None and horizon is not None and horizon <= now_ms:
-            result.tombstones_removed += 1
-            continue  # tombstone whose delete horizon has passed
+        # Only keyed records below the end of the map are candidates; the rest are kept.
+        if rec.offset < end and key is not None:
+            if rec.offset < offset_map.get(key, -1):
+                continue  # a later record has this key
+            if rec.value is None and horizon is not None and horizon <= now_ms:
+                result.tombstones_removed += 1
+                continue  # tombstone whose delete horizon has passed
         if key is not None and rec.value is None:
             tombstones = True
         kept.append(rec)
