@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv test demo bench clean
+.PHONY: venv tools test demo bench broker clean
 
 venv: $(STAMP)
 
@@ -14,14 +15,27 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-test: venv
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+# kcat (a librdkafka command-line client) is one of the clients the broker is tested with.
+tools:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
+
+test: venv tools
 	$(PY) -m pytest -q
 
 demo: venv
 	$(PY) -m brook.demo
 
-bench: venv
+bench: $(BENCH_STAMP)
 	$(PY) benchmarks/run_all.py
+
+broker: venv
+	$(VENV)/bin/brook broker
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
