@@ -1,0 +1,1 @@
+"""The broker: asyncio server, connections, API handlers, partitions and metadata."""

@@ -1,0 +1,153 @@
+"""The broker: metadata, the log manager, the partitions, and the API registry that the
+connections dispatch to. Topic operations live here so every handler shares them."""
+
+from __future__ import annotations
+
+import logging
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..storage.config import LogConfig
+from ..storage.manager import LogManager
+from .config import BrokerConfig, Listener
+from .handlers import registry
+from .metadata import (
+    PASSIVE_TOPIC_KEYS,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    TopicExistsError,
+    MetadataStore,
+    UnknownTopicError,
+    validate_topic_configs,
+    validate_topic_name,
+)
+from .partition import Partition
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = config
+        self.clock = clock
+        self.broker_id = config.broker_id
+        self.metadata = MetadataStore(config.log_dirs, config.broker_id)
+        self.apis = registry()
+        self.supported_versions = {k: (a.min_version, a.max_version) for k, a in self.apis.items()}
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.log_manager: LogManager | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def open(self) -> None:
+        """Load metadata and every log (recovering after a crash)."""
+        self.metadata.load()
+        self.log_manager = LogManager(self.config.log_dirs, self.config.log_config, clock=self.clock,
+                                      manager_config=self.config.manager_config,
+                                      topic_config=self.topic_log_config)
+        self.log_manager.startup()
+        for tp in list(self.log_manager.logs):
+            tm = self.metadata.get(tp[0])
+            if tm is None or tp[1] >= tm.partitions:
+                # A topic deleted just before a crash: its logs go too, so a new topic of the
+                # same name never shows the old records.
+                log.warning("deleting log %s-%d: its topic no longer exists", *tp)
+                self.log_manager.delete_log(*tp)
+        for tm in self.metadata.topics.values():
+            for i in range(tm.partitions):
+                self._open_partition(tm.name, i)
+
+    def close(self) -> None:
+        if self.log_manager is not None and self.log_manager.started:
+            self.log_manager.shutdown()
+
+    def tick(self) -> int:
+        """Run due periodic log work; returns the delay in ms until the next is due."""
+        lm = self.log_manager
+        now = self.clock.milliseconds()
+        lm.tick(now)
+        return max(0, lm.next_due_ms() - self.clock.milliseconds())
+
+    # ------------------------------------------------------------ partitions and topics
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
+
+    def _open_partition(self, topic: str, index: int) -> Partition:
+        lg = self.log_manager.get_or_create_log(topic, index)
+        p = Partition(topic, index, lg)
+        self.partitions[(topic, index)] = p
+        return p
+
+    def topic_log_config(self, topic: str) -> LogConfig:
+        tm = self.metadata.get(topic)
+        overrides = {k: v for k, v in (tm.configs if tm else {}).items() if k not in PASSIVE_TOPIC_KEYS}
+        return self.config.log_config.with_overrides(overrides)
+
+    def topic_config_values(self, topic: str, overrides: dict[str, str]) -> dict[str, str]:
+        """Every topic config key with its effective value (DescribeConfigs)."""
+        cfg = validate_topic_configs({k: v for k, v in overrides.items() if k not in PASSIVE_TOPIC_KEYS},
+                                     self.config.log_config)
+        values = cfg.to_topic_props()
+        values.update(PASSIVE_TOPIC_KEYS)
+        values.update({k: v for k, v in overrides.items() if k in PASSIVE_TOPIC_KEYS})
+        return values
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None, *,
+                     validate_only: bool = False, internal: bool = False):
+        validate_topic_name(name)
+        configs = dict(configs or {})
+        validate_topic_configs(configs, self.config.log_config)
+        if partitions < 1:
+            raise InvalidPartitionsError("Number of partitions must be larger than 0.")
+        if validate_only:
+            if self.metadata.get(name) is not None:
+                raise TopicExistsError(f"Topic '{name}' already exists.")
+            other = self.metadata.colliding_topic(name)
+            if other is not None:
+                raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {other}")
+            return None
+        tm = self.metadata.create_topic(name, partitions, configs, internal=internal)
+        for i in range(partitions):
+            self._open_partition(name, i)
+        log.info("created topic %s with %d partition%s", name, partitions, "" if partitions == 1 else "s")
+        return tm
+
+    def delete_topic(self, name: str) -> None:
+        tm = self.metadata.delete_topic(name)  # metadata first: a crash now still deletes the logs
+        for i in range(tm.partitions):
+            p = self.partitions.pop((name, i), None)
+            if p is not None:
+                p._notify()  # wake waiting fetches; they answer UNKNOWN_TOPIC_OR_PARTITION
+            self.log_manager.delete_log(name, i)
+        log.info("deleted topic %s", name)
+
+    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        tm = self.metadata.get(name)
+        if tm is None:
+            raise UnknownTopicError(f"Topic '{name}' does not exist.")
+        if count <= tm.partitions:
+            raise InvalidPartitionsError(
+                f"Topic currently has {tm.partitions} partitions, which is higher than or equal to "
+                f"the requested {count}.")
+        if validate_only:
+            return
+        old = tm.partitions
+        self.metadata.set_partitions(name, count)
+        for i in range(old, count):
+            self._open_partition(name, i)
+        log.info("topic %s now has %d partitions", name, count)
+
+    def set_topic_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
+        cfg = validate_topic_configs({k: v for k, v in configs.items()}, self.config.log_config)
+        if validate_only:
+            return
+        self.metadata.set_configs(name, configs)
+        self.log_manager.update_config(name, cfg)
+
+    def advertised_listener(self, connection) -> Listener:
+        listeners = self.config.advertised
+        name = getattr(connection, "listener_name", None)
+        for l in listeners:
+            if l.name == name:
+                return l
+        return listeners[0]

@@ -1,0 +1,133 @@
+"""Broker configuration from Kafka's server.properties keys.
+
+Only keys brook acts on are read here; log defaults (`log.*`) go to `LogConfig`, the log
+manager's intervals to `ManagerConfig`. Unknown keys are kept (and shown by
+DescribeConfigs) but otherwise ignored, as Kafka ignores keys it does not know.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from ..storage.config import LogConfig
+from ..storage.manager import ManagerConfig
+from .properties import parse_properties
+
+DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, spec: str) -> "Listener":
+        name, sep, rest = spec.strip().partition("://")
+        if not sep:
+            raise ConfigError(f"listener {spec!r} is not NAME://host:port")
+        parts = urlsplit("//" + rest)
+        try:
+            port = parts.port
+        except ValueError as exc:
+            raise ConfigError(f"listener {spec!r}: {exc}") from None
+        if port is None:
+            raise ConfigError(f"listener {spec!r} has no port")
+        return cls(name.upper(), parts.hostname or "", port)
+
+
+def _bool(v: str) -> bool:
+    v = str(v).strip().lower()
+    if v not in ("true", "false"):
+        raise ConfigError(f"{v!r} is not true or false")
+    return v == "true"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    props: dict[str, str] = field(default_factory=dict)
+    broker_id: int = 1
+    listeners: tuple[Listener, ...] = (Listener.parse(DEFAULT_LISTENER),)
+    advertised_listeners: tuple[Listener, ...] = ()
+    log_dirs: tuple[str, ...] = ("./data",)
+    num_partitions: int = 1
+    auto_create_topics_enable: bool = True
+    delete_topic_enable: bool = True
+    socket_request_max_bytes: int = 100 * 1024 * 1024
+    message_max_bytes: int = 1024 * 1024 + 12
+    replica_fetch_max_bytes: int = 1024 * 1024
+    fetch_max_bytes: int = 55 * 1024 * 1024
+    producer_id_expiration_ms: int = 86_400_000
+    connections_max_idle_ms: int = 600_000
+    log_config: LogConfig = field(default_factory=LogConfig)
+    manager_config: ManagerConfig = field(default_factory=ManagerConfig)
+
+    @classmethod
+    def from_file(cls, path: str | None, overrides: dict[str, str] | None = None) -> "BrokerConfig":
+        props: dict[str, str] = {}
+        if path:
+            with open(path, encoding="utf-8") as f:
+                props.update(parse_properties(f.read()))
+        props.update(overrides or {})
+        return cls.from_props(props)
+
+    @classmethod
+    def from_props(cls, props: dict[str, str]) -> "BrokerConfig":
+        def get(key: str, default, conv=int):
+            if key not in props:
+                return default
+            try:
+                return conv(props[key])
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"{key}={props[key]!r}: {exc}") from None
+
+        listeners = tuple(Listener.parse(s) for s in props.get("listeners", DEFAULT_LISTENER).split(",")
+                          if s.strip())
+        advertised = tuple(Listener.parse(s) for s in props.get("advertised.listeners", "").split(",")
+                           if s.strip())
+        dirs = props.get("log.dirs") or props.get("log.dir") or "./data"
+        broker_id = get("node.id", get("broker.id", 1))
+        try:
+            log_config = LogConfig.from_broker_props(props)
+            manager_config = ManagerConfig.from_broker_props(props)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        cfg = cls(
+            props=dict(props),
+            broker_id=broker_id,
+            listeners=listeners,
+            advertised_listeners=advertised,
+            log_dirs=tuple(os.path.abspath(d.strip()) for d in dirs.split(",") if d.strip()),
+            num_partitions=get("num.partitions", 1),
+            auto_create_topics_enable=get("auto.create.topics.enable", True, _bool),
+            delete_topic_enable=get("delete.topic.enable", True, _bool),
+            socket_request_max_bytes=get("socket.request.max.bytes", 100 * 1024 * 1024),
+            message_max_bytes=get("message.max.bytes", 1024 * 1024 + 12),
+            fetch_max_bytes=get("fetch.max.bytes", 55 * 1024 * 1024),
+            producer_id_expiration_ms=get("producer.id.expiration.ms", 86_400_000),
+            connections_max_idle_ms=get("connections.max.idle.ms", 600_000),
+            log_config=log_config,
+            manager_config=manager_config,
+        )
+        if not cfg.listeners:
+            raise ConfigError("listeners is empty")
+        if cfg.num_partitions < 1:
+            raise ConfigError("num.partitions must be at least 1")
+        return cfg
+
+    @property
+    def advertised(self) -> tuple[Listener, ...]:
+        """What Metadata tells clients: advertised.listeners, else listeners (an unspecified
+        host is advertised as this machine's name, as Kafka does)."""
+        if self.advertised_listeners:
+            return self.advertised_listeners
+        import socket
+        return tuple(Listener(l.name, l.host if l.host not in ("", "0.0.0.0", "::") else socket.getfqdn(),
+                              l.port) for l in self.listeners)

@@ -1,0 +1,151 @@
+"""One client connection: read frames, answer each request in order, write responses.
+
+The socket is used directly (not through an asyncio transport) so that record data can go
+from the segment files to the socket with `os.sendfile`, on uvloop as on the standard loop.
+Requests on one connection are handled one at a time, in order, as Kafka does; every
+connection has its own task, so a slow client only ever waits for itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import socket
+
+from ..protocol.framing import FrameDecoder, FrameTooLargeError, InvalidFrameError
+from ..protocol.messages import (
+    API_VERSIONS_KEY,
+    MalformedRequestError,
+    UnsupportedVersionError,
+    encode_response,
+    parse_request,
+)
+from .handlers import RawResponse
+from .handlers.api_versions import build_response as api_versions_response
+from .handlers.produce import CloseConnection
+
+log = logging.getLogger(__name__)
+
+RECV_BYTES = 256 * 1024
+
+
+class Connection:
+    def __init__(self, broker, sock: socket.socket, peer: str, listener_name: str) -> None:
+        self.broker = broker
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.peer = peer
+        self.listener_name = listener_name
+        self.loop = asyncio.get_running_loop()
+        self.closed = False
+
+    async def run(self) -> None:
+        decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
+        buf = bytearray(RECV_BYTES)
+        view = memoryview(buf)
+        recv_into = self.loop.sock_recv_into
+        try:
+            while True:
+                n = await recv_into(self.sock, buf)
+                if n == 0:
+                    return
+                for frame in decoder.feed(view[:n]):
+                    if not await self._handle(frame):
+                        return
+        except FrameTooLargeError as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+        except InvalidFrameError as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+        except (ConnectionError, TimeoutError):
+            pass
+        except OSError as exc:
+            if exc.errno not in (errno.EBADF, errno.ENOTCONN, errno.EPIPE, errno.ECONNRESET):
+                log.warning("connection from %s failed: %s", self.peer, exc)
+        finally:
+            self.close()
+
+    async def _handle(self, frame: bytes) -> bool:
+        """Answer one request; False if the connection must be closed."""
+        broker = self.broker
+        try:
+            request = parse_request(frame, broker.supported_versions)
+        except UnsupportedVersionError as exc:
+            if exc.api_key == API_VERSIONS_KEY:
+                from kio.schema.errors import ErrorCode
+                body = api_versions_response(broker, 0, ErrorCode.unsupported_version)
+                await self.send(encode_response(API_VERSIONS_KEY, 0, exc.correlation_id, body))
+                return True
+            log.warning("closing connection from %s: %s", self.peer, exc)
+            return False
+        except MalformedRequestError as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+            return False
+        api = broker.apis[request.api_key]
+        try:
+            response = await api.handle(broker, request, self)
+            if response is None:
+                return True
+            if not isinstance(response, RawResponse):
+                response = encode_response(request.api_key, request.api_version,
+                                           request.correlation_id, response)
+        except CloseConnection:
+            return False
+        except Exception:
+            log.exception("closing connection from %s: %s v%d failed", self.peer, api.name,
+                          request.api_version)
+            return False
+        if isinstance(response, RawResponse):
+            await self.send_pieces(response.pieces)
+        else:
+            await self.send(response)
+        return True
+
+    # ------------------------------------------------------------ writing
+
+    async def send(self, data: bytes) -> None:
+        try:
+            sent = self.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        if sent < len(data):
+            await self.loop.sock_sendall(self.sock, memoryview(data)[sent:])
+
+    async def send_pieces(self, pieces) -> None:
+        for piece in pieces:
+            if isinstance(piece, bytes):
+                await self.send(piece)
+            else:
+                await self._sendfile(piece.fd, piece.position, piece.length)
+
+    async def _sendfile(self, fd: int, offset: int, count: int) -> None:
+        while count > 0:
+            try:
+                n = os.sendfile(self.fd, fd, offset, count)
+            except BlockingIOError:
+                await self._writable()
+                continue
+            if n == 0:  # the file ended early (truncated under us): the frame cannot be completed
+                raise ConnectionError("segment file shorter than the region being sent")
+            offset += n
+            count -= n
+
+    def _writable(self) -> asyncio.Future:
+        fut = self.loop.create_future()
+
+        def ready() -> None:
+            self.loop.remove_writer(self.fd)
+            if not fut.done():
+                fut.set_result(None)
+
+        self.loop.add_writer(self.fd, ready)
+        return fut
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            try:
+                self.sock.close()
+            except OSError:
+                pass

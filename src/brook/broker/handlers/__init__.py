@@ -1,0 +1,37 @@
+"""One module per API family. Each declares `APIS`: the API keys it serves, the version
+range of each and its handler; the registry here is what ApiVersions advertises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+
+@dataclass(frozen=True, slots=True)
+class RawResponse:
+    """A response already encoded as pieces: bytes, and file regions to `sendfile`."""
+
+    pieces: list[Any]
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handle: Callable[..., Awaitable[Any]]  # (broker, request, connection) -> response | None
+
+
+def registry() -> dict[int, Api]:
+    from . import admin, api_versions, cluster, configs, fetch, list_offsets, metadata, produce, producer_ids
+
+    apis: dict[int, Api] = {}
+    for module in (api_versions, metadata, produce, fetch, list_offsets, admin, configs, cluster,
+                   producer_ids):
+        for api in module.APIS:
+            if api.key in apis:
+                raise RuntimeError(f"api key {api.key} is served twice")
+            apis[api.key] = api
+    return apis

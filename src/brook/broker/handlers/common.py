@@ -1,0 +1,21 @@
+"""Small helpers shared by the handlers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from kio.schema.errors import ErrorCode
+
+NO_THROTTLE = timedelta(0)
+INT32_MIN = -(2**31)  # "authorized operations not requested"
+
+
+def ms(value) -> int:
+    """kio gives Kafka's millisecond durations as timedeltas."""
+    if isinstance(value, timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)
+
+
+def message(code: ErrorCode, detail: str | None = None) -> str | None:
+    return detail if code != ErrorCode.none else None

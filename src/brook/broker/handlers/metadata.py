@@ -1,0 +1,86 @@
+"""Metadata: the broker, the cluster id and the topics with their partitions.
+
+A topic asked for by name that does not exist is created when `auto.create.topics.enable`
+and the request allow it (topic names Kafka would refuse get INVALID_TOPIC_EXCEPTION).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol.messages import make, response_class, response_module
+from ..errors import error_code_for
+from ..metadata import MetadataError
+from . import Api
+from .common import INT32_MIN, NO_THROTTLE
+
+log = logging.getLogger(__name__)
+
+API_KEY = 3
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def brokers_of(broker, mod, connection):
+    listener = broker.advertised_listener(connection)
+    return (make(mod.MetadataResponseBroker, node_id=broker.broker_id, host=listener.host,
+                 port=listener.port, rack=None),)
+
+
+def topic_entry(broker, mod, version: int, name: str, error: ErrorCode = ErrorCode.none,
+                topic_id: uuid.UUID | None = None):
+    tm = broker.metadata.get(name) if error == ErrorCode.none else None
+    partitions = ()
+    if tm is not None:
+        bid = broker.broker_id
+        partitions = tuple(
+            make(mod.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=i,
+                 leader_id=bid, leader_epoch=broker.partition(name, i).leader_epoch,
+                 replica_nodes=(bid,), isr_nodes=(bid,), offline_replicas=())
+            for i in range(tm.partitions))
+        topic_id = tm.topic_id
+    return make(mod.MetadataResponseTopic, error_code=error, name=name,
+                topic_id=topic_id or ZERO_UUID, is_internal=bool(tm and tm.internal),
+                partitions=partitions, topic_authorized_operations=INT32_MIN)
+
+
+async def handle(broker, request, connection):
+    body = request.body
+    version = request.api_version
+    mod = response_module(API_KEY, version)
+    topics = []
+    requested = body.topics
+    if requested is None or (version == 0 and not requested):
+        names = sorted(broker.metadata.topics)
+        topics = [topic_entry(broker, mod, version, n) for n in names]
+    else:
+        allow = getattr(body, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
+        for t in requested:
+            name = t if isinstance(t, str) else t.name
+            topic_id = getattr(t, "topic_id", None)
+            if name is None:
+                tm = broker.metadata.by_id.get(topic_id) if topic_id else None
+                if tm is None:
+                    topics.append(topic_entry(broker, mod, version, None, ErrorCode.unknown_topic_id,
+                                              topic_id))
+                    continue
+                name = tm.name
+            error = ErrorCode.none
+            if broker.metadata.get(name) is None:
+                if allow:
+                    try:
+                        broker.create_topic(name, broker.config.num_partitions)
+                    except MetadataError as exc:
+                        error = error_code_for(exc)
+                else:
+                    error = ErrorCode.unknown_topic_or_partition
+            topics.append(topic_entry(broker, mod, version, name, error))
+    return make(response_class(API_KEY, version), throttle_time=NO_THROTTLE,
+                brokers=brokers_of(broker, mod, connection), cluster_id=broker.metadata.cluster_id,
+                controller_id=broker.broker_id, topics=tuple(topics),
+                cluster_authorized_operations=INT32_MIN)
+
+
+APIS = [Api(API_KEY, "Metadata", 0, 12, handle)]

@@ -1,0 +1,28 @@
+"""InitProducerId for idempotent producers: a producer id never handed out before, epoch 0.
+
+Transactional ids are refused (transactions are not implemented yet) with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report as a fatal error rather than
+retrying forever.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol.messages import make, response_class
+from . import Api
+from .common import NO_THROTTLE
+
+API_KEY = 22
+
+
+async def handle(broker, request, connection):
+    cls = response_class(API_KEY, request.api_version)
+    if request.body.transactional_id is not None:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed,
+                    producer_id=-1, producer_epoch=-1)
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                producer_id=broker.metadata.allocate_producer_id(), producer_epoch=0)
+
+
+APIS = [Api(API_KEY, "InitProducerId", 0, 4, handle)]

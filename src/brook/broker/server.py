@@ -1,0 +1,109 @@
+"""Runs a broker: listening sockets, one task per connection, the periodic log work, and a
+clean shutdown on SIGINT/SIGTERM (flush, checkpoints, clean-shutdown marker)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+
+from .broker import Broker
+from .config import BrokerConfig, Listener
+from .connection import Connection
+
+log = logging.getLogger(__name__)
+
+
+def _listen(listener: Listener) -> socket.socket:
+    family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((listener.host or "0.0.0.0", listener.port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker = Broker(config)
+        self.sockets: list[tuple[socket.socket, Listener]] = []
+        self.connections: set[Connection] = set()
+        self.tasks: set[asyncio.Task] = set()
+        self._stopping: asyncio.Event | None = None
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        self.broker.open()
+        try:
+            for listener in self.config.listeners:
+                self.sockets.append((_listen(listener), listener))
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.add_signal_handler(sig, self.stop)
+                except (NotImplementedError, RuntimeError):
+                    pass
+            accepting = [asyncio.create_task(self._accept(s, l)) for s, l in self.sockets]
+            ticker = asyncio.create_task(self._tick())
+            log.info("brook broker %d started: listening on %s, cluster %s, log dirs %s",
+                     self.broker.broker_id,
+                     ", ".join(f"{l.name}://{l.host}:{l.port}" for l in self.config.listeners),
+                     self.broker.metadata.cluster_id, ", ".join(self.config.log_dirs))
+            await self._stopping.wait()
+            for t in accepting + [ticker]:
+                t.cancel()
+            for conn in list(self.connections):
+                conn.close()
+            for t in list(self.tasks):
+                t.cancel()
+            await asyncio.gather(*accepting, ticker, *self.tasks, return_exceptions=True)
+        finally:
+            for s, _ in self.sockets:
+                s.close()
+            self.broker.close()
+            log.info("brook broker %d stopped cleanly", self.broker.broker_id)
+
+    def stop(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+
+    async def _accept(self, sock: socket.socket, listener: Listener) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                client, addr = await loop.sock_accept(sock)
+            except OSError as exc:
+                log.warning("accept on %s:%d failed: %s", listener.host, listener.port, exc)
+                await asyncio.sleep(0.1)
+                continue
+            client.setblocking(False)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer = f"{addr[0]}:{addr[1]}"
+            conn = Connection(self.broker, client, peer, listener.name)
+            self.connections.add(conn)
+            task = asyncio.create_task(conn.run())
+            self.tasks.add(task)
+            task.add_done_callback(lambda t, c=conn: (self.tasks.discard(t), self.connections.discard(c)))
+
+    async def _tick(self) -> None:
+        while True:
+            try:
+                delay_ms = self.broker.tick()
+            except Exception:
+                log.exception("periodic log work failed")
+                delay_ms = 1000
+            await asyncio.sleep(min(max(delay_ms, 10), 1000) / 1000)
+
+
+def run_broker(config: BrokerConfig) -> None:
+    """Run until SIGINT/SIGTERM, on uvloop when it is installed."""
+    server = BrokerServer(config)
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(server.run())
+    else:
+        uvloop.run(server.run())
