@@ -131,4 +131,4 @@ def _has_error(results: list[TopicResult]) -> bool:
     return any(p.error_code for t in results for p in t.partitions)
 
 
-APIS = [Api(API_KEY, "Fetch", MIN_VERSION, 12, handle)]
+APIS = [Api(API_KEY, "Fetch", MIN_VERSION, MAX_VERSION, handle)]
