@@ -1,0 +1,273 @@
+"""The broker's answers at the protocol level, with exact requests and error codes
+(a real broker process; requests built with kio over a plain socket)."""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.static.constants import EntityType
+
+from brook.protocol.messages import make
+from brook.records import Record, encode_batch
+from kafka_wire import WireClient, request_class
+
+T0 = timedelta(0)
+
+
+def req_mod(key: int, version: int):
+    return load_payload_module(key, version, EntityType.request)
+
+
+def batch(n=3, ts=None, value=b"v", **kw) -> bytes:
+    ts = int(time.time() * 1000) if ts is None else ts
+    return encode_batch([Record(i, ts, b"k%d" % i, value, ()) for i in range(n)], **kw)
+
+
+def create_topic(client, name, partitions=1, configs=(), replication_factor=-1, version=7):
+    m = req_mod(19, version)
+    body = make(m.CreateTopicsRequest, topics=(make(
+        m.CreatableTopic, name=name, num_partitions=partitions, replication_factor=replication_factor,
+        assignments=(), configs=tuple(make(m.CreatableTopicConfig, name=k, value=v) for k, v in configs)),),
+        timeout=timedelta(seconds=5), validate_only=False)
+    return client.request(body).topics[0]
+
+
+def produce(client, topic, parts: dict[int, bytes | None], acks=1, version=9):
+    m = req_mod(0, version)
+    body = make(m.ProduceRequest, transactional_id=None, acks=acks, timeout=timedelta(seconds=5),
+                topic_data=(make(m.TopicProduceData, name=topic, partition_data=tuple(
+                    make(m.PartitionProduceData, index=i, records=r) for i, r in parts.items())),))
+    if acks == 0:
+        client.send(body)
+        return None
+    resp = client.request(body)
+    return {p.index: p for p in resp.responses[0].partition_responses}
+
+
+def fetch_request(topic, offsets: dict[int, int], max_wait_ms=0, min_bytes=1, version=12,
+                  partition_max_bytes=1 << 20, max_bytes=50 << 20):
+    m = req_mod(1, version)
+    return make(m.FetchRequest, cluster_id=None, replica_id=-1, max_wait=timedelta(milliseconds=max_wait_ms),
+                min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+                topics=(make(m.FetchTopic, topic=topic, partitions=tuple(
+                    make(m.FetchPartition, partition=p, current_leader_epoch=-1, fetch_offset=o,
+                         last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=partition_max_bytes)
+                    for p, o in offsets.items())),),
+                forgotten_topics_data=(), rack_id="")
+
+
+@pytest.fixture
+def client(broker):
+    with WireClient(broker.bootstrap) as c:
+        yield c
+
+
+def test_api_versions_at_an_unknown_version_is_answered_in_v0(client):
+    client.send_raw(struct.pack(">ihhi", 10, 18, 99, 77) + b"\x00\x00")
+    resp = client.recv(18, 0, 77)
+    assert resp.error_code == ErrorCode.unsupported_version
+    keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    assert keys[0] == (3, 9) and keys[1][0] == 4 and 18 in keys
+
+
+def test_api_versions_lists_every_api(client):
+    m = req_mod(18, 3)
+    resp = client.request(make(m.ApiVersionsRequest, client_software_name="t", client_software_version="1"))
+    assert resp.error_code == ErrorCode.none
+    assert {0, 1, 2, 3, 18, 19, 20, 22, 32, 33, 37, 44, 60} <= {k.api_key for k in resp.api_keys}
+
+
+def test_oversized_frame_closes_only_that_connection(broker, client):
+    with WireClient(broker.bootstrap) as bad:
+        bad.send_raw(struct.pack(">i", 200 * 1024 * 1024))  # over socket.request.max.bytes, no body
+        assert bad.closed_by_peer()
+    m = req_mod(3, 12)
+    assert client.request(make(m.MetadataRequest, topics=(), allow_auto_topic_creation=False,
+                               include_topic_authorized_operations=False)).brokers
+
+
+@pytest.mark.parametrize("frame", [
+    struct.pack(">hhi", 12345, 0, 1) + b"\x00\x00",  # unknown api key
+    struct.pack(">hhi", 3, 99, 1) + b"\x00\x00",  # unsupported Metadata version
+    struct.pack(">hhi", 0, 9, 1) + b"\xff" * 30,  # produce body that does not parse
+    b"\x00\x01",  # shorter than a header
+])
+def test_bad_requests_close_the_connection_and_the_broker_keeps_serving(broker, client, frame):
+    with WireClient(broker.bootstrap) as bad:
+        bad.send_raw(struct.pack(">i", len(frame)) + frame)
+        assert bad.closed_by_peer()
+    assert "closing connection" in broker.stderr_tail()
+    m = req_mod(18, 3)
+    assert client.request(make(m.ApiVersionsRequest, client_software_name="t",
+                               client_software_version="1")).error_code == ErrorCode.none
+
+
+def test_pipelined_requests_are_answered_in_order(client):
+    m = req_mod(18, 3)
+    body = make(m.ApiVersionsRequest, client_software_name="t", client_software_version="1")
+    ids = [client.send(body) for _ in range(50)]
+    got = []
+    for _ in ids:
+        frame = client.recv_frame()
+        got.append(struct.unpack_from(">i", frame)[0])
+    assert got == ids
+
+
+def test_produce_errors_are_per_partition_and_the_rest_is_applied(client):
+    assert create_topic(client, "mixed", 3).error_code == ErrorCode.none
+    good = batch(2)
+    corrupt = bytearray(batch(2))
+    corrupt[-1] ^= 0xFF  # the CRC no longer matches
+    resp = produce(client, "mixed", {0: good, 1: bytes(corrupt), 7: batch(1)})
+    assert resp[0].error_code == ErrorCode.none and resp[0].base_offset == 0
+    assert resp[1].error_code == ErrorCode.corrupt_message
+    assert resp[7].error_code == ErrorCode.unknown_topic_or_partition
+    again = produce(client, "mixed", {0: batch(1)})
+    assert again[0].base_offset == 2
+
+
+def test_produce_size_limits(client):
+    assert create_topic(client, "small", 1, configs=[("max.message.bytes", "200")]).error_code == ErrorCode.none
+    resp = produce(client, "small", {0: batch(1, value=b"x" * 300)})
+    assert resp[0].error_code == ErrorCode.message_too_large
+
+
+def test_produce_with_log_append_time(client):
+    create_topic(client, "lat", 1, configs=[("message.timestamp.type", "LogAppendTime")])
+    before = time.time()
+    resp = produce(client, "lat", {0: batch(1, ts=1000)})
+    assert resp[0].error_code == ErrorCode.none
+    assert resp[0].log_append_time is not None
+    assert abs(resp[0].log_append_time.timestamp() - before) < 5
+
+
+def test_acks_zero_gets_no_response_and_an_error_closes(broker, client):
+    create_topic(client, "fire", 1)
+    produce(client, "fire", {0: batch(1)}, acks=0)
+    # the next response on the connection is for the next request: nothing was sent for acks=0
+    resp = produce(client, "fire", {0: batch(1)})
+    assert resp[0].base_offset == 1
+    produce(client, "fire", {5: batch(1)}, acks=0)  # unknown partition
+    assert client.closed_by_peer()
+
+
+def test_invalid_required_acks(client):
+    create_topic(client, "acks", 1)
+    assert produce(client, "acks", {0: batch(1)}, acks=2)[0].error_code == ErrorCode.invalid_required_acks
+
+
+def test_create_topics_errors(client):
+    assert create_topic(client, "bad name!").error_code == ErrorCode.invalid_topic_exception
+    assert create_topic(client, "rf", replication_factor=3).error_code == ErrorCode.invalid_replication_factor
+    assert create_topic(client, "cfg", configs=[("no.such", "1")]).error_code == ErrorCode.invalid_config
+    assert create_topic(client, "zero", partitions=0).error_code == ErrorCode.invalid_partitions
+    assert create_topic(client, "dup").error_code == ErrorCode.none
+    assert create_topic(client, "dup").error_code == ErrorCode.topic_already_exists
+
+
+def test_metadata_without_auto_creation(client):
+    m = req_mod(3, 12)
+    resp = client.request(make(m.MetadataRequest, topics=(make(m.MetadataRequestTopic, name="nope", topic_id=None),),
+                               allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    assert resp.topics[0].error_code == ErrorCode.unknown_topic_or_partition
+    resp = client.request(make(m.MetadataRequest, topics=(make(m.MetadataRequestTopic, name="auto", topic_id=None),),
+                               allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+    t = resp.topics[0]
+    assert t.error_code == ErrorCode.none and len(t.partitions) == 4 and t.topic_id != uuid.UUID(int=0)
+    assert resp.cluster_id and len(resp.cluster_id) == 22
+
+
+def test_fetch_out_of_range_and_by_topic_id(client):
+    create_topic(client, "fr", 1)
+    produce(client, "fr", {0: batch(3)})
+    resp = client.request(fetch_request("fr", {0: 10}))
+    p = resp.responses[0].partitions[0]
+    assert p.error_code == ErrorCode.offset_out_of_range and p.high_watermark == 3
+    m = req_mod(3, 12)
+    md = client.request(make(m.MetadataRequest, topics=(make(m.MetadataRequestTopic, name="fr", topic_id=None),),
+                             allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    tid = md.topics[0].topic_id
+    fm = req_mod(1, 16)
+    body = make(fm.FetchRequest, max_wait=T0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                session_epoch=-1, topics=(make(fm.FetchTopic, topic_id=tid, partitions=(make(
+                    fm.FetchPartition, partition=0, fetch_offset=1, partition_max_bytes=1 << 20,
+                    current_leader_epoch=-1, last_fetched_epoch=-1, log_start_offset=-1),)),),
+                forgotten_topics_data=(), rack_id="")
+    resp = client.request(body)
+    p = resp.responses[0].partitions[0]
+    assert resp.responses[0].topic_id == tid and p.error_code == ErrorCode.none
+    assert p.records  # the batch holding offset 1
+
+
+def test_fetch_session_requests_are_declined(client):
+    m = req_mod(1, 12)
+    body = fetch_request("fr", {0: 0})
+    from dataclasses import replace
+    resp = client.request(replace(body, session_id=1234, session_epoch=1))
+    assert resp.error_code == ErrorCode.fetch_session_id_not_found
+
+
+def test_fetch_long_poll_wakes_on_append(broker, client):
+    create_topic(client, "poll", 1)
+    start = time.monotonic()
+
+    def later():
+        time.sleep(0.3)
+        with WireClient(broker.bootstrap) as other:
+            produce(other, "poll", {0: batch(1)})
+
+    threading.Thread(target=later).start()
+    resp = client.request(fetch_request("poll", {0: 0}, max_wait_ms=10_000))
+    elapsed = time.monotonic() - start
+    assert resp.responses[0].partitions[0].records
+    assert 0.25 < elapsed < 3  # woken by the append, long before max_wait
+
+
+def test_fetch_long_poll_times_out_empty(client):
+    create_topic(client, "quiet", 1)
+    start = time.monotonic()
+    resp = client.request(fetch_request("quiet", {0: 0}, max_wait_ms=300))
+    assert 0.25 < time.monotonic() - start < 3
+    assert not resp.responses[0].partitions[0].records
+
+
+def test_list_offsets(client):
+    create_topic(client, "lo", 1)
+    produce(client, "lo", {0: batch(2, ts=1000)})
+    produce(client, "lo", {0: batch(2, ts=5000)})
+    m = req_mod(2, 7)
+
+    def lookup(ts):
+        body = make(m.ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=(make(
+            m.ListOffsetsTopic, name="lo", partitions=(make(m.ListOffsetsPartition, partition_index=0,
+                                                            current_leader_epoch=-1, timestamp=ts),)),))
+        p = client.request(body).topics[0].partitions[0]
+        return p.error_code, p.offset, p.timestamp
+
+    assert lookup(-2) == (ErrorCode.none, 0, -1)
+    assert lookup(-1) == (ErrorCode.none, 4, -1)
+    assert lookup(3000)[:2] == (ErrorCode.none, 2)
+    assert lookup(9999)[:2] == (ErrorCode.none, -1)
+
+
+def test_init_producer_id_hands_out_new_ids(client):
+    m = req_mod(22, 4)
+    body = make(m.InitProducerIdRequest, transactional_id=None, transaction_timeout=timedelta(seconds=60),
+                producer_id=-1, producer_epoch=-1)
+    a, b = client.request(body), client.request(body)
+    assert a.error_code == ErrorCode.none and b.producer_id > a.producer_id >= 0 and a.producer_epoch == 0
+
+
+def test_describe_cluster(client):
+    m = req_mod(60, 1)
+    resp = client.request(make(m.DescribeClusterRequest, include_cluster_authorized_operations=False,
+                               endpoint_type=1))
+    assert resp.error_code == ErrorCode.none and len(resp.cluster_id) == 22
+    assert [b.broker_id for b in resp.brokers] == [resp.controller_id]
