@@ -1,6 +1,7 @@
-"""`make demo`: the log engine end to end, in a temporary data directory.
+"""`make demo`: the broker with real Kafka clients (brook.demo_broker), then the log engine
+underneath it, end to end, in temporary data directories.
 
-It produces a stream of page views into a 4-partition topic, reads it back by offset and by
+The log-engine part produces a stream of page views into a 4-partition topic, reads it back by offset and by
 time, crashes the log mid-write and recovers it, applies retention, and compacts a topic of
 user profiles with tombstones. Later issues grow this into broker + Spark pipeline.
 """
@@ -67,8 +68,12 @@ def produce_page_views(manager: LogManager, clock: FakeClock, n: int) -> dict[st
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING, format="  [brook log] %(message)s")
+    from . import demo_broker
+
     started = time.perf_counter()
+    demo_broker.run()
+    say("and underneath: the log engine on its own, with a fake clock")
+    logging.basicConfig(level=logging.WARNING, format="  [brook log] %(message)s")
     data_dir = tempfile.mkdtemp(prefix="brook-demo-")
     clock = FakeClock()
     defaults = LogConfig(segment_bytes=64 * 1024, retention_ms=2 * HOUR)
