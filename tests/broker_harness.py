@@ -204,6 +204,98 @@ class BrokerProcess:
         return f"BrokerProcess({self.bootstrap}, {self.data_dir}, {state})"
 
 
+class TcpProxy:
+    """A TCP relay in front of a broker that can lose the broker's answers on purpose.
+
+    Point the broker's ``advertised.listeners`` at the proxy so that clients only ever talk
+    through it. ``swallow_responses()`` keeps forwarding requests but drops everything the
+    broker sends back: the broker handles (appends) what it receives while the client hears
+    nothing, so the client must retry requests that did succeed. ``reset()`` closes every
+    connection and forwards normally again.
+    """
+
+    def __init__(self, upstream_port: int, port: int | None = None) -> None:
+        import threading
+
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.listener = socket.create_server(("127.0.0.1", port or 0))
+        self.port = self.listener.getsockname()[1]
+        self.swallowed_bytes = 0
+        self._swallow = False
+        self._closed = False
+        self._lock = threading.Lock()
+        self._pairs: set[tuple[socket.socket, socket.socket]] = set()
+        self._threading = threading
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def swallow_responses(self) -> None:
+        self._swallow = True
+
+    def reset(self) -> None:
+        with self._lock:
+            pairs = list(self._pairs)
+            self._pairs.clear()
+        for pair in pairs:
+            self._shut(pair)
+        self._swallow = False
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self.listener.close()
+        finally:
+            self.reset()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.upstream, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()  # the broker is down: the client sees a closed connection
+                continue
+            pair = (client, upstream)
+            with self._lock:
+                self._pairs.add(pair)
+            for src, dst, answers in ((client, upstream, False), (upstream, client, True)):
+                self._threading.Thread(target=self._pump, args=(src, dst, pair, answers),
+                                       daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, pair, answers: bool) -> None:
+        try:
+            while True:
+                data = src.recv(1 << 16)
+                if not data:
+                    break
+                if answers and self._swallow:
+                    self.swallowed_bytes += len(data)
+                    continue
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._pairs.discard(pair)
+            self._shut(pair)
+
+    @staticmethod
+    def _shut(pair) -> None:
+        for sock in pair:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+
 # =============================================================================================
 # Workloads: deterministic keyed records with headers and explicit timestamps, produced by one
 # client and consumed by the same or another, compared byte for byte.
