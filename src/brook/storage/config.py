@@ -31,7 +31,20 @@ class LogConfig:
     max_message_bytes: int = 1024 * 1024 + 12
     message_timestamp_type: str = "CreateTime"
     message_timestamp_before_max_ms: int = LONG_MAX
-    message_timestamp_after_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3600 * 1000  # Kafka 4.0's default (KIP-1030)
+    message_timestamp_difference_max_ms: int = LONG_MAX  # deprecated (KIP-937), see below
+    producer_id_expiration_ms: int = 24 * 3600 * 1000  # broker-level only
+
+    @property
+    def timestamp_before_max_ms(self) -> int:
+        """How far in the past a CreateTime timestamp may be. The deprecated
+        `message.timestamp.difference.max.ms` still bounds both sides: the tighter wins."""
+        return min(self.message_timestamp_before_max_ms, self.message_timestamp_difference_max_ms)
+
+    @property
+    def timestamp_after_max_ms(self) -> int:
+        """How far in the future a CreateTime timestamp may be (see timestamp_before_max_ms)."""
+        return min(self.message_timestamp_after_max_ms, self.message_timestamp_difference_max_ms)
 
     @property
     def compact(self) -> bool:
@@ -68,6 +81,8 @@ class LogConfig:
             raise ValueError("min.cleanable.dirty.ratio must be in [0, 1]")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise ValueError(f"invalid message.timestamp.type {self.message_timestamp_type!r}")
+        if self.producer_id_expiration_ms < 1:
+            raise ValueError("producer.id.expiration.ms must be at least 1")
 
     def to_topic_props(self) -> dict[str, str]:
         """Every key with its value as a string, as DescribeConfigs shows them."""
@@ -90,8 +105,12 @@ class LogConfig:
         return cfg
 
 
+# Fields set only by a broker-level key (Kafka has no topic-level key for them).
+BROKER_ONLY_FIELDS = frozenset({"producer_id_expiration_ms"})
+
 # Topic-level key -> field name.
-TOPIC_KEYS: dict[str, str] = {f.name.replace("_", "."): f.name for f in fields(LogConfig)}
+TOPIC_KEYS: dict[str, str] = {f.name.replace("_", "."): f.name for f in fields(LogConfig)
+                              if f.name not in BROKER_ONLY_FIELDS}
 
 # Broker-level key -> (field, multiplier to reach the field's unit). Listed most specific
 # first: Kafka prefers log.retention.ms over .minutes over .hours.
@@ -117,6 +136,8 @@ BROKER_KEYS: list[tuple[str, str, int]] = [
     ("log.message.timestamp.type", "message_timestamp_type", 1),
     ("log.message.timestamp.before.max.ms", "message_timestamp_before_max_ms", 1),
     ("log.message.timestamp.after.max.ms", "message_timestamp_after_max_ms", 1),
+    ("log.message.timestamp.difference.max.ms", "message_timestamp_difference_max_ms", 1),
+    ("producer.id.expiration.ms", "producer_id_expiration_ms", 1),
 ]
 
 _TYPES = {f.name: f.type for f in fields(LogConfig)}

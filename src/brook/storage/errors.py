@@ -33,3 +33,19 @@ class InvalidRecordError(StorageError):
 
 class KafkaStorageError(StorageError):
     """Kafka's KAFKA_STORAGE_ERROR: the disk failed us (I/O error, disk full)."""
+
+
+class InvalidTimestampError(StorageError):
+    """Kafka's INVALID_TIMESTAMP (32): a CreateTime batch's timestamps are out of the range
+    message.timestamp.before.max.ms / message.timestamp.after.max.ms allow around now, or a
+    producer claimed LogAppendTime on a LogAppendTime topic."""
+
+
+class OutOfOrderSequenceError(StorageError):
+    """Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER (45): an idempotent producer's batch does not
+    continue its sequence (or a new epoch does not start at 0)."""
+
+
+class InvalidProducerEpochError(StorageError):
+    """Kafka's INVALID_PRODUCER_EPOCH (47): the batch's producer epoch is older than the
+    epoch the partition has seen from that producer id (a fenced, zombie producer)."""
