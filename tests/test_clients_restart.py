@@ -30,13 +30,21 @@ PARTITIONS = 4
 SIGNALS = [pytest.param(signal.SIGTERM, id="sigterm"), pytest.param(signal.SIGKILL, id="sigkill")]
 
 
+CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
+
+
 def _bounce(broker, sig) -> None:
-    """Stop the broker with ``sig`` and start it again; a SIGTERM stop must exit with 0."""
+    """Stop the broker with ``sig`` and start it again. A SIGTERM stop exits with 0 and leaves
+    Kafka's clean-shutdown marker in the log dir; a killed broker leaves none (the marker is
+    removed once a broker has started, so a crash is recovered)."""
+    marker = broker.log_dir / CLEAN_SHUTDOWN_MARKER
     if sig == signal.SIGKILL:
         broker.kill()
+        assert not marker.exists(), "a running broker's log dir has the clean-shutdown marker"
     else:
         code = broker.stop(sig)
         assert code == 0, f"broker exited with {code} on {sig.name}\n{broker.stderr_tail()}"
+        assert marker.exists(), f"no clean-shutdown marker after {sig.name}"
     broker.start()
 
 
@@ -55,7 +63,7 @@ def _merge(first: Delivery, second: Delivery) -> Delivery:
     return Delivery(first.positions + second.positions, first.errors + second.errors)
 
 
-@pytest.mark.parametrize("sig", SIGNALS)
+@pytest.mark.parametrize("sig", SIGNALS + [pytest.param(signal.SIGINT, id="sigint")])
 def test_restart_keeps_records_and_continues_offsets(broker_factory, sig):
     broker = broker_factory()
     topic = "restart"
