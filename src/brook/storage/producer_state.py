@@ -1,0 +1,379 @@
+"""Idempotent producer state of one partition log, with Kafka's semantics.
+
+For every producer id that wrote to the partition the state keeps its epoch, the metadata
+of its last five batches (sequence range, offset range, max timestamp) and the timestamp of
+its last write. A Produce from an idempotent producer (producer id >= 0, base sequence >= 0)
+is checked against that state before it is written:
+
+* a batch whose epoch and exact sequence range match a retained batch is a *duplicate* (a
+  retry of a write that succeeded): it is not written again, and the answer carries the
+  offsets it got the first time;
+* an epoch older than the producer's is refused (`InvalidProducerEpochError`);
+* a newer epoch must start at sequence 0, unless the producer is unknown here;
+* within an epoch each batch must continue the sequence (`last + 1`, wrapping from
+  2^31-1 to 0), else `OutOfOrderSequenceError`; an unknown producer (never seen, expired,
+  or its data deleted) may start anywhere, as Kafka allows since KIP-360.
+
+The core is sans-I/O and follows "handlers return, replay mutates": `prepare` reads the
+state and returns the updated entries (or the duplicate) without changing anything;
+`apply` is the only code that changes it, for live appends and for `replay` of batch
+headers read back from the log at load time alike.
+
+Snapshots let a restart skip most of that replay. A snapshot is a file
+`<20-digit offset>.snapshot` in the log directory (Kafka's name) holding the state of every
+batch below that offset, in brook's own format:
+
+    version int16 (1) | crc uint32: CRC-32C of everything after it
+    offset int64 (the offset in the file name) | producer count int32
+    per producer, in producer id order:
+        producer_id int64 | producer_epoch int16 | coordinator_epoch int32
+        last_timestamp int64 | current_txn_first_offset int64 | batch count int8 (0..5)
+        per batch, oldest first:
+            first_seq int32 | last_seq int32 | first_offset int64 | last_offset int64
+            max_timestamp int64
+
+All big-endian. A file that is short, long, of an unknown version, or fails its CRC is
+corrupt and is ignored (and removed) by the loader.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, NamedTuple
+
+from crc32c import crc32c
+
+from ..records.batch import CONTROL_BIT, NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP
+from .errors import InvalidProducerEpochError, OutOfOrderSequenceError
+
+log = logging.getLogger(__name__)
+
+NUM_BATCHES_TO_RETAIN = 5
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (1 day)
+INT32_MAX = 2**31 - 1
+
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+
+
+class AppendOrigin(enum.Enum):
+    """Who is appending, which decides how much is checked (Kafka's AppendOrigin)."""
+
+    CLIENT = "client"  # Produce requests: everything is checked, duplicates are answered
+    COORDINATOR = "coordinator"  # a coordinator writing its own records: epochs only
+    REPLICATION = "replication"  # followers and replay of the log: nothing is checked
+
+
+class ProducerBatch(NamedTuple):
+    """The header fields of one batch that producer state needs (offsets as assigned)."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    attributes: int = 0
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset - self.first_offset) & INT32_MAX
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+
+class BatchMetadata(NamedTuple):
+    """What is remembered of each of a producer's last batches."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerStateEntry:
+    """The state of one producer id. Immutable: updates build a new entry."""
+
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: tuple[BatchMetadata, ...] = ()  # oldest first, at most NUM_BATCHES_TO_RETAIN
+    last_timestamp: int = NO_TIMESTAMP
+    # Room for transactions, which brook does not have yet: kept and snapshotted as is.
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def first_seq(self) -> int:
+        return self.batches[0].first_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_data_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for meta in self.batches:
+            if meta.first_seq == first_seq and meta.last_seq == last_seq:
+                return meta
+        return None
+
+    def with_batch(self, batch: ProducerBatch) -> "ProducerStateEntry":
+        """This entry after `batch` (a new epoch forgets the old epoch's batches)."""
+        kept = self.batches if batch.producer_epoch == self.producer_epoch else ()
+        meta = BatchMetadata(batch.base_sequence, batch.last_sequence, batch.first_offset,
+                             batch.last_offset, batch.max_timestamp)
+        return ProducerStateEntry(self.producer_id, batch.producer_epoch,
+                                  (kept + (meta,))[-NUM_BATCHES_TO_RETAIN:], batch.max_timestamp,
+                                  self.coordinator_epoch, self.current_txn_first_offset)
+
+    def with_marker(self, batch: ProducerBatch) -> "ProducerStateEntry":
+        """This entry after a control batch (a transaction marker): it carries the epoch and
+        a timestamp but no sequence. (The marker's coordinator epoch is inside its record,
+        which the header path does not read; it is left unchanged.)"""
+        kept = self.batches if batch.producer_epoch == self.producer_epoch else ()
+        return ProducerStateEntry(self.producer_id, batch.producer_epoch, kept, batch.max_timestamp,
+                                  self.coordinator_epoch, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerAppendPlan:
+    """What `prepare` decided: the entries to store once the batches are written, or the
+    already-written batch that the append duplicates (then nothing is to be written)."""
+
+    updates: Mapping[int, ProducerStateEntry] = field(default_factory=dict)
+    duplicate: BatchMetadata | None = None
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+class ProducerStateManager:
+    """The producer state of one partition log (Kafka's ProducerStateManager, without
+    transactions). Sans-I/O: snapshots are bytes, files are the log's business."""
+
+    def __init__(self, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+
+    def __len__(self) -> int:
+        return len(self.producers)
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.producers.get(producer_id)
+
+    # ------------------------------------------------------------ check, then apply
+
+    def prepare(self, batches: Iterable[ProducerBatch],
+                origin: AppendOrigin = AppendOrigin.CLIENT) -> ProducerAppendPlan:
+        """Check `batches` (in log order, offsets assigned) against the state; change nothing.
+
+        Each batch is checked against the state including the earlier batches of the same
+        call. Duplicates are looked for among batches already written, and, as in Kafka,
+        one duplicate makes the whole append a duplicate. Batches without a producer id
+        are skipped. Raises InvalidProducerEpochError or OutOfOrderSequenceError.
+        """
+        producers = self.producers
+        updates: dict[int, ProducerStateEntry] = {}
+        client = origin is AppendOrigin.CLIENT
+        check_epoch = origin is not AppendOrigin.REPLICATION
+        for batch in batches:
+            pid = batch.producer_id
+            if pid < 0:
+                continue
+            current = producers.get(pid)
+            if client and current is not None and not batch.is_control:
+                dup = current.find_duplicate(batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+                if dup is not None:
+                    return ProducerAppendPlan({}, dup)
+            entry = updates.get(pid)
+            if entry is None:
+                entry = current if current is not None else ProducerStateEntry(pid)
+            if check_epoch and batch.producer_epoch < entry.producer_epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {pid} at offset {batch.first_offset}: epoch {batch.producer_epoch} "
+                    f"is older than the current epoch {entry.producer_epoch}")
+            if batch.is_control:
+                updates[pid] = entry.with_marker(batch)
+                continue
+            if client:
+                _check_sequence(entry, batch)
+            updates[pid] = entry.with_batch(batch)
+        return ProducerAppendPlan(updates)
+
+    def apply(self, plan: ProducerAppendPlan) -> None:
+        """Store what `prepare` returned, once the batches are in the log. The only code
+        that changes producer state, live or on replay."""
+        if plan.duplicate is None:
+            self.producers.update(plan.updates)
+
+    def replay(self, batches: Iterable[ProducerBatch]) -> None:
+        """Rebuild state from batch headers read back from the log (nothing is checked)."""
+        self.apply(self.prepare(batches, AppendOrigin.REPLICATION))
+
+    # ------------------------------------------------------------ expiry
+
+    def is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
+        return (entry.current_txn_first_offset < 0
+                and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms)
+
+    def remove_expired_producers(self, now_ms: int) -> list[int]:
+        """Forget producers idle for `producer.id.expiration.ms` (measured, as in Kafka, from
+        the max timestamp of their last batch); return their ids."""
+        expired = [pid for pid, e in self.producers.items() if self.is_expired(e, now_ms)]
+        for pid in expired:
+            del self.producers[pid]
+        return expired
+
+    def last_data_offsets(self) -> dict[int, int]:
+        """producer id -> last offset of its last batch, for every producer with one (the
+        cleaner keeps those batches so the state can be rebuilt from the log)."""
+        return {pid: e.last_data_offset for pid, e in self.producers.items() if e.batches}
+
+    def clear(self) -> None:
+        self.producers.clear()
+
+    # ------------------------------------------------------------ snapshots
+
+    def snapshot(self, offset: int) -> bytes:
+        """The state as snapshot bytes, for a file named after `offset`."""
+        return encode_snapshot(offset, self.producers.values())
+
+    def load_snapshot(self, data: bytes, offset: int, now_ms: int) -> None:
+        """Replace the state by a snapshot's (expired producers are dropped).
+        Raises CorruptSnapshotError."""
+        entries = decode_snapshot(data, offset)
+        self.producers = {e.producer_id: e for e in entries if not self.is_expired(e, now_ms)}
+
+
+def _check_sequence(entry: ProducerStateEntry, batch: ProducerBatch) -> None:
+    pid, epoch, first_seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
+    if entry.producer_epoch == NO_PRODUCER_EPOCH:
+        return  # an unknown producer may start at any sequence (KIP-360)
+    if epoch != entry.producer_epoch:
+        if first_seq != 0:
+            raise OutOfOrderSequenceError(
+                f"producer {pid} at offset {batch.first_offset}: new epoch {epoch} starts at "
+                f"sequence {first_seq}, not 0 (current epoch {entry.producer_epoch})")
+    elif not in_sequence(entry.last_seq, first_seq):
+        raise OutOfOrderSequenceError(
+            f"producer {pid} at offset {batch.first_offset}: sequence {first_seq} does not "
+            f"follow the last sequence {entry.last_seq} of epoch {epoch}")
+
+
+# ---------------------------------------------------------------- snapshot format
+
+
+class CorruptSnapshotError(Exception):
+    """A snapshot file that cannot be trusted (torn, damaged, or of an unknown version)."""
+
+
+_SNAP_HEAD = struct.Struct(">hI")  # version, crc
+_SNAP_BODY_HEAD = struct.Struct(">qi")  # offset, producer count
+_SNAP_PRODUCER = struct.Struct(">qhiqqb")
+_SNAP_BATCH = struct.Struct(">iiqqq")
+
+
+def encode_snapshot(offset: int, entries: Iterable[ProducerStateEntry]) -> bytes:
+    entries = sorted(entries, key=lambda e: e.producer_id)
+    parts = [_SNAP_BODY_HEAD.pack(offset, len(entries))]
+    for e in entries:
+        parts.append(_SNAP_PRODUCER.pack(e.producer_id, e.producer_epoch, e.coordinator_epoch,
+                                         e.last_timestamp, e.current_txn_first_offset, len(e.batches)))
+        parts.extend(_SNAP_BATCH.pack(*meta) for meta in e.batches)
+    body = b"".join(parts)
+    return _SNAP_HEAD.pack(SNAPSHOT_VERSION, crc32c(body)) + body
+
+
+def decode_snapshot(data: bytes, offset: int | None = None) -> list[ProducerStateEntry]:
+    """Parse snapshot bytes; `offset`, if given, must be the one the snapshot holds."""
+    if len(data) < _SNAP_HEAD.size + _SNAP_BODY_HEAD.size:
+        raise CorruptSnapshotError(f"{len(data)} bytes is too short for a snapshot")
+    version, crc = _SNAP_HEAD.unpack_from(data)
+    if version != SNAPSHOT_VERSION:
+        raise CorruptSnapshotError(f"unknown snapshot version {version}")
+    body = memoryview(data)[_SNAP_HEAD.size:]
+    if crc32c(body) != crc:
+        raise CorruptSnapshotError("snapshot CRC does not match")
+    stored_offset, count = _SNAP_BODY_HEAD.unpack_from(body)
+    if offset is not None and stored_offset != offset:
+        raise CorruptSnapshotError(f"snapshot holds offset {stored_offset}, its name says {offset}")
+    pos = _SNAP_BODY_HEAD.size
+    entries = []
+    try:
+        for _ in range(count):
+            pid, epoch, coord, last_ts, txn_first, n = _SNAP_PRODUCER.unpack_from(body, pos)
+            pos += _SNAP_PRODUCER.size
+            if not 0 <= n <= NUM_BATCHES_TO_RETAIN:
+                raise CorruptSnapshotError(f"producer {pid} has {n} batches")
+            batches = []
+            for _ in range(n):
+                batches.append(BatchMetadata(*_SNAP_BATCH.unpack_from(body, pos)))
+                pos += _SNAP_BATCH.size
+            entries.append(ProducerStateEntry(pid, epoch, tuple(batches), last_ts, coord, txn_first))
+    except struct.error:
+        raise CorruptSnapshotError("snapshot ends inside an entry") from None
+    if pos != len(body):
+        raise CorruptSnapshotError(f"{len(body) - pos} bytes after the last entry")
+    return entries
+
+
+# ---------------------------------------------------------------- snapshot files
+
+
+def snapshot_file_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def list_snapshot_offsets(directory: str) -> list[int]:
+    """Offsets of the snapshot files in `directory`, ascending."""
+    out = []
+    for name in os.listdir(directory):
+        if name.endswith(SNAPSHOT_SUFFIX) and len(name) == 20 + len(SNAPSHOT_SUFFIX) and name[:20].isdigit():
+            out.append(int(name[:20]))
+    return sorted(out)
+
+
+def write_snapshot_file(directory: str, offset: int, data: bytes, *, sync: bool) -> str:
+    """Write a snapshot atomically (temporary file, then rename); return its path."""
+    path = os.path.join(directory, snapshot_file_name(offset))
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def delete_snapshot_file(directory: str, offset: int) -> None:
+    try:
+        os.unlink(os.path.join(directory, snapshot_file_name(offset)))
+    except FileNotFoundError:
+        pass
+
+
+def remove_temporary_snapshot_files(directory: str) -> None:
+    for name in os.listdir(directory):
+        if name.endswith(SNAPSHOT_SUFFIX + ".tmp"):
+            os.unlink(os.path.join(directory, name))
