@@ -27,13 +27,17 @@ batches are copied unchanged. Offsets never change: a batch that lost records is
 with the same base offset, last offset delta, codec, producer fields, leader epoch,
 timestamp type and transactional flag; a batch that lost nothing is copied byte for byte.
 
-Batches that lose all their records are dropped. Kafka keeps an empty batch when it holds
-the last sequence of an active producer (idempotence state); brook does not rebuild
-producer state from the log yet, so it does not. The one exception, which Kafka makes too
-for the last batch of a cleaning round, is the last batch of each group: it is kept, empty
-if need be, so that the cleaned segment ends where the segments it replaces ended. Crash
-recovery (`Log._complete_swap`) tells which old segments a `.swap` segment replaces by the
-offsets it covers, and would otherwise leave the tail of the group behind.
+Batches that lose all their records are dropped, with two exceptions where an empty batch
+(a header with record count 0, same offsets, producer fields and max timestamp) is kept,
+as Kafka keeps them:
+
+* the last batch of each producer id in the log's producer state (taken when the pass
+  starts): it holds that producer's epoch and last sequence, which a load rebuilding the
+  state from the log needs, or the producer's next batch would be refused as out of order;
+* the last batch of each group, so that the cleaned segment ends where the segments it
+  replaces ended. Crash recovery (`Log._complete_swap`) tells which old segments a `.swap`
+  segment replaces by the offsets it covers, and would otherwise leave the tail of the
+  group behind.
 """
 
 from __future__ import annotations
@@ -299,8 +303,9 @@ def clean_log(log_: Log, first_dirty_offset: int | None, now_ms: int, *,
         count += 1
     groups = group_segments(segments[:count], nexts[:count], config.segment_bytes,
                             config.segment_index_bytes)
+    producer_last_offsets = log_.producer_state.last_data_offsets()
     for group in groups:
-        _clean_group(log_, group, offset_map, end, now_ms, result)
+        _clean_group(log_, group, offset_map, end, now_ms, result, producer_last_offsets)
     log.info("%s: cleaned up to offset %d: %d records kept, %d removed, %d -> %d bytes",
              log_, end, result.records_kept, result.records_removed, result.bytes_read,
              result.bytes_written)
@@ -320,7 +325,7 @@ def _batches_with_last(group: Sequence[LogSegment]) -> Iterator[tuple[int, bytes
 
 
 def _clean_group(log_: Log, group: list[LogSegment], offset_map: dict[bytes, int], end: int,
-                 now_ms: int, result: CleanResult) -> None:
+                 now_ms: int, result: CleanResult, producer_last_offsets: Mapping[int, int]) -> None:
     config = log_.config
     cleaned = LogSegment.create(log_.directory, group[0].base_offset, config, now_ms, suffix=CLEANED_SUFFIX)
     changed = len(group) > 1
@@ -343,7 +348,8 @@ def _clean_group(log_: Log, group: list[LogSegment], offset_map: dict[bytes, int
             h = read_header(raw)
             verify_crc(raw, 0, h)
             result.bytes_read += h.size
-            keep_empty = is_last and len(group) > 1  # see the module docstring
+            keep_empty = ((is_last and len(group) > 1)  # see the module docstring
+                          or (h.producer_id >= 0 and producer_last_offsets.get(h.producer_id) == h.last_offset))
             new = _filter_batch(raw, h, offset_map, end, now_ms, config.delete_retention_ms,
                                 keep_empty, result)
             if new is not raw:

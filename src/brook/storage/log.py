@@ -20,12 +20,14 @@ from crc32c import crc32c
 from ..clock import SYSTEM_CLOCK, Clock
 from ..records.batch import (
     ATTRIBUTES_OFFSET,
+    CONTROL_BIT,
     CRC_OFFSET,
     HEADER_SIZE,
     HEADER_STRUCT,
     LOG_OVERHEAD,
     MAGIC_V2,
     MIN_BATCH_LENGTH,
+    NO_TIMESTAMP,
     TIMESTAMP_TYPE_BIT,
     RecordBatch,
     decode_batch,
@@ -33,7 +35,24 @@ from ..records.batch import (
 )
 from ..records.errors import CorruptRecordError, RecordsError, TruncatedBatchError
 from .config import LogConfig
-from .errors import InvalidRecordError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError
+from .errors import (
+    InvalidRecordError,
+    InvalidTimestampError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+)
+from .producer_state import (
+    AppendOrigin,
+    CorruptSnapshotError,
+    ProducerBatch,
+    ProducerStateManager,
+    delete_snapshot_file,
+    list_snapshot_offsets,
+    remove_temporary_snapshot_files,
+    snapshot_file_name,
+    write_snapshot_file,
+)
 from .segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -57,9 +76,15 @@ _PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
 _ATTRS = struct.Struct(">h")
 _MAX_TS = struct.Struct(">q")
 _CRC = struct.Struct(">I")
+_CLIENT = AppendOrigin.CLIENT
+_REPLICATION = AppendOrigin.REPLICATION
 
 
 class LogAppendInfo(NamedTuple):
+    """The outcome of an append. For a duplicate (an idempotent producer's retry of a batch
+    already in the log) nothing was written: the offsets and timestamps are those of the
+    original batch, and record_count and valid_bytes are 0."""
+
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -67,6 +92,7 @@ class LogAppendInfo(NamedTuple):
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     record_count: int
     valid_bytes: int
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +146,10 @@ class Log:
         os.makedirs(directory, exist_ok=True)
         self._segments: tuple[LogSegment, ...] = ()
         self._bases: list[int] = []
+        self.producer_state = ProducerStateManager(config.producer_id_expiration_ms)
+        self._timestamp_bounds: tuple[LogConfig, int, int] | None = None
         self._load(had_clean_shutdown)
+        self._load_producer_state()
 
     # ------------------------------------------------------------ state
 
@@ -219,32 +248,134 @@ class Log:
         swap.change_suffix("")
         swap.close()
 
+    # ------------------------------------------------------------ producer state
+
+    def _load_producer_state(self) -> None:
+        """Newest valid snapshot in [log start, log end], then the batch headers after it.
+
+        Snapshots outside that range describe offsets that are gone (deleted by retention,
+        or truncated away by recovery) and are removed, as are corrupt ones. Without a
+        usable snapshot the state is rebuilt from the log start offset.
+        """
+        directory = self.directory
+        remove_temporary_snapshot_files(directory)
+        start, end = self.log_start_offset, self.log_end_offset
+        candidates = []
+        for offset in list_snapshot_offsets(directory):
+            if start <= offset <= end:
+                candidates.append(offset)
+            else:
+                log.info("%s: removing producer snapshot %d outside the log [%d, %d]",
+                         directory, offset, start, end)
+                delete_snapshot_file(directory, offset)
+        now = self.clock.milliseconds()
+        replay_from = start
+        for offset in reversed(candidates):
+            try:
+                with open(os.path.join(directory, snapshot_file_name(offset)), "rb") as f:
+                    self.producer_state.load_snapshot(f.read(), offset, now)
+            except (OSError, CorruptSnapshotError) as exc:
+                log.warning("%s: ignoring producer snapshot %d: %s", directory, offset, exc)
+                delete_snapshot_file(directory, offset)
+                continue
+            replay_from = offset
+            break
+        if replay_from < end:
+            self.producer_state.replay(self._producer_batches(replay_from))
+            self.take_producer_snapshot()
+        log.debug("%s: producer state of %d producers, from offset %d", directory,
+                  len(self.producer_state), replay_from)
+
+    def _producer_batches(self, start: int):
+        """ProducerBatch of every batch with a producer id from `start` to the log end,
+        from batch headers only. A damaged segment is skipped (reads of it answer errors)."""
+        segments = self._segments
+        for i, seg in enumerate(segments):
+            if i + 1 < len(segments) and segments[i + 1].base_offset <= start:
+                continue
+            try:
+                pos = 0
+                if start > seg.base_offset:
+                    loc = seg.translate_offset(start)
+                    if loc is None:
+                        continue
+                    pos = loc.position
+                size = seg.size
+                while pos < size:
+                    head = os.pread(seg.fd, HEADER_SIZE, pos)
+                    if len(head) < HEADER_SIZE:
+                        raise CorruptRecordError(f"truncated batch header at position {pos}")
+                    (base, length, _, magic, _, attrs, delta, _, max_ts, pid, pepoch, bseq, _) = \
+                        _HEADER.unpack(head)
+                    if magic != MAGIC_V2 or length < MIN_BATCH_LENGTH:
+                        raise CorruptRecordError(f"invalid batch header at position {pos}")
+                    if pid >= 0 and base + delta >= start:
+                        yield ProducerBatch(pid, pepoch, bseq, base, base + delta, max_ts, attrs)
+                    pos += length + LOG_OVERHEAD
+            except RecordsError as exc:
+                log.error("%s: producer state skips damaged segment %d: %s",
+                          self.directory, seg.base_offset, exc)
+
+    def take_producer_snapshot(self, *, sync: bool = False) -> str:
+        """Write the producer state as `<log end offset>.snapshot`; return its path."""
+        offset = self.log_end_offset
+        return write_snapshot_file(self.directory, offset, self.producer_state.snapshot(offset), sync=sync)
+
+    def remove_expired_producers(self, now: int | None = None) -> list[int]:
+        """Forget producers idle for `producer.id.expiration.ms`; return their ids. The log
+        manager calls this periodically (Kafka: every
+        producer.id.expiration.check.interval.ms)."""
+        now = self.clock.milliseconds() if now is None else now
+        self.producer_state.producer_id_expiration_ms = self.config.producer_id_expiration_ms
+        return self.producer_state.remove_expired_producers(now)
+
     # ------------------------------------------------------------ append
 
     def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int | None = None,
-               assign_offsets: bool = True) -> LogAppendInfo:
-        """Validate batches (header, CRC, sizes), assign offsets and write them.
+               assign_offsets: bool = True, origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
+        """Validate batches (header, CRC, sizes, timestamps, producer state), assign offsets
+        and write them.
 
         Either every batch is written or none is. Records are not decoded, and the batches
         are not copied: each is written as a rewritten 16-byte prefix (base offset, length,
         leader epoch; the CRC does not cover them) followed by the rest as received.
         With `assign_offsets=False` the batches keep their offsets, which must be beyond the
-        log end (the cleaner and, later, followers append that way).
+        log end (the cleaner and, later, followers append that way); they are not checked
+        beyond their headers and CRC, and update producer state as replication does.
+
+        `origin` CLIENT (a Produce request) gets Kafka's client checks: base offset 0,
+        idempotent batches with a sequence, duplicates answered with the original offsets
+        (`LogAppendInfo.duplicate`), sequence numbers in order. COORDINATOR appends only
+        have their producer epochs checked.
+
+        Raises InvalidRecordError, InvalidTimestampError, OutOfOrderSequenceError,
+        InvalidProducerEpochError, RecordTooLargeError, RecordBatchTooLargeError,
+        CorruptRecordError (records.errors) and KafkaStorageError.
         """
         view = memoryview(records)
         end = len(view)
         config = self.config
         now = self.clock.milliseconds()
         append_time = config.message_timestamp_type == "LogAppendTime"
+        client = assign_offsets and origin is _CLIENT
+        check_timestamps = assign_offsets and not append_time
+        if check_timestamps:
+            bounds = self._timestamp_bounds
+            if bounds is None or bounds[0] is not config:  # the config may be replaced
+                bounds = self._timestamp_bounds = (config, config.timestamp_before_max_ms,
+                                                   config.timestamp_after_max_ms)
+            earliest = now - bounds[1]
+            latest = now + bounds[2]
         pieces: list = []
         entries: list[tuple[int, int, int, int, int]] = []
+        producer_batches: list[ProducerBatch] = []
         next_offset = first_offset = self._segments[-1].next_offset
         max_ts = offset_of_max_ts = -1
         pos = 0
         while pos < end:
             if end - pos < HEADER_SIZE:
                 read_header(view, pos)  # raises the precise error
-            (base, length, epoch, magic, crc, attrs, delta, _, batch_max_ts, _, _, _, count) = \
+            (base, length, epoch, magic, crc, attrs, delta, base_ts, batch_max_ts, pid, pepoch, bseq, count) = \
                 _HEADER.unpack_from(view, pos)
             size = length + LOG_OVERHEAD
             if magic != MAGIC_V2 or length < MIN_BATCH_LENGTH or delta < 0 or count < 0 or pos + size > end:
@@ -258,6 +389,20 @@ class Log:
             if assign_offsets:
                 if count != delta + 1:
                     raise InvalidRecordError(f"batch has {count} records but last offset delta {delta}")
+                if client:
+                    if base != 0:
+                        raise InvalidRecordError(f"batch base offset is {base}; a producer's must be 0")
+                    if pid >= 0 and bseq < 0 and not attrs & CONTROL_BIT:
+                        raise InvalidRecordError(f"batch of producer {pid} has no sequence number ({bseq})")
+                if check_timestamps:
+                    # The header's base timestamp stands for the earliest record, its max
+                    # timestamp for the latest (Kafka checks every record).
+                    if batch_max_ts > latest or (base_ts != NO_TIMESTAMP and base_ts < earliest):
+                        raise InvalidTimestampError(
+                            f"batch timestamps [{base_ts}, {batch_max_ts}] are outside "
+                            f"[{earliest}, {latest}] (message.timestamp.before/after.max.ms)")
+                elif attrs & TIMESTAMP_TYPE_BIT:
+                    raise InvalidTimestampError("a producer may not set LogAppendTime; the topic stamps it")
                 base = next_offset
             elif base < next_offset:
                 raise InvalidRecordError(f"batch offset {base} is below the log end {next_offset}")
@@ -275,6 +420,8 @@ class Log:
             last = base + delta
             if batch_max_ts > max_ts:
                 max_ts, offset_of_max_ts = batch_max_ts, last
+            if pid >= 0:
+                producer_batches.append(_new_tuple(ProducerBatch, (pid, pepoch, bseq, base, last, batch_max_ts, attrs)))
             entries.append((pos, base, last, batch_max_ts, size))  # a BatchEntry, built cheaply
             next_offset = last + 1
             pos += size
@@ -285,18 +432,29 @@ class Log:
         segment = self._segments[-1]
         if next_offset - 1 - first_offset > INT32_MAX:
             raise InvalidRecordError(f"offsets {first_offset}..{next_offset - 1} do not fit in one segment")
+        plan = None
+        if producer_batches:
+            plan = self.producer_state.prepare(
+                producer_batches, origin if assign_offsets else _REPLICATION)
+            dup = plan.duplicate
+            if dup is not None:
+                return _new_tuple(LogAppendInfo, (dup.first_offset, dup.last_offset, dup.max_timestamp,
+                                                  dup.last_offset, dup.max_timestamp if append_time else -1,
+                                                  0, 0, True))
         if next_offset - 1 - segment.base_offset > INT32_MAX:
             segment = self.roll(now, first_offset)  # relative offsets must fit in int32
         elif segment.should_roll(end, next_offset - 1, now, max_ts):
             segment = self.roll(now)
         segment.append(pieces, entries, end)
+        if plan is not None:
+            self.producer_state.apply(plan)
         count = next_offset - first_offset
         self.unflushed_messages += count
         if self.unflushed_messages >= config.flush_messages:
             self.flush()
         # tuple.__new__ skips the NamedTuple's Python-level constructor (a third of a µs)
         return _new_tuple(LogAppendInfo, (first_offset, next_offset - 1, max_ts, offset_of_max_ts,
-                                          now if append_time else -1, count, end))
+                                          now if append_time else -1, count, end, False))
 
     def roll(self, now: int | None = None, base_offset: int | None = None) -> LogSegment:
         """Start a new active segment at the log end offset, or at `base_offset` if that is
@@ -312,6 +470,8 @@ class Log:
             kept = kept[:-1]
         else:
             old.on_become_inactive()
+            # The state of every batch so far: a later load replays from here, not from the start.
+            write_snapshot_file(self.directory, base, self.producer_state.snapshot(base), sync=False)
         new = LogSegment.create(self.directory, base, self.config, now)
         new.next_offset = base
         self._set_segments(kept + (new,))
@@ -430,6 +590,9 @@ class Log:
         for seg in doomed:
             seg.change_suffix(DELETED_SUFFIX)
             self.pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
+        for offset in list_snapshot_offsets(self.directory):
+            if offset < self.log_start_offset:
+                delete_snapshot_file(self.directory, offset)  # the batches it covers are gone
         log.info("%s: deleted %d segment(s), log start offset now %d",
                  self.directory, len(doomed), self.log_start_offset)
 
@@ -477,6 +640,9 @@ class Log:
     # ------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
+        """Close a log cleanly: a producer snapshot at the log end spares the next load
+        any replay."""
+        self.take_producer_snapshot(sync=True)
         for seg in self._segments:
             seg.close()
         self.delete_pending_files(force=True)
