@@ -21,6 +21,7 @@ from brook.storage.cleaner import (
 )
 from brook.storage.config import LogConfig
 from brook.storage.log import Log
+from brook.storage.producer_state import AppendOrigin
 from brook.storage.segment import DELETED_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX
 
 from storage_helpers import read_all
@@ -235,7 +236,7 @@ def test_keyless_records_and_control_batches_are_kept(tmp_path):
     now = clock.milliseconds()
     marker = encode_batch([Record(0, now, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")],
                           control=True, transactional=True, producer_id=7, producer_epoch=1)
-    lg.append(marker)
+    lg.append(marker, origin=AppendOrigin.COORDINATOR)
     append(lg, clock, [(k(1), b"b")])
     lg.roll()
     append(lg, clock, [(k(2), b"c")])

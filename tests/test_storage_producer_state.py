@@ -649,3 +649,36 @@ def test_the_cleaner_drops_the_emptied_batches_of_expired_producers(tmp_path):
     overwrite_and_clean(lg, clock)
     assert producer_headers(lg) == []
     lg.close()
+
+
+def test_producers_may_not_write_control_batches(tmp_path):
+    clock = FakeClock(1_000_000)
+    lg = open_log(tmp_path, clock)
+    marker = encode_batch([Record(0, clock.milliseconds(), b"\x00\x00\x00\x00", b"\x00" * 6)],
+                          control=True, transactional=True, producer_id=PID, producer_epoch=0)
+    with pytest.raises(InvalidRecordError):
+        lg.append(marker)
+    assert lg.log_end_offset == 0
+    lg.append(marker, origin=AppendOrigin.COORDINATOR)  # the coordinator writes markers
+    assert lg.log_end_offset == 1
+    lg.close()
+
+
+def test_the_log_manager_expires_idle_producers_on_its_schedule(tmp_path):
+    from brook.storage.manager import LogManager, ManagerConfig
+
+    clock = FakeClock(1_000_000)
+    config = LogConfig(producer_id_expiration_ms=60_000)
+    manager = LogManager([str(tmp_path)], config, clock=clock,
+                         manager_config=ManagerConfig(producer_expiration_check_interval_ms=10_000))
+    manager.startup()
+    lg = manager.get_or_create_log("t", 0)
+    lg.append(idem(2, 0, clock=clock))
+    assert PID in states(lg)
+    clock.advance(30_000)
+    manager.tick()
+    assert PID in states(lg)  # idle for less than producer.id.expiration.ms
+    clock.advance(40_000)
+    manager.tick()
+    assert PID not in states(lg)
+    manager.shutdown()

@@ -390,9 +390,11 @@ class Log:
                 if count != delta + 1:
                     raise InvalidRecordError(f"batch has {count} records but last offset delta {delta}")
                 if client:
+                    if attrs & CONTROL_BIT:
+                        raise InvalidRecordError("producers may not write control batches")
                     if base != 0:
                         raise InvalidRecordError(f"batch base offset is {base}; a producer's must be 0")
-                    if pid >= 0 and bseq < 0 and not attrs & CONTROL_BIT:
+                    if pid >= 0 and bseq < 0:
                         raise InvalidRecordError(f"batch of producer {pid} has no sequence number ({bseq})")
                 if check_timestamps:
                     # The header's base timestamp stands for the earliest record, its max

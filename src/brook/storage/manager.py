@@ -40,6 +40,7 @@ class ManagerConfig:
     start_offset_checkpoint_interval_ms: int = 60_000  # log.flush.start.offset.checkpoint.interval.ms
     cleaner_backoff_ms: int = 15_000  # log.cleaner.backoff.ms
     cleaner_enable: bool = True  # log.cleaner.enable
+    producer_expiration_check_interval_ms: int = 600_000  # producer.id.expiration.check.interval.ms
 
     @classmethod
     def from_broker_props(cls, props: dict[str, str]) -> "ManagerConfig":
@@ -49,6 +50,7 @@ class ManagerConfig:
             "log.flush.offset.checkpoint.interval.ms": "recovery_point_checkpoint_interval_ms",
             "log.flush.start.offset.checkpoint.interval.ms": "start_offset_checkpoint_interval_ms",
             "log.cleaner.backoff.ms": "cleaner_backoff_ms",
+            "producer.id.expiration.check.interval.ms": "producer_expiration_check_interval_ms",
         }
         values: dict = {name: int(props[k]) for k, name in keys.items() if k in props}
         if "log.cleaner.enable" in props:
@@ -77,6 +79,7 @@ class LogManager:
             "recovery_checkpoint": now + self.manager_config.recovery_point_checkpoint_interval_ms,
             "start_checkpoint": now + self.manager_config.start_offset_checkpoint_interval_ms,
             "cleaner": now + self.manager_config.cleaner_backoff_ms,
+            "producer_expiry": now + self.manager_config.producer_expiration_check_interval_ms,
         }
         self.started = False
 
@@ -190,6 +193,10 @@ class LogManager:
         if mc.cleaner_enable and now >= due["cleaner"]:
             self.clean_logs(now)
             due["cleaner"] = now + mc.cleaner_backoff_ms
+        if now >= due["producer_expiry"]:
+            for lg in self.logs.values():
+                lg.remove_expired_producers(now)
+            due["producer_expiry"] = now + mc.producer_expiration_check_interval_ms
         if now >= due["recovery_checkpoint"]:
             self.checkpoint_recovery_points()
             due["recovery_checkpoint"] = now + mc.recovery_point_checkpoint_interval_ms
