@@ -79,3 +79,9 @@ def pytest_runtest_makereport(item, call):
             procs.extend(value.brokers)
     for proc in procs:
         report.sections.append((f"broker {proc.bootstrap} stderr", proc.stderr_tail()))
+
+
+def pytest_configure(config):
+    # kafka-python 3 loads its protocol schemas with importlib.resources' legacy functions.
+    for message in ("read_text is deprecated", "open_text is deprecated"):
+        config.addinivalue_line("filterwarnings", f"ignore:{message}:DeprecationWarning")
