@@ -66,6 +66,8 @@ class BrokerConfig:
     fetch_max_bytes: int = 55 * 1024 * 1024
     producer_id_expiration_ms: int = 86_400_000
     connections_max_idle_ms: int = 600_000
+    max_connections: int = 2**31 - 1
+    max_incremental_fetch_session_cache_slots: int = 1000
     log_config: LogConfig = field(default_factory=LogConfig)
     manager_config: ManagerConfig = field(default_factory=ManagerConfig)
 
@@ -113,6 +115,8 @@ class BrokerConfig:
             fetch_max_bytes=get("fetch.max.bytes", 55 * 1024 * 1024),
             producer_id_expiration_ms=get("producer.id.expiration.ms", 86_400_000),
             connections_max_idle_ms=get("connections.max.idle.ms", 600_000),
+            max_connections=get("max.connections", 2**31 - 1),
+            max_incremental_fetch_session_cache_slots=get("max.incremental.fetch.session.cache.slots", 1000),
             log_config=log_config,
             manager_config=manager_config,
         )

@@ -40,6 +40,9 @@ class Connection:
         self.listener_name = listener_name
         self.loop = asyncio.get_running_loop()
         self.closed = False
+        self.task: asyncio.Task | None = None
+        self.busy = False  # handling a request (a long-polling Fetch is not idle)
+        self.last_active = self.loop.time()
 
     async def run(self) -> None:
         decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
@@ -51,9 +54,15 @@ class Connection:
                 n = await recv_into(self.sock, buf)
                 if n == 0:
                     return
+                self.last_active = self.loop.time()
                 for frame in decoder.feed(view[:n]):
-                    if not await self._handle(frame):
-                        return
+                    self.busy = True
+                    try:
+                        if not await self._handle(frame):
+                            return
+                    finally:
+                        self.busy = False
+                        self.last_active = self.loop.time()
         except FrameTooLargeError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
         except InvalidFrameError as exc:
@@ -143,6 +152,12 @@ class Connection:
         return fut
 
     def close(self) -> None:
+        """Close from anywhere: a task still reading or writing is cancelled first, since a
+        socket closed under a pending event-loop operation is not reliably released."""
+        task = self.task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()  # run()'s finally closes the socket
+            return
         if not self.closed:
             self.closed = True
             try:

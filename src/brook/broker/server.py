@@ -33,6 +33,7 @@ class BrokerServer:
         self.connections: set[Connection] = set()
         self.tasks: set[asyncio.Task] = set()
         self._stopping: asyncio.Event | None = None
+        self._refusing = False
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -48,18 +49,19 @@ class BrokerServer:
                     pass
             accepting = [asyncio.create_task(self._accept(s, l)) for s, l in self.sockets]
             ticker = asyncio.create_task(self._tick())
+            sweeper = asyncio.create_task(self._close_idle_connections())
             log.info("brook broker %d started: listening on %s, cluster %s, log dirs %s",
                      self.broker.broker_id,
                      ", ".join(f"{l.name}://{l.host}:{l.port}" for l in self.config.listeners),
                      self.broker.metadata.cluster_id, ", ".join(self.config.log_dirs))
             await self._stopping.wait()
-            for t in accepting + [ticker]:
+            for t in accepting + [ticker, sweeper]:
                 t.cancel()
             for conn in list(self.connections):
                 conn.close()
             for t in list(self.tasks):
                 t.cancel()
-            await asyncio.gather(*accepting, ticker, *self.tasks, return_exceptions=True)
+            await asyncio.gather(*accepting, ticker, sweeper, *self.tasks, return_exceptions=True)
         finally:
             for s, _ in self.sockets:
                 s.close()
@@ -79,14 +81,36 @@ class BrokerServer:
                 log.warning("accept on %s:%d failed: %s", listener.host, listener.port, exc)
                 await asyncio.sleep(0.1)
                 continue
+            peer = f"{addr[0]}:{addr[1]}"
+            if len(self.connections) >= self.config.max_connections:
+                if not self._refusing:
+                    log.warning("refusing connections: max.connections=%d reached (first refused: %s)",
+                                self.config.max_connections, peer)
+                self._refusing = True
+                client.close()
+                continue
+            self._refusing = False
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            peer = f"{addr[0]}:{addr[1]}"
             conn = Connection(self.broker, client, peer, listener.name)
             self.connections.add(conn)
             task = asyncio.create_task(conn.run())
+            conn.task = task
             self.tasks.add(task)
             task.add_done_callback(lambda t, c=conn: (self.tasks.discard(t), self.connections.discard(c)))
+
+    async def _close_idle_connections(self) -> None:
+        """Close connections idle for connections.max.idle.ms, as Kafka's selector does."""
+        idle_s = self.config.connections_max_idle_ms / 1000
+        period = min(max(idle_s / 4, 0.01), 30.0)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(period)
+            now = loop.time()
+            for conn in list(self.connections):
+                if not conn.busy and now - conn.last_active > idle_s:
+                    log.debug("closing connection from %s: idle for %.0f s", conn.peer, now - conn.last_active)
+                    conn.close()
 
     async def _tick(self) -> None:
         while True:
