@@ -1,21 +1,33 @@
 """Fetch: file regions of each partition's log, sent with `sendfile`.
 
 If fewer than `min_bytes` are available the request waits, up to `max_wait_ms`, and is
-woken by the first append to any partition it asked for (no polling). Sessions
-(KIP-227) are declined: every response has session id 0, which clients take as "send full
-fetch requests", and an incremental request gets FETCH_SESSION_ID_NOT_FOUND.
+woken by the first append to any partition it reads (no polling). A sessionless request
+(session id 0, epoch -1: librdkafka, aiokafka, kcat) goes straight to the read. Any other
+goes through the broker's `FetchSessionCache` (KIP-227, `brook.broker.fetch_session`): a full
+request may open a session, an incremental one reads every partition of its session (and
+its long-poll is woken by any of them, not only those it names) and is answered with the
+partitions that changed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 
 from kio.schema.errors import ErrorCode
 
-from ...protocol.fetch_response import MAX_VERSION, MIN_VERSION, PartitionResult, TopicResult, encode_fetch_response
+from ...protocol.fetch_response import (
+    MAX_VERSION,
+    MIN_VERSION,
+    TOPIC_IDS_FROM,
+    PartitionResult,
+    TopicResult,
+    encode_fetch_response,
+)
 from ...storage.errors import OffsetOutOfRangeError
 from ..errors import error_code_for
+from ..fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache
 from . import Api, RawResponse
 from .common import ms
 
@@ -48,11 +60,15 @@ def _read(broker, topics, max_bytes: int, read_committed: bool) -> tuple[list[To
                 try:
                     limit = min(fp.partition_max_bytes, remaining)
                     if limit > 0 or first:
+                        # Read at least the first batch whole; past the first partition with
+                        # data, a first batch larger than the limit is left out rather than
+                        # sent cut short (as Kafka does from Fetch v3: a client given only part
+                        # of one batch cannot make progress and fails).
                         info = partition.log.read(fp.fetch_offset, limit, max_offset=hw,
-                                                  min_one_message=first)
-                        if info.regions:
+                                                  min_one_message=True)
+                        size = info.size
+                        if info.regions and (first or size <= limit):
                             pr.records = info.regions
-                            size = info.size
                             total += size
                             remaining -= size
                             first = False
@@ -86,12 +102,17 @@ def _topics(broker, body, version):
 async def handle(broker, request, connection):
     body = request.body
     version = request.api_version
-    session_id = getattr(body, "session_id", 0)
-    if session_id != 0:
-        pieces, size = encode_fetch_response(version, request.correlation_id, [],
-                                             error_code=ErrorCode.fetch_session_id_not_found)
+    session_id = getattr(body, "session_id", INVALID_SESSION_ID)  # v7+
+    epoch = getattr(body, "session_epoch", FINAL_EPOCH)
+    if session_id == INVALID_SESSION_ID and epoch == FINAL_EPOCH:
+        results = await _fetch(broker, body, _topics(broker, body, version))
+        pieces, size = encode_fetch_response(version, request.correlation_id, results)
         return RawResponse(pieces, size)
-    topics = _topics(broker, body, version)
+    return await _handle_in_session(broker, request, session_id, epoch)
+
+
+async def _fetch(broker, body, topics) -> list[TopicResult]:
+    """Read `topics`, waiting as the request allows for `min_bytes` to be there."""
     max_bytes = min(getattr(body, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes)
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     max_wait_ms = ms(body.max_wait)
@@ -123,8 +144,82 @@ async def handle(broker, request, connection):
             results, total = _read(broker, topics, max_bytes, read_committed)
             if _has_error(results):
                 break
-    pieces, size = encode_fetch_response(version, request.correlation_id, results)
+    return results
+
+
+# ---------------------------------------------------------------- fetch sessions (KIP-227)
+
+_session_caches: weakref.WeakKeyDictionary[object, FetchSessionCache] = weakref.WeakKeyDictionary()
+
+
+def session_cache(broker) -> FetchSessionCache:
+    """The broker's fetch sessions, made on first use."""
+    cache = _session_caches.get(broker)
+    if cache is None:
+        slots = broker.config.max_incremental_fetch_session_cache_slots
+        cache = FetchSessionCache(slots, broker.clock)
+        _session_caches[broker] = cache
+    return cache
+
+
+async def _handle_in_session(broker, request, session_id: int, epoch: int):
+    body = request.body
+    version = request.api_version
+    uses_topic_ids = version >= TOPIC_IDS_FROM
+    field = "topic_id" if uses_topic_ids else "topic"
+    fetch = [(getattr(ft, field), fp) for ft in body.topics for fp in ft.partitions]
+    forgotten = [(getattr(ft, field), p) for ft in body.forgotten_topics_data
+                 for p in ft.partitions]
+    context = session_cache(broker).new_context(session_id, epoch, fetch, forgotten, uses_topic_ids)
+    if context.error_code:
+        pieces, size = encode_fetch_response(version, request.correlation_id, [],
+                                             error_code=context.error_code)
+        return RawResponse(pieces, size)
+    topics = _session_topics(broker, context.partitions, uses_topic_ids)
+    results = await _fetch(broker, body, topics)
+    done = context.complete([pr for tr in results for pr in tr.partitions])
+    if done.error_code:
+        results = []
+    elif done.include is not None:
+        results = _select(results, done.include)
+    pieces, size = encode_fetch_response(version, request.correlation_id, results,
+                                         error_code=done.error_code, session_id=done.session_id)
     return RawResponse(pieces, size)
+
+
+def _session_topics(broker, partitions, uses_topic_ids: bool):
+    """(topic key, partition) pairs in order as `_read`'s topics: each run of one topic is one
+    topic of the response, so a topic may come more than once, as in Kafka's responses."""
+    out = []
+    last = object()
+    for key, fp in partitions:
+        if key != last:
+            last = key
+            if uses_topic_ids:
+                tm = broker.metadata.by_id.get(key)
+                if tm is None:
+                    out.append((None, key, [], ErrorCode.unknown_topic_id))
+                else:
+                    out.append((tm.name, key, [], None))
+            else:
+                out.append((key, None, [], None))
+        out[-1][2].append(fp)
+    return out
+
+
+def _select(results: list[TopicResult], include: list[bool]) -> list[TopicResult]:
+    out = []
+    i = 0
+    for tr in results:
+        kept = []
+        for pr in tr.partitions:
+            if include[i]:
+                kept.append(pr)
+            i += 1
+        if kept:
+            tr.partitions = kept
+            out.append(tr)
+    return out
 
 
 def _has_error(results: list[TopicResult]) -> bool:
