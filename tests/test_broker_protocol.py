@@ -206,7 +206,7 @@ def test_fetch_out_of_range_and_by_topic_id(client):
     assert p.records  # the batch holding offset 1
 
 
-def test_fetch_session_requests_are_declined(client):
+def test_fetch_with_an_unknown_session_id(client):
     m = req_mod(1, 12)
     body = fetch_request("fr", {0: 0})
     from dataclasses import replace

@@ -9,6 +9,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..storage.config import LogConfig
 from ..storage.manager import LogManager
 from .config import BrokerConfig, Listener
+from .fetch_session import FetchSessionCache
 from .handlers import registry
 from .metadata import (
     PASSIVE_TOPIC_KEYS,
@@ -35,6 +36,7 @@ class Broker:
         self.supported_versions = {k: (a.min_version, a.max_version) for k, a in self.apis.items()}
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.log_manager: LogManager | None = None
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, clock)
 
     # ------------------------------------------------------------ lifecycle
 

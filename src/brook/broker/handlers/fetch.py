@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 
 from kio.schema.errors import ErrorCode
 
@@ -27,7 +26,7 @@ from ...protocol.fetch_response import (
 )
 from ...storage.errors import OffsetOutOfRangeError
 from ..errors import error_code_for
-from ..fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache
+from ..fetch_session import FINAL_EPOCH, INVALID_SESSION_ID
 from . import Api, RawResponse
 from .common import ms
 
@@ -149,19 +148,6 @@ async def _fetch(broker, body, topics) -> list[TopicResult]:
 
 # ---------------------------------------------------------------- fetch sessions (KIP-227)
 
-_session_caches: weakref.WeakKeyDictionary[object, FetchSessionCache] = weakref.WeakKeyDictionary()
-
-
-def session_cache(broker) -> FetchSessionCache:
-    """The broker's fetch sessions, made on first use."""
-    cache = _session_caches.get(broker)
-    if cache is None:
-        slots = broker.config.max_incremental_fetch_session_cache_slots
-        cache = FetchSessionCache(slots, broker.clock)
-        _session_caches[broker] = cache
-    return cache
-
-
 async def _handle_in_session(broker, request, session_id: int, epoch: int):
     body = request.body
     version = request.api_version
@@ -170,7 +156,7 @@ async def _handle_in_session(broker, request, session_id: int, epoch: int):
     fetch = [(getattr(ft, field), fp) for ft in body.topics for fp in ft.partitions]
     forgotten = [(getattr(ft, field), p) for ft in body.forgotten_topics_data
                  for p in ft.partitions]
-    context = session_cache(broker).new_context(session_id, epoch, fetch, forgotten, uses_topic_ids)
+    context = broker.fetch_sessions.new_context(session_id, epoch, fetch, forgotten, uses_topic_ids)
     if context.error_code:
         pieces, size = encode_fetch_response(version, request.correlation_id, [],
                                              error_code=context.error_code)
