@@ -114,8 +114,11 @@ class LogManager:
                 self._dir_of[tp] = log_dir
             if clean:
                 os.unlink(marker)  # from now on a crash must be recovered
-            log.info("loaded %d logs from %s (%s shutdown)", sum(1 for d in self._dir_of.values() if d == log_dir),
-                     log_dir, "clean" if clean else "unclean")
+            count = sum(1 for d in self._dir_of.values() if d == log_dir)
+            if count:
+                log.info("loaded %d logs from %s (%s shutdown)", count, log_dir, "clean" if clean else "unclean")
+            else:
+                log.info("no logs in %s yet", log_dir)
         self.started = True
 
     def shutdown(self) -> None:
