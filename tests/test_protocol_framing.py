@@ -8,15 +8,46 @@ from hypothesis import given, strategies as st
 from brook.protocol.framing import FrameDecoder, FrameTooLargeError, InvalidFrameError, frame
 
 
-@given(st.lists(st.binary(max_size=200), max_size=10), st.integers(1, 50))
-def test_frames_survive_any_split(payloads, chunk):
+@given(st.lists(st.binary(max_size=200), max_size=10), st.integers(1, 50), st.integers(8, 300))
+def test_frames_survive_any_split(payloads, chunk, buffer_bytes):
+    """Whatever the split, and whether frames fit the shared buffer or get their own."""
     stream = b"".join(frame(p) for p in payloads)
-    dec = FrameDecoder(1000)
+    dec = FrameDecoder(1000, buffer_bytes=buffer_bytes)
     got = []
     for i in range(0, len(stream), chunk):
         got += dec.feed(stream[i:i + chunk])
-    assert got == payloads
+    assert [bytes(f) for f in got] == payloads
     assert dec.buffered == 0
+
+
+@given(st.lists(st.binary(max_size=200), max_size=10), st.lists(st.integers(1, 64), min_size=1),
+       st.integers(8, 300))
+def test_receiving_into_the_decoder(payloads, sizes, buffer_bytes):
+    """The network path: the socket writes into recv_buffer(), at most as much as asked."""
+    stream = memoryview(b"".join(frame(p) for p in payloads))
+    dec = FrameDecoder(1000, buffer_bytes=buffer_bytes)
+    got, i, pos = [], 0, 0
+    while pos < len(stream):
+        target = dec.recv_buffer()
+        assert len(target) > 0
+        n = min(len(target), sizes[i % len(sizes)], len(stream) - pos)
+        target[:n] = stream[pos:pos + n]
+        pos += n
+        i += 1
+        got += dec.received(n)
+    assert [bytes(f) for f in got] == payloads
+
+
+def test_a_large_frame_is_received_into_a_buffer_of_its_own():
+    dec = FrameDecoder(10_000, buffer_bytes=64)
+    payload = bytes(range(256)) * 10
+    assert dec.feed(frame(payload)[:100]) == []
+    target = dec.recv_buffer()
+    assert len(target) == len(payload) - 96  # exactly the rest of the frame's body
+    rest = frame(payload)[100:]
+    target[:] = rest
+    (got,) = dec.received(len(rest))
+    assert got == payload and isinstance(got, memoryview) and got.readonly
 
 
 def test_oversized_frame_is_refused_on_its_length_alone():

@@ -28,8 +28,6 @@ from .handlers.produce import CloseConnection
 
 log = logging.getLogger(__name__)
 
-RECV_BYTES = 256 * 1024
-
 
 class Connection:
     def __init__(self, broker, sock: socket.socket, peer: str, listener_name: str) -> None:
@@ -46,16 +44,14 @@ class Connection:
 
     async def run(self) -> None:
         decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
-        buf = bytearray(RECV_BYTES)
-        view = memoryview(buf)
         recv_into = self.loop.sock_recv_into
         try:
             while True:
-                n = await recv_into(self.sock, buf)
+                n = await recv_into(self.sock, decoder.recv_buffer())
                 if n == 0:
                     return
                 self.last_active = self.loop.time()
-                for frame in decoder.feed(view[:n]):
+                for frame in decoder.received(n):
                     self.busy = True
                     try:
                         if not await self._handle(frame):
