@@ -1,0 +1,1 @@
+"""Group coordination and offset management on the __consumer_offsets topic (sans-I/O)."""
