@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import socket
 import struct
 import threading
 import time
@@ -282,3 +283,22 @@ def test_describe_cluster(client):
                                endpoint_type=1))
     assert resp.error_code == ErrorCode.none and len(resp.cluster_id) == 22
     assert [b.broker_id for b in resp.brokers] == [resp.controller_id]
+
+
+def test_a_client_that_stops_reading_blocks_only_itself(broker, client):
+    """A consumer whose socket buffers are full holds up its own connection, nobody else's."""
+    create_topic(client, "slow", 1, configs=[("max.message.bytes", str(2 << 20))])
+    chunk = batch(8, value=b"s" * (200 * 1024))  # ~1.6 MiB per batch
+    for _ in range(10):
+        assert produce(client, "slow", {0: chunk})[0].error_code == ErrorCode.none
+    with WireClient(broker.bootstrap) as slow:
+        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        for _ in range(5):  # ~80 MiB of responses that are never read
+            slow.send(fetch_request("slow", {0: 0}, partition_max_bytes=16 << 20))
+        time.sleep(0.5)
+        start = time.monotonic()
+        for i in range(20):
+            assert produce(client, "slow", {0: batch(1)})[0].error_code == ErrorCode.none
+            got = client.request(fetch_request("slow", {0: 0}, partition_max_bytes=1024))
+            assert got.responses[0].partitions[0].error_code == ErrorCode.none
+        assert time.monotonic() - start < 5
