@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 import types
@@ -369,7 +370,7 @@ def test_from_metadata_value():
 
 
 def test_from_metadata_value_keeps_the_stored_leader():
-    value = GroupMetadataValue(**{**STORED.__dict__, "leader": "b-1"})
+    value = dataclasses.replace(STORED, leader="b-1")
     assert ClassicGroup.from_metadata_value("g", value, NOW).leader_id == "b-1"
 
 

@@ -1,0 +1,428 @@
+"""The classic group coordinator core, driven by a fake clock: exact records and replies."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from kio.schema.errors import ErrorCode as E
+
+from brook.clock import FakeClock
+from brook.coordinator.classic import (
+    ClassicGroupCoordinator,
+    Completion,
+    GroupConfig,
+    Heartbeat,
+    HeartbeatResponse,
+    JoinedMember,
+    JoinGroup,
+    JoinGroupResponse,
+    LeaveGroup,
+    LeavingMember,
+    Record,
+    SyncGroup,
+    SyncGroupResponse,
+)
+from brook.coordinator.group import GroupState as S
+from brook.coordinator.records import GroupMetadataKey, GroupMetadataValue, MemberMetadata
+
+PROTOS = (("range", b"sub"),)
+
+
+class Harness:
+    """The runtime's part, in miniature: append (to a list), replay, then complete."""
+
+    def __init__(self, **config):
+        self.clock = FakeClock(0)
+        ids = itertools.count(1)
+        self.core = ClassicGroupCoordinator(
+            GroupConfig(**{"initial_rebalance_delay_ms": 0, **config}),
+            new_member_id=lambda client, instance: f"{instance or client}-{next(ids)}",
+        )
+        self.log: list[Record] = []
+        self.replies: dict[str, object] = {}
+
+    def _run(self, result):
+        now = self.clock.milliseconds()
+        for record in result.records:
+            self.log.append(record)
+            self.core.replay(record.key, record.value, now)
+        for c in result.completions:
+            self.replies[c.key] = c.response
+        return result
+
+    def join(self, member_id="", client="c", protocols=PROTOS, session=10_000, rebalance=30_000,
+             instance=None, ptype="consumer", version=9):
+        return self._run(self.core.join_group(
+            JoinGroup("g", member_id, ptype, protocols, session, rebalance, instance, client,
+                      "/h", version),
+            self.clock.milliseconds()))
+
+    def sync(self, member_id, generation, assignments=(), instance=None):
+        return self._run(self.core.sync_group(
+            SyncGroup("g", member_id, generation, tuple(assignments), instance),
+            self.clock.milliseconds()))
+
+    def heartbeat(self, member_id, generation, instance=None):
+        return self._run(self.core.heartbeat(
+            Heartbeat("g", member_id, generation, instance), self.clock.milliseconds()))
+
+    def leave(self, *members):
+        return self._run(self.core.leave_group(
+            LeaveGroup("g", tuple(LeavingMember(*m) for m in members)),
+            self.clock.milliseconds()))
+
+    def advance(self, ms):
+        self.clock.advance(ms)
+        return self._run(self.core.poll(self.clock.milliseconds()))
+
+    @property
+    def group(self):
+        return self.core.groups["g"]
+
+    def join_new(self, client="c", **kw):
+        """KIP-394: the first join gets a member id, the second joins with it."""
+        first = self.join(client=client, **kw)
+        assert first.response.error is E.member_id_required
+        return self.join(member_id=first.response.member_id, client=client, **kw)
+
+    def stable(self, *clients):
+        """A stable group of these clients' members (generation 1, assignment b"<member>")."""
+        ids = [self.join(client=c).response.member_id for c in clients]
+        for c, member_id in zip(clients, ids):
+            self.join(member_id=member_id, client=c)
+        members = list(self.group.members)
+        assert members == ids and self.group.generation == 1
+        self.sync(members[0], self.group.generation, [(m, m.encode()) for m in members])
+        for m in members[1:]:
+            self.sync(m, self.group.generation)
+        assert self.group.state is S.STABLE
+        return members
+
+
+def stored(generation, leader, members, protocol="range", ts=0):
+    return Record(
+        GroupMetadataKey("g"),
+        GroupMetadataValue("consumer", generation, protocol, leader, ts, tuple(members)),
+    )
+
+
+def mm(member_id, assignment, client="c", session=10_000, rebalance=30_000, instance=None):
+    return MemberMetadata(member_id, instance, client, "/h", rebalance, session, b"sub", assignment)
+
+
+# --- JoinGroup ------------------------------------------------------------------------------------
+
+
+def test_first_join_without_member_id_gets_member_id_required():
+    h = Harness()
+    r = h.join(client="a")
+    assert r.response == JoinGroupResponse(E.member_id_required, member_id="a-1")
+    assert r.records == [] and h.group.pending_members == {"a-1"}
+    assert h.group.state is S.EMPTY and not h.group.members
+
+
+def test_old_versions_join_at_once_without_member_id_required():
+    h = Harness()
+    r = h.join(client="a", version=3)
+    assert r.parked == "join-g-a-1"
+    assert h.replies["join-g-a-1"].error is E.none
+
+
+def test_single_member_join_completes_with_itself_as_leader():
+    h = Harness()
+    r = h.join_new("a")
+    assert r.response is None and r.parked == "join-g-a-1" and r.records == []
+    assert r.completions == [
+        Completion(
+            "join-g-a-1",
+            JoinGroupResponse(E.none, "a-1", 1, "consumer", "range", "a-1",
+                              (JoinedMember("a-1", None, b"sub"),)),
+        )
+    ]
+    assert h.group.state is S.COMPLETING_REBALANCE
+
+
+def test_join_with_unknown_member_id():
+    h = Harness()
+    assert h.join(member_id="nobody").response.error is E.unknown_member_id
+    h.join_new("a")
+    assert h.join(member_id="nobody").response.error is E.unknown_member_id
+
+
+@pytest.mark.parametrize("session", [5_999, 1_800_001])
+def test_session_timeout_out_of_bounds(session):
+    h = Harness()
+    assert h.join(session=session).response.error is E.invalid_session_timeout
+    assert "g" not in h.core.groups
+
+
+def test_session_timeout_bounds_are_inclusive():
+    h = Harness()
+    assert h.join(session=6_000).response.error is E.member_id_required
+    assert h.join(session=1_800_000).response.error is E.member_id_required
+
+
+def test_protocol_type_and_protocols_must_match_the_group():
+    h = Harness()
+    h.join_new("a")
+    assert h.join(ptype="connect").response.error is E.inconsistent_group_protocol
+    assert h.join(protocols=(("sticky", b""),)).response.error is E.inconsistent_group_protocol
+    assert h.join(protocols=()).response.error is E.inconsistent_group_protocol
+
+
+def test_group_max_size():
+    h = Harness(max_size=2)
+    h.join_new("a")
+    assert h.join(client="b").response.error is E.member_id_required
+    assert h.join(client="c").response.error is E.group_max_size_reached
+    # the handed-out id is still welcome
+    assert h.join(member_id="b-2", client="b").parked == "join-g-b-2"
+
+
+def test_second_member_starts_a_rebalance_that_completes_when_all_rejoined():
+    h = Harness()
+    [a] = h.stable("a")
+    r = h.join_new("b")
+    assert r.parked == "join-g-b-2" and r.completions == []
+    assert h.group.state is S.PREPARING_REBALANCE
+    r = h.join(member_id=a, client="a")
+    assert [c.key for c in r.completions] == ["join-g-a-1", "join-g-b-2"]
+    leader, follower = (c.response for c in r.completions)
+    assert leader.generation == follower.generation == 2 and leader.leader == "a-1"
+    assert [m.member_id for m in leader.members] == ["a-1", "b-2"] and follower.members == ()
+    assert h.group.state is S.COMPLETING_REBALANCE
+
+
+def test_rebalance_timeout_removes_members_that_did_not_rejoin():
+    h = Harness()
+    a, b = h.stable("a", "b")
+    h.join(member_id=b, client="b", protocols=(("range", b"new"),), rebalance=20_000)
+    assert h.group.state is S.PREPARING_REBALANCE
+    for _ in range(3):  # a heartbeats (and is told to rejoin) but does not rejoin
+        assert h.advance(9_000).completions == []
+        assert h.heartbeat(a, 1).response.error is E.rebalance_in_progress
+    assert h.advance(2_999).completions == []
+    r = h.advance(1)
+    # the rebalance timeout is the group's longest (a's 30 s); a never rejoined: gone, b leads
+    assert [c.key for c in r.completions] == [f"join-g-{b}"]
+    assert r.completions[0].response.leader == b and r.completions[0].response.generation == 2
+    assert list(h.group.members) == [b]
+
+
+def test_initial_rebalance_delay_waits_for_more_members():
+    h = Harness(initial_rebalance_delay_ms=3_000)
+    h.join_new("a")
+    assert h.group.state is S.PREPARING_REBALANCE and h.replies == {}
+    h.advance(2_000)
+    h.join_new("b")
+    assert h.advance(1_000).completions == []  # b joined during the delay: another one
+    r = h.advance(3_000)
+    assert sorted(c.key for c in r.completions) == ["join-g-a-1", "join-g-b-2"]
+    assert h.group.generation == 1
+
+
+def test_initial_rebalance_delay_ends_with_the_delay_when_nobody_else_joins():
+    h = Harness(initial_rebalance_delay_ms=3_000)
+    h.join_new("a")
+    assert h.advance(2_999).completions == []
+    assert [c.key for c in h.advance(1).completions] == ["join-g-a-1"]
+
+
+def test_follower_rejoining_unchanged_in_stable_gets_the_current_generation():
+    h = Harness()
+    a, b = h.stable("a", "b")
+    r = h.join(member_id=b, client="b")
+    assert r.response == JoinGroupResponse(E.none, b, 1, "consumer", "range", a, ())
+    assert h.group.state is S.STABLE
+
+
+def test_leader_rejoining_in_stable_starts_a_rebalance():
+    h = Harness()
+    a, b = h.stable("a", "b")
+    assert h.join(member_id=a, client="a").parked == f"join-g-{a}"
+    assert h.group.state is S.PREPARING_REBALANCE
+
+
+# --- SyncGroup ------------------------------------------------------------------------------------
+
+
+def test_leader_sync_writes_group_metadata_then_answers_everyone():
+    h = Harness()
+    h.join_new("a")
+    h.join_new("b")
+    h.join(member_id="a-1", client="a")  # completes generation 2
+    assert h.group.generation == 2
+    r = h.sync("b-2", 2)
+    assert r.parked == "sync-g-b-2" and r.records == [] and r.completions == []
+    r = h.sync("a-1", 2, [("a-1", b"A"), ("b-2", b"B")])
+    assert r.records == [stored(2, "a-1", [mm("a-1", b"A", "a"), mm("b-2", b"B", "b")])]
+    assert r.completions == [
+        Completion("sync-g-a-1", SyncGroupResponse(E.none, b"A", "consumer", "range")),
+        Completion("sync-g-b-2", SyncGroupResponse(E.none, b"B", "consumer", "range")),
+    ]
+    assert h.group.state is S.STABLE
+    assert h.group.member("b-2").assignment == b"B"
+
+
+def test_members_left_out_of_the_assignment_get_an_empty_one():
+    h = Harness()
+    h.join_new("a")
+    r = h.sync("a-1", 1, [])
+    assert r.records == [stored(1, "a-1", [mm("a-1", b"", "a")])]
+
+
+def test_sync_in_stable_returns_the_current_assignment():
+    h = Harness()
+    a, b = h.stable("a", "b")
+    assert h.sync(b, 1).response == SyncGroupResponse(E.none, b.encode(), "consumer", "range")
+
+
+def test_sync_errors():
+    h = Harness()
+    assert h.sync("x", 0).response.error is E.unknown_member_id
+    a, b = h.stable("a", "b")
+    assert h.sync("x", 1).response.error is E.unknown_member_id
+    assert h.sync(a, 7).response.error is E.illegal_generation
+    h.join_new("c")
+    assert h.sync(a, 1).response.error is E.rebalance_in_progress
+
+
+def test_a_rebalance_fails_parked_syncs_with_rebalance_in_progress():
+    h = Harness()
+    h.join_new("a")
+    h.join_new("b")
+    h.join(member_id="a-1", client="a")
+    h.sync("b-2", 2)
+    r = h.join_new("c")
+    assert r.completions == [
+        Completion("sync-g-b-2", SyncGroupResponse(E.rebalance_in_progress))
+    ]
+    assert h.group.state is S.PREPARING_REBALANCE
+
+
+# --- Heartbeat and session expiry -----------------------------------------------------------------
+
+
+def test_heartbeat_answers():
+    h = Harness()
+    assert h.heartbeat("x", 0).response == HeartbeatResponse(E.unknown_member_id)
+    a, b = h.stable("a", "b")
+    assert h.heartbeat(a, 1).response == HeartbeatResponse(E.none)
+    assert h.heartbeat(a, 0).response == HeartbeatResponse(E.illegal_generation)
+    assert h.heartbeat("x", 1).response == HeartbeatResponse(E.unknown_member_id)
+    h.join_new("c")
+    assert h.heartbeat(a, 1).response == HeartbeatResponse(E.rebalance_in_progress)
+
+
+def test_session_expiry_removes_the_member_and_rebalances():
+    h = Harness()
+    a, b = h.stable("a", "b")
+    for _ in range(3):
+        assert h.advance(9_000).completions == []
+        h.heartbeat(a, 1)
+    assert list(h.group.members) == [a]  # b's session ran out at 10 s
+    # a alone was still awaited: its rejoin completes the rebalance
+    assert h.group.state is S.PREPARING_REBALANCE
+    r = h.join(member_id=a, client="a")
+    assert [c.key for c in r.completions] == [f"join-g-{a}"] and h.group.generation == 2
+
+
+def test_heartbeat_timer_key_is_per_member():
+    h = Harness()
+    a, b = h.stable("a", "b")
+    assert {f"heartbeat-g-{a}", f"heartbeat-g-{b}"} <= h.core.timers.keys()
+
+
+def test_last_member_expiring_leaves_an_empty_group_and_writes_it():
+    h = Harness()
+    [a] = h.stable("a")
+    r = h.advance(10_000)
+    assert r.records == [
+        Record(GroupMetadataKey("g"), GroupMetadataValue("consumer", 2, None, None, 10_000, ()))
+    ]
+    assert h.group.state is S.EMPTY and h.group.generation == 2
+
+
+def test_unused_member_id_required_expires():
+    h = Harness(initial_rebalance_delay_ms=0)
+    [a] = h.stable("a")
+    h.join(client="b")
+    assert h.group.pending_members == {"b-2"}
+    h.heartbeat(a, 1)
+    h.advance(9_999)
+    h.heartbeat(a, 1)
+    h.advance(1)
+    assert h.group.pending_members == set()
+
+
+# --- LeaveGroup -----------------------------------------------------------------------------------
+
+
+def test_leave_removes_the_member_and_rebalances():
+    h = Harness()
+    a, b = h.stable("a", "b")
+    r = h.leave((b,), ("x",))
+    assert r.response.members == ((b, None, E.none), ("x", None, E.unknown_member_id))
+    assert list(h.group.members) == [a] and h.group.state is S.PREPARING_REBALANCE
+    assert f"heartbeat-g-{b}" not in h.core.timers.keys()
+
+
+def test_leader_leaving_mid_sync():
+    h = Harness()
+    h.join_new("a")
+    h.join_new("b")
+    h.join(member_id="a-1", client="a")
+    h.sync("b-2", 2)
+    r = h.leave(("a-1",))
+    assert r.completions == [
+        Completion("sync-g-b-2", SyncGroupResponse(E.rebalance_in_progress))
+    ]
+    assert h.group.leader_id == "b-2" and h.group.state is S.PREPARING_REBALANCE
+    r = h.join(member_id="b-2", client="b")
+    assert r.completions[0].response.leader == "b-2" and h.group.generation == 3
+
+
+def test_leave_of_a_static_member_with_another_member_id_is_fenced():
+    h = Harness()
+    h.join(client="s", instance="i")
+    assert h.leave(("other", "i")).response.members == (("other", "i", E.fenced_instance_id),)
+
+
+def test_leave_of_unknown_group():
+    assert Harness().leave(("x",)).response.error is E.unknown_member_id
+
+
+def test_everyone_leaving_empties_the_group():
+    h = Harness()
+    a, b = h.stable("a", "b")
+    r = h.leave((a,), (b,))
+    assert r.records == [
+        Record(GroupMetadataKey("g"), GroupMetadataValue("consumer", 2, None, None, 0, ()))
+    ]
+    assert h.group.state is S.EMPTY
+
+
+# --- replay ---------------------------------------------------------------------------------------
+
+
+def test_replaying_the_log_gives_the_same_group():
+    h = Harness()
+    h.stable("a", "b")
+    loaded = ClassicGroupCoordinator()
+    for record in h.log:
+        loaded.replay(record.key, record.value, 99)
+    g, live = loaded.groups["g"], h.group
+    assert g.state is S.STABLE
+    assert (g.generation, g.protocol) == (live.generation, live.protocol)
+    assert g.leader_id == live.leader_id
+    assert {m: x.assignment for m, x in g.members.items()} == {
+        m: x.assignment for m, x in live.members.items()
+    }
+
+
+def test_a_tombstone_removes_the_group():
+    core = ClassicGroupCoordinator()
+    core.replay(GroupMetadataKey("g"), GroupMetadataValue("", 1, None, None, 0, ()), 0)
+    core.replay(GroupMetadataKey("g"), None, 1)
+    assert core.groups == {}
