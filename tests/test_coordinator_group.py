@@ -4,56 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import sys
-import types
-from dataclasses import dataclass
 
 import pytest
+from kio.schema.errors import ErrorCode
 
-try:
-    import brook.coordinator.records  # noqa: F401
-except ModuleNotFoundError:  # pragma: no cover - until records.py lands: its announced API
-    _records = types.ModuleType("brook.coordinator.records")
-
-    @dataclass(frozen=True)
-    class MemberMetadata:
-        member_id: str
-        group_instance_id: str | None
-        client_id: str
-        client_host: str
-        rebalance_timeout: int
-        session_timeout: int
-        subscription: bytes
-        assignment: bytes
-
-    @dataclass(frozen=True)
-    class GroupMetadataValue:
-        protocol_type: str
-        generation: int
-        protocol: str | None
-        leader: str | None
-        current_state_timestamp: int
-        members: tuple[MemberMetadata, ...]
-
-    @dataclass(frozen=True)
-    class GroupMetadataKey:
-        group: str
-
-    _records.MemberMetadata = MemberMetadata
-    _records.GroupMetadataValue = GroupMetadataValue
-    _records.GroupMetadataKey = GroupMetadataKey
-    sys.modules["brook.coordinator.records"] = _records
-
-from kio.schema.errors import ErrorCode  # noqa: E402
-
-from brook.coordinator.group import (  # noqa: E402
+from brook.coordinator.group import (
     VALID_PREVIOUS_STATES,
     ClassicGroup,
     GroupMember,
     GroupState,
     IllegalStateTransition,
 )
-from brook.coordinator.records import GroupMetadataValue, MemberMetadata  # noqa: E402
+from brook.coordinator.records import GroupMetadataValue, MemberMetadata
 
 S = GroupState
 NOW = 1_700_000_000_000
