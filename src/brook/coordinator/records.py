@@ -59,6 +59,10 @@ OFFSET_COMMIT_VALUE_WRITE_VERSION = 3
 OFFSET_COMMIT_VALUE_WITH_EXPIRY_VERSION = 1
 GROUP_METADATA_VALUE_WRITE_VERSION = 3
 
+# Values are flexible from version 4 on. Since KIP-915 Kafka only adds tagged fields to them,
+# so that an older reader can read a newer value: its readers take any version above the highest
+# they know with the layout of the highest (unknown tags skipped), and so do brook's. A negative
+# version is corrupt (Kafka's classic coordinator rejected it too).
 _FLEXIBLE_VALUE_VERSION = 4
 _MAX_STRING_LENGTH = 0x7FFF
 
@@ -449,13 +453,13 @@ def _decode_offset_commit_value(data: bytes, version: int) -> OffsetCommitValue:
             return _offset_commit_value(offset, -1, metadata, commit, expire)
         (commit,) = _unpack_q(data, p)
         return _offset_commit_value(offset, -1, metadata, commit, -1)
-    if version == 4:
+    if version >= 4:  # versions past 4 are read as 4: see _FLEXIBLE_VALUE_VERSION
         offset, epoch = _unpack_qi(data, 2)
         metadata, p = _compact_string(data, 14, "metadata")
         (commit,) = _unpack_q(data, p)
         _skip_tagged_fields(data, p + 8)
         return _offset_commit_value(offset, epoch, metadata, commit, -1)
-    raise _Corrupt(f"unknown version {version}")
+    raise _Corrupt(f"negative version {version}")
 
 
 def _decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
@@ -509,7 +513,7 @@ def _decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
         return GroupMetadataValue(
             protocol_type, generation, protocol, leader, state_ts, tuple(members)
         )
-    if version == 4:
+    if version >= 4:  # versions past 4 are read as 4: see _FLEXIBLE_VALUE_VERSION
         protocol_type, p = _compact_string(data, 2, "protocol_type")
         (generation,) = _unpack_i(data, p)
         protocol, p = _compact_nullable_string(data, p + 4)
@@ -547,7 +551,7 @@ def _decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
         return GroupMetadataValue(
             protocol_type, generation, protocol, leader, state_ts, tuple(members)
         )
-    raise _Corrupt(f"unknown version {version}")
+    raise _Corrupt(f"negative version {version}")
 
 
 def _take(data: bytes, p: int, n: int, name: str) -> tuple[bytes, int]:
