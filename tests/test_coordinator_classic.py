@@ -426,3 +426,124 @@ def test_a_tombstone_removes_the_group():
     core.replay(GroupMetadataKey("g"), GroupMetadataValue("", 1, None, None, 0, ()), 0)
     core.replay(GroupMetadataKey("g"), None, 1)
     assert core.groups == {}
+
+
+# --- the sync deadline ----------------------------------------------------------------------------
+
+
+def two_joined(h):
+    """a-1 and b-2 through the join phase of generation 2 (CompletingRebalance at t=0)."""
+    h.join_new("a")
+    h.join_new("b")
+    h.join(member_id="a-1", client="a")
+    assert h.group.state is S.COMPLETING_REBALANCE and h.group.generation == 2
+
+
+def test_members_that_send_no_sync_within_the_rebalance_timeout_are_removed():
+    h = Harness()
+    two_joined(h)
+    assert h.core.timers.deadline("sync-g") == 30_000
+    h.sync("a-1", 2, [("a-1", b"A"), ("b-2", b"B")])  # the leader: Stable, b still to sync
+    assert h.group.state is S.STABLE and h.group.pending_sync == {"b-2"}
+    for _ in range(3):  # both heartbeat, b never syncs
+        h.advance(9_000)
+        h.heartbeat("a-1", 2)
+        h.heartbeat("b-2", 2)
+    assert h.advance(2_999).records == [] and list(h.group.members) == ["a-1", "b-2"]
+    h.advance(1)
+    assert list(h.group.members) == ["a-1"] and h.group.state is S.PREPARING_REBALANCE
+    assert "heartbeat-g-b-2" not in h.core.timers.keys()
+
+
+def test_sync_deadline_while_completing_rebalance_answers_the_parked_syncs():
+    h = Harness()
+    two_joined(h)
+    h.sync("b-2", 2)  # parked; the leader never syncs
+    h.heartbeat("a-1", 2)
+    for _ in range(3):
+        h.advance(9_000)
+        h.heartbeat("a-1", 2)
+    r = h.advance(3_000)
+    assert r.completions == [Completion("sync-g-b-2", SyncGroupResponse(E.rebalance_in_progress))]
+    assert list(h.group.members) == ["b-2"] and h.group.leader_id == "b-2"
+    assert h.group.state is S.PREPARING_REBALANCE
+
+
+def test_all_syncs_received_cancels_the_sync_deadline():
+    h = Harness()
+    two_joined(h)
+    h.sync("b-2", 2)
+    h.sync("a-1", 2, [("a-1", b"A"), ("b-2", b"B")])
+    assert "sync-g" not in h.core.timers.keys()
+
+
+def test_a_rebalance_cancels_the_sync_deadline():
+    h = Harness()
+    two_joined(h)
+    h.join_new("c")
+    assert "sync-g" not in h.core.timers.keys() and h.group.pending_sync == set()
+
+
+def test_a_sync_deadline_of_an_older_generation_does_nothing():
+    h = Harness()
+    two_joined(h)
+    h.join_new("c")  # rebalance
+    h.join(member_id="a-1", client="a")
+    h.join(member_id="b-2", client="b")
+    assert h.group.generation == 3
+    assert h.core._sync_deadline_passed("g", 2, 0).completions == []
+    assert set(h.group.members) == {"a-1", "b-2", "c-3"}
+
+
+# --- a failed append of the leader's assignment -----------------------------------------------------
+
+
+def test_failed_append_of_the_assignment_answers_the_parked_syncs_and_rebalances():
+    h = Harness()
+    two_joined(h)
+    h.sync("b-2", 2)  # parked
+    r = h.core.sync_group(SyncGroup("g", "a-1", 2, (("a-1", b"A"), ("b-2", b"B"))), 0)
+    assert r.records and r.parked == "sync-g-a-1"
+    after = h.core.append_failed(r, E.not_coordinator, 0)
+    assert after.completions == [
+        Completion("sync-g-a-1", SyncGroupResponse(E.not_coordinator)),
+        Completion("sync-g-b-2", SyncGroupResponse(E.not_coordinator)),
+    ]
+    assert h.group.state is S.PREPARING_REBALANCE and h.group.generation == 2
+    assert all(m.assignment == b"" for m in h.group.members.values())
+    # everyone rejoins: the next generation
+    h.join(member_id="a-1", client="a")
+    r = h.join(member_id="b-2", client="b")
+    assert h.group.generation == 3 and h.group.state is S.COMPLETING_REBALANCE
+
+
+def test_a_failed_append_error_is_mapped_as_kafka_does():
+    h = Harness()
+    two_joined(h)
+    r = h.core.sync_group(SyncGroup("g", "a-1", 2, ()), 0)
+    after = h.core.append_failed(r, E.request_timed_out, 0)
+    assert after.completions[0].response.error is E.coordinator_not_available
+
+
+def test_a_failed_append_of_an_empty_groups_metadata_changes_nothing():
+    h = Harness()
+    a, b = h.stable("a", "b")
+    r = h.core.leave_group(LeaveGroup("g", (LeavingMember(a), LeavingMember(b))), 0)
+    assert r.records and h.group.state is S.EMPTY
+    after = h.core.append_failed(r, E.not_coordinator, 0)
+    assert after.completions == [] and after.records == [] and h.group.state is S.EMPTY
+
+
+# --- Dead ---------------------------------------------------------------------------------------
+
+
+def test_a_dead_group_answers_coordinator_not_available():
+    h = Harness()
+    a, b = h.stable("a", "b")
+    h.group.transition_to(S.DEAD, 0)  # e.g. its partition is being unloaded
+    assert h.join(member_id=a, client="a").response.error is E.coordinator_not_available
+    assert h.sync(a, 1).response.error is E.coordinator_not_available
+    assert h.heartbeat(a, 1).response.error is E.coordinator_not_available
+    assert h.leave((a,)).response.error is E.coordinator_not_available
+    assert "COORDINATOR_NOT_AVAILABLE" in S.DEAD.__doc__
+    assert "UNKNOWN_MEMBER_ID" not in S.DEAD.__doc__

@@ -4,7 +4,14 @@ Handlers take a request and ``now`` (from the runtime's injected clock) and retu
 records to append, the response (or None when the reply is parked under ``parked``), and
 completions for replies parked earlier. The runtime appends the records, calls ``replay`` for
 each, and only then sends the response and completions. Timers (``heartbeat-<group>-<member>``,
-``join-<group>``, ``initial-rebalance-<group>``) fire from ``poll(now)`` and return Results too.
+``join-<group>``, ``initial-rebalance-<group>``, ``sync-<group>``) fire from ``poll(now)`` and
+return Results too.
+
+When the append of a Result's records fails, the runtime sends none of its completions, answers
+a direct ``response`` and the parked replies with the append's error (as Kafka fails the
+write), and calls ``append_failed(result, error, now)``: the Result that returns puts the groups
+back on track (a SyncGroup's group rebalances again, a restarted static member's replacement is
+undone) and completes the parked replies with the error Kafka gives.
 
 What is stored (the GroupMetadata record: generation, protocol, leader, members and their
 assignments) changes only in ``replay``; loading a partition replays the same records. The
@@ -14,6 +21,7 @@ soft state kept by the handlers, as in Kafka: it is not stored and is lost with 
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,6 +79,9 @@ class JoinGroupResponse:
     protocol: str | None = None
     leader: str = ""
     members: tuple[JoinedMember, ...] = ()
+    #: JoinGroup v9+: the leader is told not to compute an assignment (a restarted static
+    #: leader rejoining a Stable group with unchanged protocols keeps the current one).
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,6 +184,50 @@ def initial_delay_key(group_id: str) -> str:
     return f"initial-rebalance-{group_id}"
 
 
+def sync_deadline_key(group_id: str) -> str:
+    """The timer that removes members who sent no SyncGroup within the rebalance timeout."""
+    return f"sync-{group_id}"
+
+
+#: The member id a JoinGroup error carries when the member has none (Kafka's UNKNOWN_MEMBER_ID).
+NO_MEMBER_ID = ""
+
+
+def append_error_to_response_error(error: ErrorCode) -> ErrorCode:
+    """What a client is told when storing group metadata failed with ``error`` (Kafka's table:
+    retriable errors that send the client back to FindCoordinator, too-large records as an
+    unknown server error, anything else as it is)."""
+    if error in (
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.not_enough_replicas,
+        ErrorCode.request_timed_out,
+    ):
+        return ErrorCode.coordinator_not_available
+    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if error in (
+        ErrorCode.message_too_large,
+        ErrorCode.record_list_too_large,
+        ErrorCode.invalid_fetch_size,
+    ):
+        return ErrorCode.unknown_server_error
+    return error
+
+
+@dataclass(frozen=True)
+class _StaticReplacement:
+    """A static member's new member id written to the log but not yet known to be stored: what
+    to put back if the append fails."""
+
+    group_instance_id: str
+    old_member_id: str
+    new_member_id: str
+    protocols: Protocols
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    leader_before: str | None
+
+
 def random_member_id(client_id: str, group_instance_id: str | None) -> str:
     return f"{group_instance_id or client_id}-{uuid.uuid4()}"
 
@@ -192,6 +247,8 @@ class ClassicGroupCoordinator:
         # Initial rebalance of an empty group: whether a member joined during the current delay,
         # and how much of the rebalance timeout is left for further delays.
         self._initial: dict[str, tuple[bool, int]] = {}
+        # Static member replacements in a Stable group whose GroupMetadata record is in flight.
+        self._replacements: dict[str, _StaticReplacement] = {}
 
     # --- timers -------------------------------------------------------------------------------
 
@@ -207,6 +264,7 @@ class ClassicGroupCoordinator:
     def replay(self, key: object, value: object | None, now: int) -> None:
         if not isinstance(key, GroupMetadataKey):
             return
+        self._replacements.pop(key.group, None)  # stored: nothing left to revert
         group = self.groups.get(key.group)
         if value is None:
             if group is not None:
@@ -263,6 +321,12 @@ class ClassicGroupCoordinator:
 
     def _join_new_member(self, group: ClassicGroup, request: JoinGroup, now: int) -> Result:
         member_id = self._new_member_id(request.client_id, request.group_instance_id)
+        if member_id in group.members or member_id in group.pending_members:
+            # A clashing id from the generator: never hand out an id that is in use.
+            return self._join_error(request, ErrorCode.unknown_server_error)
+        iid = request.group_instance_id
+        if iid is not None and group.static_member_id(iid) is not None:
+            return self._update_static_member_and_rebalance(group, request, member_id, now)
         if request.group_instance_id is None and request.version >= 4:
             # KIP-394: hand out the id; the member joins again with it.
             group.pending_members.add(member_id)
@@ -277,6 +341,12 @@ class ClassicGroupCoordinator:
     def _join_existing_member(self, group: ClassicGroup, request: JoinGroup, now: int) -> Result:
         member_id = request.member_id
         if member_id in group.pending_members:
+            iid = request.group_instance_id
+            if iid is not None and group.static_member_id(iid) is not None:
+                # Handed out to a dynamic join, now used by a known static instance: a
+                # restart of that instance under this id.
+                group.pending_members.discard(member_id)
+                return self._update_static_member_and_rebalance(group, request, member_id, now)
             return self._add_member_and_rebalance(group, request, member_id, now)
         error = group.validate_member(member_id, request.group_instance_id)
         if error is not ErrorCode.none:
@@ -319,6 +389,61 @@ class ClassicGroupCoordinator:
         result = Result(parked=join_key(group.group_id, member_id))
         return result.merge(self._prepare_rebalance_or_complete_join(group, now))
 
+    def _update_static_member_and_rebalance(
+        self, group: ClassicGroup, request: JoinGroup, new_member_id: str, now: int
+    ) -> Result:
+        """A static member rejoined without its member id (it restarted): the new id takes the
+        old one's place and the old one is fenced. In a Stable group whose protocol would not
+        change, no rebalance: the group is stored again with the new id and the member gets the
+        current generation; otherwise the group rebalances (or goes on with the one under way)."""
+        gid, iid = group.group_id, request.group_instance_id
+        assert iid is not None
+        old_member_id = group.static_member_id(iid)
+        assert old_member_id is not None
+        result = Result(parked=join_key(gid, new_member_id))
+        old = group.member(old_member_id)
+        if old.awaiting_join:
+            result.completions.append(
+                Completion(
+                    join_key(gid, old_member_id),
+                    JoinGroupResponse(error=ErrorCode.fenced_instance_id, member_id=old_member_id),
+                )
+            )
+        if old.awaiting_sync:
+            result.completions.append(
+                Completion(sync_key(gid, old_member_id), SyncGroupResponse(ErrorCode.fenced_instance_id))
+            )
+        leader_before = group.leader_id
+        saved = (old.protocols, old.rebalance_timeout_ms, old.session_timeout_ms)
+        self.timers.cancel(heartbeat_key(gid, old_member_id))
+        member = group.replace_static_member(iid, old_member_id, new_member_id)
+        group.update_member(
+            member, request.protocols, request.rebalance_timeout_ms, request.session_timeout_ms
+        )
+        self._schedule_heartbeat(group, member, now)
+        if group.is_in(S.STABLE) and group.select_protocol() == group.protocol:
+            self._replacements[gid] = _StaticReplacement(
+                iid, old_member_id, new_member_id, *saved, leader_before
+            )
+            result.records.append(Record(GroupMetadataKey(gid), group.to_metadata_value()))
+            if request.version >= 9:
+                is_leader = group.is_leader(new_member_id)
+                response = self._join_response(group, new_member_id)
+                response = dataclasses.replace(response, skip_assignment=is_leader)
+            else:
+                # Older clients are told the old leader id: a restarted leader must not assign.
+                response = dataclasses.replace(
+                    self._join_response(group, new_member_id),
+                    members=(),
+                    leader=leader_before or "",
+                )
+            result.completions.append(Completion(result.parked, response))
+            return result
+        member.awaiting_join = True
+        if group.is_in(S.STABLE, S.COMPLETING_REBALANCE):
+            return result.merge(self._prepare_rebalance(group, now))
+        return result.merge(self._maybe_complete_join(group, now))
+
     def _update_member_and_rebalance(
         self, group: ClassicGroup, member: GroupMember, request: JoinGroup, now: int
     ) -> Result:
@@ -339,6 +464,8 @@ class ClassicGroupCoordinator:
         if group.is_in(S.COMPLETING_REBALANCE):
             result.completions += self._fail_parked_syncs(group, ErrorCode.rebalance_in_progress)
         gid = group.group_id
+        group.pending_sync.clear()
+        self.timers.cancel(sync_deadline_key(gid))
         initial = group.is_in(S.EMPTY)
         group.transition_to(S.PREPARING_REBALANCE, now)
         if initial and self.config.initial_rebalance_delay_ms > 0:
@@ -399,17 +526,64 @@ class ClassicGroupCoordinator:
             return Result(records=[Record(key, group.to_metadata_value({}))])
         result = Result()
         for member in group.members.values():
-            result.completions.append(
-                Completion(
-                    join_key(group_id, member.member_id),
-                    self._join_response(group, member.member_id),
+            if member.awaiting_join:  # a static member that did not rejoin has nothing parked
+                result.completions.append(
+                    Completion(
+                        join_key(group_id, member.member_id),
+                        self._join_response(group, member.member_id),
+                    )
                 )
-            )
             member.awaiting_join = False
             member.is_new = False
             group.pending_sync.add(member.member_id)
             self._schedule_heartbeat(group, member, now)
+        generation = group.generation
+        self.timers.schedule(
+            sync_deadline_key(group_id),
+            now + group.rebalance_timeout_ms(),
+            lambda t: self._sync_deadline_passed(group_id, generation, t),
+        )
         return result
+
+    def _sync_deadline_passed(self, group_id: str, generation: int, now: int) -> Result:
+        """The rebalance timeout since the join phase ended has passed: members of that
+        generation that have not sent SyncGroup are removed and the group rebalances."""
+        group = self.groups.get(group_id)
+        if (
+            group is None
+            or group.generation != generation
+            or not group.is_in(S.COMPLETING_REBALANCE, S.STABLE)
+            or not group.pending_sync
+        ):
+            return Result()
+        result = Result()
+        for member_id in list(group.pending_sync):
+            if group.has_member(member_id):
+                result.completions += self._fence_parked(group, member_id)
+                group.remove(member_id)
+            self.timers.cancel(heartbeat_key(group_id, member_id))
+        return result.merge(self._prepare_rebalance(group, now))
+
+    def _fence_parked(self, group: ClassicGroup, member_id: str) -> list[Completion]:
+        """UNKNOWN_MEMBER_ID for a member's parked replies, as it is about to be removed."""
+        member = group.member(member_id)
+        completions = []
+        if member.awaiting_join:
+            completions.append(
+                Completion(
+                    join_key(group.group_id, member_id),
+                    JoinGroupResponse(error=ErrorCode.unknown_member_id, member_id=member_id),
+                )
+            )
+        if member.awaiting_sync:
+            completions.append(
+                Completion(
+                    sync_key(group.group_id, member_id),
+                    SyncGroupResponse(error=ErrorCode.unknown_member_id),
+                )
+            )
+        member.awaiting_join = member.awaiting_sync = False
+        return completions
 
     def _join_response(self, group: ClassicGroup, member_id: str) -> JoinGroupResponse:
         members: tuple[JoinedMember, ...] = ()
@@ -450,6 +624,8 @@ class ClassicGroupCoordinator:
             return self._sync_error(ErrorCode.rebalance_in_progress)
         member = group.member(request.member_id)
         group.pending_sync.discard(request.member_id)
+        if not group.pending_sync:
+            self.timers.cancel(sync_deadline_key(group.group_id))
         if group.is_in(S.STABLE):
             return Result(response=self._sync_response(group, member.assignment))
         # CompletingRebalance: park; the leader's assignment completes everyone.
@@ -490,7 +666,6 @@ class ClassicGroupCoordinator:
                 completions.append(
                     Completion(sync_key(group.group_id, mid), SyncGroupResponse(error=error))
                 )
-        group.pending_sync.clear()
         return completions
 
     # --- Heartbeat ----------------------------------------------------------------------------
@@ -545,22 +720,7 @@ class ClassicGroupCoordinator:
         return self._remove_member_and_rebalance(group, member_id, now)
 
     def _remove_member_and_rebalance(self, group: ClassicGroup, member_id: str, now: int) -> Result:
-        result = Result()
-        member = group.member(member_id)
-        if member.awaiting_join:
-            result.completions.append(
-                Completion(
-                    join_key(group.group_id, member_id),
-                    JoinGroupResponse(error=ErrorCode.unknown_member_id, member_id=member_id),
-                )
-            )
-        if member.awaiting_sync:
-            result.completions.append(
-                Completion(
-                    sync_key(group.group_id, member_id),
-                    SyncGroupResponse(error=ErrorCode.unknown_member_id),
-                )
-            )
+        result = Result(completions=self._fence_parked(group, member_id))
         group.remove(member_id)
         self.timers.cancel(heartbeat_key(group.group_id, member_id))
         if group.is_in(S.STABLE, S.COMPLETING_REBALANCE):
@@ -581,19 +741,92 @@ class ClassicGroupCoordinator:
         answers = []
         for leaving in request.members:
             mid, iid = leaving.member_id, leaving.group_instance_id
-            if iid is not None and group.is_static_member_fenced(iid, mid):
-                answers.append((mid, iid, ErrorCode.fenced_instance_id))
-            elif iid is None and mid in group.pending_members:
+            if mid == NO_MEMBER_ID:
+                # An administrative removal of a static member by its group.instance.id.
+                current = group.static_member_id(iid) if iid is not None else None
+                if current is None or not group.has_member(current):
+                    answers.append((mid, iid, ErrorCode.unknown_member_id))
+                    continue
+                answers.append((mid, iid, ErrorCode.none))
+                result.merge(self._remove_member_and_rebalance(group, current, now))
+            elif mid in group.pending_members:
                 group.pending_members.discard(mid)
                 self.timers.cancel(heartbeat_key(group.group_id, mid))
                 answers.append((mid, iid, ErrorCode.none))
                 result.merge(self._maybe_complete_join(group, now))
             else:
-                mid = group.static_member_id(iid) or mid if iid is not None else mid
-                if not group.has_member(mid):
-                    answers.append((leaving.member_id, iid, ErrorCode.unknown_member_id))
-                    continue
-                answers.append((leaving.member_id, iid, ErrorCode.none))
-                result.merge(self._remove_member_and_rebalance(group, mid, now))
+                error = group.validate_member(mid, iid)
+                answers.append((mid, iid, error))
+                if error is ErrorCode.none:
+                    result.merge(self._remove_member_and_rebalance(group, mid, now))
         result.response = LeaveGroupResponse(ErrorCode.none, tuple(answers))
         return result
+
+    # --- append failures ----------------------------------------------------------------------
+
+    def append_failed(self, result: Result, error: ErrorCode, now: int) -> Result:
+        """The append of ``result.records`` failed with ``error`` (the append's error, or the
+        answer already derived from it: Kafka's mapping is applied, and leaves such an answer
+        as it is); nothing of them was replayed. For each group they are about: parked SyncGroup
+        replies of the generation whose assignment was being stored get that answer and the
+        group rebalances again; a restarted static member's replacement is undone and its
+        JoinGroup gets that answer. A failed write of an Empty group's metadata changes
+        nothing. Returns completions for the parked replies (the runtime may already have
+        failed some of them itself) and any records the rebalance writes."""
+        response_error = append_error_to_response_error(error)
+        values: dict[str, list[GroupMetadataValue]] = {}
+        for record in result.records:
+            if isinstance(record.key, GroupMetadataKey) and isinstance(
+                record.value, GroupMetadataValue
+            ):
+                values.setdefault(record.key.group, []).append(record.value)
+        after = Result()
+        for group_id, written in values.items():
+            after.merge(self._group_append_failed(group_id, written, response_error, now))
+        return after
+
+    def _group_append_failed(
+        self, group_id: str, written: list[GroupMetadataValue], error: ErrorCode, now: int
+    ) -> Result:
+        replacement = self._replacements.pop(group_id, None)
+        group = self.groups.get(group_id)
+        result = Result()
+        if group is None or group.is_in(S.DEAD):
+            return result
+        if (
+            replacement is not None
+            and group.is_in(S.STABLE)
+            and group.static_member_id(replacement.group_instance_id)
+            == replacement.new_member_id
+            and not group.has_member(replacement.old_member_id)
+        ):
+            result.completions.append(self._undo_replacement(group, replacement, error, now))
+        if group.is_in(S.COMPLETING_REBALANCE) and any(
+            v.generation == group.generation for v in written
+        ):
+            for member in group.members.values():
+                member.assignment = b""
+            result.completions += self._fail_parked_syncs(group, error)
+            result.merge(self._prepare_rebalance_or_complete_join(group, now))
+        return result
+
+    def _undo_replacement(
+        self, group: ClassicGroup, r: _StaticReplacement, error: ErrorCode, now: int
+    ) -> Completion:
+        gid = group.group_id
+        member = group.member(r.new_member_id)
+        group.update_member(member, r.protocols, r.rebalance_timeout_ms, r.session_timeout_ms)
+        self.timers.cancel(heartbeat_key(gid, r.new_member_id))
+        old = group.replace_static_member(r.group_instance_id, r.new_member_id, r.old_member_id)
+        self._schedule_heartbeat(group, old, now)
+        return Completion(
+            join_key(gid, r.new_member_id),
+            JoinGroupResponse(
+                error=error,
+                member_id=NO_MEMBER_ID,
+                generation=group.generation,
+                protocol_type=group.protocol_type,
+                protocol=group.protocol,
+                leader=r.leader_before or "",
+            ),
+        )

@@ -55,9 +55,11 @@ class GroupState(enum.Enum):
     COMPLETING_REBALANCE = (
         "CompletingRebalance",
         """The join phase is over and the group waits for the leader's assignment: followers'
-        SyncGroup requests are parked, heartbeats get REBALANCE_IN_PROGRESS. Moves to Stable when
-        the leader's assignment is stored, back to PreparingRebalance when a member joins,
-        changes its metadata, leaves or fails.""",
+        SyncGroup requests are parked, heartbeats are answered normally (members may heartbeat
+        between their JoinGroup and SyncGroup). Members that send no SyncGroup within the
+        rebalance timeout are removed. Moves to Stable when the leader's assignment is stored,
+        back to PreparingRebalance when a member joins, changes its metadata, leaves or fails,
+        or when storing the assignment fails.""",
     )
 
     STABLE = (
@@ -71,7 +73,8 @@ class GroupState(enum.Enum):
     DEAD = (
         "Dead",
         """The group has no members and its metadata is being removed (or its partition moved away).
-        Requests from members get UNKNOWN_MEMBER_ID (offset commits COORDINATOR_NOT_AVAILABLE). A
+        JoinGroup, SyncGroup, Heartbeat, LeaveGroup and offset commits get
+        COORDINATOR_NOT_AVAILABLE, so the client looks the coordinator up again and retries. A
         final state: it leads nowhere but to itself.""",
     )
 
@@ -268,8 +271,13 @@ class ClassicGroup:
         self, group_instance_id: str, old_member_id: str, new_member_id: str
     ) -> GroupMember:
         """A static member came back with a new member id: it takes the old one's place
-        (assignment, leadership) and the old id is gone. Returns the new member."""
-        old = self.members.pop(old_member_id)
+        (assignment, leadership) and the old id is gone. Returns the new
+        member; the old one's parked replies are the coordinator's to fence beforehand."""
+        if self.static_members.get(group_instance_id) != old_member_id:
+            raise ValueError(f"{old_member_id} is not static member {group_instance_id}")
+        if new_member_id in self.members:
+            raise ValueError(f"member {new_member_id} is already in group {self.group_id}")
+        old = self.members[old_member_id]
         new = GroupMember(
             member_id=new_member_id,
             group_instance_id=old.group_instance_id,
@@ -281,6 +289,7 @@ class ClassicGroup:
             protocols=old.protocols,
             assignment=old.assignment,
         )
+        del self.members[old_member_id]
         self.members[new_member_id] = new
         if self.is_leader(old_member_id):
             self.leader_id = new_member_id
