@@ -19,9 +19,10 @@ What brook writes is what Kafka writes: ``OffsetCommitKey`` version 1, ``GroupMe
 version 2, ``OffsetCommitValue`` version 3 (version 1 when the commit carries an explicit
 expire timestamp, which drops the leader epoch as in Kafka) and ``GroupMetadataValue`` version 3.
 
-Decoding is strict where Kafka's readers are (lengths, nulls, versions) and tolerant where they
-are (bytes after the last field are ignored; unknown tagged fields are skipped). One deliberate
-difference: a string that is not valid UTF-8 is rejected, where Java would substitute U+FFFD.
+Decoding is strict where Kafka's readers are (lengths, nulls) and tolerant where they are (bytes
+after the last field are ignored, unknown tagged fields skipped, value versions above 4 read as
+version 4). One deliberate difference: a string that is not valid UTF-8 is rejected, where Java
+would substitute U+FFFD.
 Nothing but ``CorruptOffsetsRecordError`` escapes the decoders on bad bytes.
 """
 
@@ -68,8 +69,8 @@ _MAX_STRING_LENGTH = 0x7FFF
 
 
 class CorruptOffsetsRecordError(Exception):
-    """A key or value of ``__consumer_offsets`` that cannot be decoded: unknown value version,
-    truncated, a null where none is allowed, an impossible length, or invalid UTF-8."""
+    """A key or value of ``__consumer_offsets`` that cannot be decoded: truncated, a negative
+    value version, a null where none is allowed, an impossible length, or invalid UTF-8."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -312,8 +313,8 @@ def _encode_group_metadata_value(v: GroupMetadataValue, version: int | None) -> 
 #
 # Bad bytes surface inside the decoders as struct.error (a fixed-size field runs past the end),
 # UnicodeDecodeError, or _Corrupt raised by the checks below; the public functions turn all of
-# them into CorruptOffsetsRecordError. Slices never raise, so every variable-length read checks
-# its end against the length first.
+# them into CorruptOffsetsRecordError. Slices never raise, so every variable-length read either
+# checks its end against the length or is followed by a fixed-size read that fails past the end.
 
 _unpack_h = _S_H.unpack_from
 _unpack_i = _S_I.unpack_from
