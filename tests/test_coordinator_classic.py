@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import random
 
 import pytest
 from kio.schema.errors import ErrorCode as E
@@ -547,3 +549,198 @@ def test_a_dead_group_answers_coordinator_not_available():
     assert h.leave((a,)).response.error is E.coordinator_not_available
     assert "COORDINATOR_NOT_AVAILABLE" in S.DEAD.__doc__
     assert "UNKNOWN_MEMBER_ID" not in S.DEAD.__doc__
+
+
+# --- a seeded multi-client simulation -------------------------------------------------------------
+
+SIM_PROTOCOLS = [
+    (("range", b"s"),),
+    (("rr", b""), ("range", b"s")),
+    (("range", b"t"), ("rr", b"")),
+    (("rr", b""),),
+]
+SIM_ERRORS = [E.not_coordinator, E.coordinator_not_available, E.unknown_server_error,
+              E.kafka_storage_error, E.request_timed_out]
+
+
+class SimClient:
+    def __init__(self, name, group_id, instance):
+        self.name, self.group_id, self.instance = name, group_id, instance
+        self.member_id, self.generation, self.members = "", -1, ()
+        self.protocols = SIM_PROTOCOLS[0]
+
+
+class Simulation:
+    """Clients that join, sync, heartbeat, leave, restart and misbehave against one core on a
+    fake clock; the runtime's part (append, replay, complete, or fail the append) in miniature."""
+
+    def __init__(self, seed):
+        self.rng = random.Random(seed)
+        self.now = 0
+        ids = itertools.count(1)
+        self.core = ClassicGroupCoordinator(
+            GroupConfig(initial_rebalance_delay_ms=self.rng.choice([0, 0, 500]), max_size=6),
+            new_member_id=lambda client, instance: f"{instance or client}-{next(ids)}",
+        )
+        self.log: list[Record] = []
+        self.written: dict[str, GroupMetadataValue] = {}
+        self.parked: dict[str, SimClient | None] = {}
+        self.leaders: dict[tuple[str, int], set[str]] = {}
+        self.highest: dict[str, int] = {}
+        self.clients = []
+        for n in range(self.rng.randint(2, 7)):
+            group = self.rng.choice(["g", "g", "h"])
+            instance = f"i{n}" if self.rng.random() < 0.5 else None
+            self.clients.append(SimClient(f"c{n}", group, instance))
+
+    # the runtime
+    def run(self, result, owner=None):
+        if result.parked is not None:
+            self.parked[result.parked] = owner
+        if result.records and self.rng.random() < 0.15:
+            error = self.rng.choice(SIM_ERRORS)
+            failed = [c.key for c in result.completions]
+            if result.parked is not None:
+                failed.append(result.parked)
+            for key in failed:
+                self.deliver(key, None)
+            self.run(self.core.append_failed(result, error, self.now))
+            return None
+        for record in result.records:
+            self.log.append(record)
+            self.core.replay(record.key, record.value, self.now)
+            if isinstance(record.key, GroupMetadataKey):
+                self.written[record.key.group] = record.value
+        for completion in result.completions:
+            self.deliver(completion.key, completion.response)
+        if result.response is not None and owner is not None:
+            self.handle(owner, result.response)
+        return result.response
+
+    def deliver(self, key, response):
+        owner = self.parked.pop(key, None)
+        if owner is not None and response is not None:
+            self.handle(owner, response)
+
+    # the clients
+    def handle(self, c, response):
+        if isinstance(response, JoinGroupResponse):
+            if response.error is E.member_id_required:
+                c.member_id = response.member_id
+            elif response.error in (E.unknown_member_id, E.fenced_instance_id):
+                c.member_id, c.generation = "", -1
+            elif response.error is E.none:
+                c.member_id, c.generation = response.member_id, response.generation
+                if response.members and not response.skip_assignment:
+                    self.leaders.setdefault((c.group_id, response.generation), set()).add(
+                        response.member_id
+                    )
+                c.members = response.members if not response.skip_assignment else ()
+        elif isinstance(response, (SyncGroupResponse, HeartbeatResponse)):
+            if response.error in (E.unknown_member_id, E.fenced_instance_id):
+                c.member_id, c.generation = "", -1
+
+    def step(self):
+        rng, c = self.rng, self.rng.choice(self.clients)
+        action = rng.choices(
+            ["join", "sync", "heartbeat", "leave", "restart", "advance", "garbage"],
+            [6, 6, 6, 1, 1, 5, 1],
+        )[0]
+        now = self.now
+        if action == "join":
+            if rng.random() < 0.1:
+                c.protocols = rng.choice(SIM_PROTOCOLS)
+            request = JoinGroup(c.group_id, c.member_id, "consumer", c.protocols,
+                                rng.choice([6_000, 10_000]), rng.choice([5_000, 20_000]),
+                                c.instance, c.name, "/h", rng.choice([3, 5, 8, 9]))
+            self.run(self.core.join_group(request, now), c)
+        elif action == "sync":
+            assignments = tuple((m.member_id, f"gen{c.generation}".encode()) for m in c.members)
+            request = SyncGroup(c.group_id, c.member_id, c.generation, assignments, c.instance)
+            self.run(self.core.sync_group(request, now), c)
+        elif action == "heartbeat":
+            request = Heartbeat(c.group_id, c.member_id, c.generation, c.instance)
+            self.run(self.core.heartbeat(request, now), c)
+        elif action == "leave":
+            by_instance = c.instance is not None and rng.random() < 0.5
+            leaving = LeavingMember("" if by_instance else c.member_id, c.instance)
+            self.run(self.core.leave_group(LeaveGroup(c.group_id, (leaving,)), now))
+            c.member_id, c.generation, c.members = "", -1, ()
+        elif action == "restart":
+            c.member_id, c.generation, c.members = "", -1, ()
+        elif action == "advance":
+            self.now += rng.choice([1, 100, 1_000, 3_000, 7_000, 12_000])
+            self.run(self.core.poll(self.now))
+        else:
+            self.garbage(c)
+
+    def garbage(self, c):
+        rng, now = self.rng, self.now
+        group = self.core.groups.get(c.group_id)
+        member = rng.choice(["", "nobody", c.member_id, *(group.members if group else ())])
+        instance = rng.choice([None, c.instance, "i0", "zzz"])
+        generation = rng.choice([-1, 0, c.generation, c.generation + 1, 2**31 - 1])
+        kind = rng.randrange(4)
+        if kind == 0:
+            request = JoinGroup(c.group_id, member, rng.choice(["", "consumer", "connect"]),
+                                rng.choice([(), (("", b""),), *SIM_PROTOCOLS]),
+                                rng.choice([0, 6_000, 10**9]), rng.choice([0, 1, 30_000]),
+                                instance, "x", "/h", rng.choice([0, 4, 9]))
+            self.run(self.core.join_group(request, now))
+        elif kind == 1:
+            request = SyncGroup(c.group_id, member, generation,
+                                ((member, b"x"), ("nobody", b"y")), instance,
+                                rng.choice([None, "consumer", "other"]),
+                                rng.choice([None, "range", "rr", "zz"]))
+            self.run(self.core.sync_group(request, now))
+        elif kind == 2:
+            self.run(self.core.heartbeat(Heartbeat(c.group_id, member, generation, instance), now))
+        else:
+            leaving = tuple(LeavingMember(m, i) for m, i in [(member, instance), ("", None)])
+            self.run(self.core.leave_group(LeaveGroup(c.group_id, leaving), now))
+
+    # the invariants
+    def check(self):
+        for gid, group in self.core.groups.items():
+            assert group.generation >= self.highest.get(gid, 0), "generations only grow"
+            self.highest[gid] = group.generation
+            if group.members:
+                assert group.leader_id in group.members
+            for iid, mid in group.static_members.items():
+                assert group.member(mid).group_instance_id == iid
+            assert {m.group_instance_id for m in group.members.values()} - {None} == set(
+                group.static_members
+            )
+            if group.is_in(S.STABLE):
+                generations = {m.assignment for m in group.members.values()}
+                assert generations == {f"gen{group.generation}".encode()}, generations
+                stored_value = dataclasses.replace(
+                    group.to_metadata_value(), current_state_timestamp=0
+                )
+                assert stored_value == dataclasses.replace(
+                    self.written[gid], current_state_timestamp=0
+                )
+        for (gid, generation), leaders in self.leaders.items():
+            assert len(leaders) == 1, f"{gid} generation {generation} had leaders {leaders}"
+
+    def check_reload(self):
+        fresh = ClassicGroupCoordinator()
+        for record in self.log:
+            fresh.replay(record.key, record.value, self.now)
+        assert set(fresh.groups) == set(self.written)
+        for gid, value in self.written.items():
+            assert fresh.groups[gid].to_metadata_value() == value
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_simulation(seed):
+    sim = Simulation(seed)
+    stable_seen = False
+    for _ in range(600):
+        sim.step()
+        sim.check()
+        stable_seen |= any(g.is_in(S.STABLE) for g in sim.core.groups.values())
+    sim.check_reload()
+    assert sim.log  # something was stored
+    if seed < 10:
+        assert stable_seen or not sim.written

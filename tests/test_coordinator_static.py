@@ -6,6 +6,7 @@ from kio.schema.errors import ErrorCode as E
 from test_coordinator_classic import PROTOS, Harness, mm, stored
 
 from brook.coordinator.classic import (
+    ClassicGroupCoordinator,
     Completion,
     JoinedMember,
     JoinGroup,
@@ -204,3 +205,15 @@ def test_append_failure_of_a_restart_puts_the_old_member_back():
     assert "heartbeat-g-b-3" not in h.core.timers.keys()
     assert h.heartbeat(b, 1, instance="b").response.error is E.none
     assert h.group.state is S.STABLE
+
+
+def test_reloading_after_a_restart_gives_the_new_member_id_and_the_assignment():
+    h, (a, b) = static_stable("a", "b")
+    h.join(client="b", instance="b")
+    loaded = ClassicGroupCoordinator()
+    for record in h.log:  # the leader's assignment, then the same generation with b-3
+        loaded.replay(record.key, record.value, 999)
+    g = loaded.groups["g"]
+    assert list(g.members) == [a, "b-3"] and g.static_members == {"a": a, "b": "b-3"}
+    assert g.member("b-3").assignment == b.encode() and g.state is S.STABLE
+    assert g.to_metadata_value() == h.group.to_metadata_value()

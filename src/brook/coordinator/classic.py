@@ -226,6 +226,7 @@ class _StaticReplacement:
     rebalance_timeout_ms: int
     session_timeout_ms: int
     leader_before: str | None
+    order_before: tuple[str, ...]
 
 
 def random_member_id(client_id: str, group_instance_id: str | None) -> str:
@@ -276,8 +277,11 @@ class ClassicGroupCoordinator:
             group is not None
             and group.generation == value.generation
             and group.is_in(S.COMPLETING_REBALANCE, S.EMPTY, S.STABLE)
+            and [m.member_id for m in value.members] == list(group.members)
         ):
-            # Live: the leader's assignment (or an empty group's metadata) was just written.
+            # Live: the leader's assignment, a restarted static member's new id or an empty
+            # group's metadata was just written; the group already has these members (loading
+            # a later record of the same generation with other members rebuilds the group).
             assignments = {m.member_id: m.assignment for m in value.members}
             for member in group.members.values():
                 member.assignment = assignments.get(member.member_id, b"")
@@ -414,6 +418,7 @@ class ClassicGroupCoordinator:
                 Completion(sync_key(gid, old_member_id), SyncGroupResponse(ErrorCode.fenced_instance_id))
             )
         leader_before = group.leader_id
+        order_before = tuple(group.members)
         saved = (old.protocols, old.rebalance_timeout_ms, old.session_timeout_ms)
         self.timers.cancel(heartbeat_key(gid, old_member_id))
         member = group.replace_static_member(iid, old_member_id, new_member_id)
@@ -423,7 +428,7 @@ class ClassicGroupCoordinator:
         self._schedule_heartbeat(group, member, now)
         if group.is_in(S.STABLE) and group.select_protocol() == group.protocol:
             self._replacements[gid] = _StaticReplacement(
-                iid, old_member_id, new_member_id, *saved, leader_before
+                iid, old_member_id, new_member_id, *saved, leader_before, order_before
             )
             result.records.append(Record(GroupMetadataKey(gid), group.to_metadata_value()))
             if request.version >= 9:
@@ -818,6 +823,7 @@ class ClassicGroupCoordinator:
         group.update_member(member, r.protocols, r.rebalance_timeout_ms, r.session_timeout_ms)
         self.timers.cancel(heartbeat_key(gid, r.new_member_id))
         old = group.replace_static_member(r.group_instance_id, r.new_member_id, r.old_member_id)
+        group.restore_order(list(r.order_before))
         self._schedule_heartbeat(group, old, now)
         return Completion(
             join_key(gid, r.new_member_id),

@@ -297,6 +297,13 @@ class ClassicGroup:
         self.pending_sync.discard(old_member_id)
         return new
 
+    def restore_order(self, member_ids: list[str]) -> None:
+        """Put the members back in the join order ``member_ids`` (the same ids), as before an
+        undone change."""
+        if sorted(member_ids) != sorted(self.members):
+            raise ValueError(f"{member_ids} are not the members of group {self.group_id}")
+        self.members = {mid: self.members[mid] for mid in member_ids}
+
     def static_member_id(self, group_instance_id: str) -> str | None:
         return self.static_members.get(group_instance_id)
 
