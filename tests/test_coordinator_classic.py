@@ -497,7 +497,7 @@ def test_a_sync_deadline_of_an_older_generation_does_nothing():
     assert set(h.group.members) == {"a-1", "b-2", "c-3"}
 
 
-# --- a failed append of the leader's assignment -----------------------------------------------------
+# --- a failed append of the leader's assignment -------------------------------------------------
 
 
 def test_failed_append_of_the_assignment_answers_the_parked_syncs_and_rebalances():

@@ -197,7 +197,9 @@ def test_append_failure_of_a_restart_puts_the_old_member_back():
     failed = h.core.append_failed(r, E.kafka_storage_error, h.clock.milliseconds())
     assert failed.records == []
     assert failed.completions == [
-        Completion("join-g-b-3", JoinGroupResponse(E.not_coordinator, "", 1, "consumer", "range", a))
+        Completion(
+            "join-g-b-3", JoinGroupResponse(E.not_coordinator, "", 1, "consumer", "range", a)
+        )
     ]
     assert h.group.static_members["b"] == b and set(h.group.members) == {a, b}
     assert h.group.member(b).protocols == PROTOS

@@ -415,7 +415,9 @@ class ClassicGroupCoordinator:
             )
         if old.awaiting_sync:
             result.completions.append(
-                Completion(sync_key(gid, old_member_id), SyncGroupResponse(ErrorCode.fenced_instance_id))
+                Completion(
+                    sync_key(gid, old_member_id), SyncGroupResponse(ErrorCode.fenced_instance_id)
+                )
             )
         leader_before = group.leader_id
         order_before = tuple(group.members)
