@@ -1,0 +1,423 @@
+"""Committed offsets of the groups of one ``__consumer_offsets`` partition, sans-I/O.
+
+``OffsetsManager`` answers OffsetCommit, OffsetFetch, OffsetDelete and DeleteGroups (the offsets
+part), and finds expired offsets (KIP-211). Handlers never change state; they return the records
+to append (``Record``: ``OffsetCommitKey`` with an ``OffsetCommitValue``, or None for a
+tombstone) and the answer. The runtime appends the records as one batch, then calls ``replay``
+for each; loading a partition replays its records through the same ``replay``. The offsets
+themselves live in an ``OffsetsCache`` (compact rows, see ``brook.coordinator.offsets_cache``).
+
+The group a request names is passed in (a ``ClassicGroup`` from the classic coordinator, or None
+when it has none): commits are validated against it as Kafka's classic coordinator does, and its
+state, protocol type and members' subscriptions decide what expires and what may be deleted.
+Offsets do not need a group: a "simple" consumer (generation -1, no member id) commits to a group
+that has no metadata, and its offsets expire from their commit timestamps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from kio.schema.consumer_protocol_subscription.v0 import ConsumerProtocolSubscription
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
+
+from brook.coordinator.classic import Record
+from brook.coordinator.group import ClassicGroup, GroupState
+from brook.coordinator.offsets_cache import OffsetsCache
+from brook.coordinator.records import OffsetCommitKey, OffsetCommitValue
+
+__all__ = [
+    "CommitPartition",
+    "CommitResult",
+    "CommitTopic",
+    "CONSUMER_PROTOCOL_TYPE",
+    "DeleteOffsetsResult",
+    "ExpireResult",
+    "FetchedOffset",
+    "OffsetCommit",
+    "OffsetsConfig",
+    "OffsetsManager",
+    "is_subscribed_to_topic",
+    "subscribed_topics",
+]
+
+S = GroupState
+
+#: The protocol type of groups of Kafka consumers, whose member metadata is a
+#: ConsumerProtocolSubscription.
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+#: OffsetCommit's "use the broker's retention" and "use the time of the commit" sentinels.
+DEFAULT_RETENTION_TIME = -1
+DEFAULT_TIMESTAMP = -1
+
+#: OffsetCommit's first version answering GROUP_ID_NOT_FOUND for a commit with a generation to a
+#: group that does not exist (earlier versions get ILLEGAL_GENERATION).
+GROUP_ID_NOT_FOUND_VERSION = 9
+
+
+@dataclass(frozen=True)
+class OffsetsConfig:
+    """The broker settings the offsets manager obeys (Kafka's keys and defaults)."""
+
+    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    offsets_retention_minutes: int = 10_080  # offsets.retention.minutes (7 days)
+    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
+
+    @property
+    def offsets_retention_ms(self) -> int:
+        return self.offsets_retention_minutes * 60_000
+
+    @classmethod
+    def from_broker(cls, config: object) -> OffsetsConfig:
+        """Take the three settings from a broker config that has them under the same names."""
+        return cls(
+            offset_metadata_max_bytes=getattr(config, "offset_metadata_max_bytes"),
+            offsets_retention_minutes=getattr(config, "offsets_retention_minutes"),
+            offsets_retention_check_interval_ms=getattr(
+                config, "offsets_retention_check_interval_ms"
+            ),
+        )
+
+
+# --- requests and answers -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CommitPartition:
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    #: None (a null in the request) is stored as "".
+    metadata: str | None = ""
+    #: OffsetCommit v1 only: the client's commit time; -1 means the time of the commit.
+    commit_timestamp: int = DEFAULT_TIMESTAMP
+
+
+@dataclass(frozen=True)
+class CommitTopic:
+    name: str
+    partitions: tuple[CommitPartition, ...]
+
+
+@dataclass(frozen=True)
+class OffsetCommit:
+    group_id: str
+    topics: tuple[CommitTopic, ...]
+    generation: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+    #: OffsetCommit v2-v4: how long to keep these offsets; -1 means the broker's retention.
+    retention_time_ms: int = DEFAULT_RETENTION_TIME
+    version: int = 9
+
+
+class CommitResult(NamedTuple):
+    #: One record per accepted partition, to be appended as one batch.
+    records: list[Record]
+    #: (topic, partition, error) for every partition of the request, in request order.
+    errors: list[tuple[str, int, ErrorCode]]
+
+
+class FetchedOffset(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+
+
+class DeleteOffsetsResult(NamedTuple):
+    #: The group-level error; when not NONE there are no records and no partition errors.
+    error: ErrorCode
+    records: list[Record]
+    #: (topic, partition, error) for every partition of the request, in request order.
+    errors: list[tuple[str, int, ErrorCode]]
+
+
+class ExpireResult(NamedTuple):
+    #: Tombstones for the expired offsets.
+    records: list[Record]
+    #: Empty groups with no offsets left once these records are applied: the caller writes
+    #: their metadata tombstones (the groups become Dead).
+    dead_groups: list[str]
+
+
+# --- subscriptions --------------------------------------------------------------------------
+
+_read_subscription = entity_reader(ConsumerProtocolSubscription)
+
+
+def _subscription_topics(metadata: bytes) -> list[str] | None:
+    """The topics of a ConsumerProtocol Subscription (a version, then a body of which version 0
+    is the prefix of every later one), or None when the bytes are not one."""
+    if len(metadata) < 2:
+        return None
+    try:
+        subscription, _ = _read_subscription(metadata, 2)
+    except Exception:  # kio raises several types for bad bytes; all mean the same
+        return None
+    topics = subscription.topics
+    return None if topics is None else list(topics)
+
+
+def subscribed_topics(group: ClassicGroup) -> frozenset[str] | None:
+    """The topics a consumer group's members subscribe to: empty for a consumer group without
+    members; None when not known (the group is not of the consumer protocol type, has no
+    protocol yet, or a member's metadata cannot be parsed)."""
+    if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return None
+    if not group.members:
+        return frozenset()
+    if group.protocol is None:
+        return None
+    topics: set[str] = set()
+    for member in group.members.values():
+        try:
+            metadata = member.metadata(group.protocol)
+        except KeyError:
+            return None
+        found = _subscription_topics(metadata)
+        if found is None:
+            return None
+        topics.update(found)
+    return frozenset(topics)
+
+
+def is_subscribed_to_topic(group: ClassicGroup | None, topic: str) -> bool:
+    """Whether the group consumes ``topic``. When its subscriptions are not known, a consumer
+    group counts as subscribed to everything and any other group to nothing."""
+    if group is None:
+        return False
+    topics = subscribed_topics(group)
+    if topics is None:
+        return group.protocol_type == CONSUMER_PROTOCOL_TYPE
+    return topic in topics
+
+
+def _java_length(s: str) -> int:
+    """The length Java's String.length() gives: UTF-16 code units, as Kafka measures metadata."""
+    if s.isascii():
+        return len(s)
+    return len(s.encode("utf-16-le")) // 2
+
+
+# --- the manager ----------------------------------------------------------------------------
+
+
+class OffsetsManager:
+    """The committed offsets of one ``__consumer_offsets`` partition."""
+
+    def __init__(self, config: OffsetsConfig | None = None) -> None:
+        self.config = config or OffsetsConfig()
+        self.cache = OffsetsCache()
+
+    # --- replay: the only place offsets change --------------------------------------------
+
+    def replay(self, key: object, value: object | None) -> None:
+        """Apply one record of the partition: an offset commit stores its value (replacing the
+        partition's), a tombstone removes it. Records of other types are not the offsets'."""
+        if type(key) is not OffsetCommitKey:
+            return
+        if value is None:
+            self.cache.delete(key.group, key.topic, key.partition)
+        else:
+            assert type(value) is OffsetCommitValue
+            self.cache.put(key.group, key.topic, key.partition, value)
+
+    def loaded(self) -> None:
+        """The partition is loaded: give back the memory the cache grew with."""
+        self.cache.compact()
+
+    # --- OffsetCommit ----------------------------------------------------------------------
+
+    def validate_commit(self, request: OffsetCommit, group: ClassicGroup | None) -> ErrorCode:
+        """The group-level answer to a commit, as Kafka's classic coordinator gives it."""
+        generation = request.generation
+        if group is None:
+            if generation < 0:
+                return ErrorCode.none  # a simple consumer: no group management, no group
+            if request.version >= GROUP_ID_NOT_FOUND_VERSION:
+                return ErrorCode.group_id_not_found
+            return ErrorCode.illegal_generation
+        if group.is_in(S.DEAD):
+            return ErrorCode.coordinator_not_available
+        if generation < 0 and group.is_in(S.EMPTY):
+            return ErrorCode.none
+        if generation >= 0 or request.member_id or request.group_instance_id is not None:
+            error = group.validate_member(request.member_id, request.group_instance_id)
+            if error is not ErrorCode.none:
+                return error
+            if generation != group.generation:
+                return ErrorCode.illegal_generation
+        elif not group.is_in(S.EMPTY):
+            # No member id and no generation (OffsetCommit v0): only while the group is empty.
+            return ErrorCode.unknown_member_id
+        if group.is_in(S.COMPLETING_REBALANCE):
+            # A member of the new generation that has not synced yet: let it finish the rebalance.
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def commit(self, request: OffsetCommit, group: ClassicGroup | None, now: int) -> CommitResult:
+        """Answer an OffsetCommit: one record per partition whose metadata fits, and the error of
+        every partition (the group-level error for all of them when the commit is refused).
+
+        The caller reschedules the member's heartbeat when the commit is accepted while the group
+        is Stable or PreparingRebalance (a commit keeps a classic member's session alive)."""
+        error = self.validate_commit(request, group)
+        if error is not ErrorCode.none:
+            return CommitResult(
+                [],
+                [(t.name, p.partition, error) for t in request.topics for p in t.partitions],
+            )
+        expire = (
+            -1
+            if request.retention_time_ms == DEFAULT_RETENTION_TIME
+            else now + request.retention_time_ms
+        )
+        max_metadata = self.config.offset_metadata_max_bytes
+        group_id = request.group_id
+        records: list[Record] = []
+        errors: list[tuple[str, int, ErrorCode]] = []
+        for topic in request.topics:
+            name = topic.name
+            for p in topic.partitions:
+                metadata = "" if p.metadata is None else p.metadata
+                if _java_length(metadata) > max_metadata:
+                    errors.append((name, p.partition, ErrorCode.offset_metadata_too_large))
+                    continue
+                commit_ts = now if p.commit_timestamp == DEFAULT_TIMESTAMP else p.commit_timestamp
+                records.append(
+                    Record(
+                        OffsetCommitKey(group_id, name, p.partition),
+                        OffsetCommitValue(p.offset, p.leader_epoch, metadata, commit_ts, expire),
+                    )
+                )
+                errors.append((name, p.partition, ErrorCode.none))
+        return CommitResult(records, errors)
+
+    # --- OffsetFetch -----------------------------------------------------------------------
+
+    def fetch(
+        self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None = None
+    ) -> list[FetchedOffset]:
+        """The committed offsets of the given (topic, partitions), in request order, with offset
+        and leader epoch -1 and empty metadata where there is none; with ``topics`` None, every
+        offset the group has, by topic (in first-commit order) and partition."""
+        cache = self.cache
+        if topics is None:
+            return [
+                FetchedOffset(topic, partition, v.offset, v.leader_epoch, v.metadata)
+                for topic, partition, v in cache.group_offsets(group_id)
+            ]
+        fetched = []
+        for topic, partitions in topics:
+            for partition in partitions:
+                v = cache.get(group_id, topic, partition)
+                if v is None:
+                    fetched.append(FetchedOffset(topic, partition, -1, -1, ""))
+                else:
+                    fetched.append(
+                        FetchedOffset(topic, partition, v.offset, v.leader_epoch, v.metadata)
+                    )
+        return fetched
+
+    def has_offsets(self, group_id: str) -> bool:
+        return self.cache.has_group(group_id)
+
+    # --- DeleteGroups and OffsetDelete -----------------------------------------------------
+
+    def delete_group(self, group_id: str) -> list[Record]:
+        """Tombstones for every offset of the group (the caller adds the metadata tombstone)."""
+        return [
+            Record(OffsetCommitKey(group_id, topic, partition), None)
+            for topic, partition, _ in self.cache.group_offsets(group_id)
+        ]
+
+    def delete_offsets(
+        self,
+        group_id: str,
+        topics: Iterable[tuple[str, Iterable[int]]],
+        group: ClassicGroup | None,
+    ) -> DeleteOffsetsResult:
+        """Answer an OffsetDelete (KIP-496): tombstones for the committed offsets of topics the
+        group does not subscribe to; GROUP_SUBSCRIBED_TO_TOPIC for the partitions of topics it
+        does. A group with members may delete offsets only if it is a consumer group
+        (NON_EMPTY_GROUP otherwise); an unknown group is GROUP_ID_NOT_FOUND unless it has
+        offsets (a simple consumer's)."""
+        if group is None:
+            if not self.cache.has_group(group_id):
+                return DeleteOffsetsResult(ErrorCode.group_id_not_found, [], [])
+        elif group.is_in(S.DEAD):
+            return DeleteOffsetsResult(ErrorCode.group_id_not_found, [], [])
+        elif not group.is_in(S.EMPTY) and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return DeleteOffsetsResult(ErrorCode.non_empty_group, [], [])
+        subscribed = None if group is None else subscribed_topics(group)
+        consumer = group is not None and group.protocol_type == CONSUMER_PROTOCOL_TYPE
+        records: list[Record] = []
+        errors: list[tuple[str, int, ErrorCode]] = []
+        for topic, partitions in topics:
+            is_subscribed = consumer if subscribed is None else topic in subscribed
+            for partition in partitions:
+                if is_subscribed:
+                    errors.append((topic, partition, ErrorCode.group_subscribed_to_topic))
+                    continue
+                errors.append((topic, partition, ErrorCode.none))
+                if self.cache.get(group_id, topic, partition) is not None:
+                    records.append(Record(OffsetCommitKey(group_id, topic, partition), None))
+        return DeleteOffsetsResult(ErrorCode.none, records, errors)
+
+    # --- expiry (KIP-211) ------------------------------------------------------------------
+
+    def expire(self, now: int, groups: Mapping[str, ClassicGroup]) -> ExpireResult:
+        """Tombstones for the offsets expired at ``now``, and the Empty groups left without
+        offsets. ``groups`` are the classic groups of the partition (by id).
+
+        An offset with an explicit expire timestamp (OffsetCommit v1-v4 retention) expires at it.
+        Otherwise it expires ``offsets.retention.minutes`` after a base time: for an Empty group
+        with a protocol type, when the group became Empty; for offsets without a group, or of a
+        group without a protocol type (simple consumers), their commit timestamp; for a Stable
+        consumer group whose subscriptions are known, the commit timestamp, and only for topics
+        no member subscribes to. Offsets of other groups (rebalancing, or of another protocol
+        type with members) do not expire."""
+        retention = self.config.offsets_retention_ms
+        cache = self.cache
+        records: list[Record] = []
+        dead: list[str] = []
+        for group_id in [*cache.groups(), *(g for g in groups if not cache.has_group(g))]:
+            group = groups.get(group_id)
+            if group is not None and group.is_in(S.DEAD):
+                continue
+            base: int | None = None  # None: from each offset's commit timestamp
+            subscribed: frozenset[str] | None = None
+            if group is None or group.protocol_type is None:
+                pass
+            elif group.is_in(S.EMPTY):
+                base = group.state_timestamp
+            elif group.protocol_type == CONSUMER_PROTOCOL_TYPE and group.is_in(S.STABLE):
+                subscribed = subscribed_topics(group)
+                if subscribed is None:
+                    continue  # not known: nothing expires
+            else:
+                continue
+            all_expired = True
+            for topic in cache.topics(group_id):
+                if subscribed is not None and topic in subscribed:
+                    all_expired = False
+                    continue
+                for partition, value in cache.topic_offsets(group_id, topic):
+                    if value.expire_timestamp != -1:
+                        expired = now >= value.expire_timestamp
+                    else:
+                        since = value.commit_timestamp if base is None else base
+                        expired = now - since >= retention
+                    if expired:
+                        records.append(Record(OffsetCommitKey(group_id, topic, partition), None))
+                    else:
+                        all_expired = False
+            if all_expired and group is not None and group.is_in(S.EMPTY):
+                dead.append(group_id)
+        return ExpireResult(records, dead)

@@ -1,0 +1,240 @@
+"""The committed offsets of one ``__consumer_offsets`` partition, kept compact in memory.
+
+A broker may hold millions of committed offsets; a dict of value objects per partition costs
+several hundred bytes each. Here the offsets of one (group, topic) live in one ``bytearray`` of
+fixed-size rows indexed by partition number::
+
+    flags (uint8) | offset (int64) | leader epoch (int32) | commit timestamp (int64)
+
+21 bytes a partition. The flags say whether the row holds an offset and whether it has extras:
+metadata (non-empty) and an explicit expire timestamp (OffsetCommit v1) are rare and kept in a
+per-topic dict only for the rows that have them. Topic names are interned, so thousands of groups
+consuming the same topics share one string.
+
+Partitions that would make the row array absurdly large (negative, or far beyond the rows the
+topic has so far), and values that do not fit the row's fields, go to a small per-topic dict of
+whole ``OffsetCommitValue`` objects instead. Whatever the storage, ``get`` gives back a value
+equal to the one that was ``put``.
+
+This module is only storage: what a record means is decided in ``brook.coordinator.offsets``.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from collections.abc import Iterator
+
+from brook.coordinator.records import OffsetCommitValue
+
+__all__ = ["OffsetsCache"]
+
+_ROW = struct.Struct("<Bqiq")
+_ROW_SIZE = _ROW.size  # 21
+_pack_row = _ROW.pack_into
+_unpack_row = _ROW.unpack_from
+
+_PRESENT = 1
+_EXTRAS = 2  # metadata and/or expire timestamp in TopicOffsets.extras
+
+# A partition is stored in a row when it is below twice the rows the topic has plus this slack,
+# so that committing partition 100000 of a topic does not allocate two megabytes for one offset.
+_DENSE_SLACK = 64
+
+_intern = sys.intern
+
+
+class TopicOffsets:
+    """The offsets of one group for one topic."""
+
+    __slots__ = ("rows", "extras", "sparse")
+
+    def __init__(self) -> None:
+        self.rows = bytearray()
+        #: partition -> (metadata, expire timestamp), for rows flagged _EXTRAS.
+        self.extras: dict[int, tuple[str, int]] | None = None
+        #: partition -> value, for partitions (or values) that do not fit a row.
+        self.sparse: dict[int, OffsetCommitValue] | None = None
+
+    def get(self, partition: int) -> OffsetCommitValue | None:
+        p = partition * _ROW_SIZE
+        if 0 <= p < len(self.rows):
+            flags, offset, epoch, commit = _unpack_row(self.rows, p)
+            if flags:
+                metadata, expire = "", -1
+                if flags & _EXTRAS:
+                    metadata, expire = self.extras[partition]  # type: ignore[index]
+                return OffsetCommitValue(offset, epoch, metadata, commit, expire)
+        if self.sparse is not None:
+            return self.sparse.get(partition)
+        return None
+
+    def put(self, partition: int, value: OffsetCommitValue) -> bool:
+        """Store ``value``; True when the partition had no offset before."""
+        rows = self.rows
+        p = partition * _ROW_SIZE
+        n = len(rows)
+        if p >= n and 0 <= partition < 2 * (n // _ROW_SIZE) + _DENSE_SLACK:
+            rows.extend(bytes(p + _ROW_SIZE - n))
+            n = len(rows)
+        if 0 <= p < n:
+            old = rows[p]
+            if old & _EXTRAS:
+                del self.extras[partition]  # type: ignore[union-attr]
+            metadata = value.metadata
+            expire = value.expire_timestamp
+            flags = _PRESENT
+            if metadata or expire != -1:
+                flags |= _EXTRAS
+            try:
+                _pack_row(rows, p, flags, value.offset, value.leader_epoch, value.commit_timestamp)
+            except struct.error:
+                rows[p] = 0  # a field out of range: the whole value goes to the sparse dict
+            else:
+                if flags & _EXTRAS:
+                    if self.extras is None:
+                        self.extras = {}
+                    self.extras[partition] = (metadata, expire)
+                if self.sparse is not None and self.sparse.pop(partition, None) is not None:
+                    self._drop_empty_sparse()
+                    return False
+                return not old
+            was_row = bool(old)
+        else:
+            was_row = False
+        if self.sparse is None:
+            self.sparse = {}
+        new = partition not in self.sparse and not was_row
+        self.sparse[partition] = value
+        return new
+
+    def delete(self, partition: int) -> bool:
+        """Remove the partition's offset; True when there was one."""
+        found = False
+        p = partition * _ROW_SIZE
+        rows = self.rows
+        if 0 <= p < len(rows) and rows[p]:
+            if rows[p] & _EXTRAS:
+                del self.extras[partition]  # type: ignore[union-attr]
+                if not self.extras:
+                    self.extras = None
+            rows[p] = 0
+            found = True
+            # Keep the rows no longer than the last present one.
+            end = len(rows)
+            while end and not rows[end - _ROW_SIZE]:
+                end -= _ROW_SIZE
+            if end < len(rows):
+                del rows[end:]
+        if self.sparse is not None and self.sparse.pop(partition, None) is not None:
+            self._drop_empty_sparse()
+            found = True
+        return found
+
+    def _drop_empty_sparse(self) -> None:
+        if not self.sparse:
+            self.sparse = None
+
+    def __bool__(self) -> bool:
+        return bool(self.rows) or bool(self.sparse)
+
+    def items(self) -> Iterator[tuple[int, OffsetCommitValue]]:
+        """(partition, value) for every offset, in partition order."""
+        found: list[tuple[int, OffsetCommitValue]] = []
+        rows = self.rows
+        extras = self.extras
+        for partition, p in enumerate(range(0, len(rows), _ROW_SIZE)):
+            flags, offset, epoch, commit = _unpack_row(rows, p)
+            if flags:
+                metadata, expire = "", -1
+                if flags & _EXTRAS:
+                    metadata, expire = extras[partition]  # type: ignore[index]
+                found.append((partition, OffsetCommitValue(offset, epoch, metadata, commit, expire)))
+        if self.sparse:
+            found.extend(self.sparse.items())
+            found.sort(key=lambda item: item[0])
+        return iter(found)
+
+    def partitions(self) -> list[int]:
+        return [partition for partition, _ in self.items()]
+
+
+class OffsetsCache:
+    """group -> topic -> partition -> committed offset, compactly.
+
+    ``put`` and ``delete`` are for the offsets manager's ``replay``; everything else reads.
+    """
+
+    __slots__ = ("_groups", "_count")
+
+    def __init__(self) -> None:
+        self._groups: dict[str, dict[str, TopicOffsets]] = {}
+        self._count = 0
+
+    def __len__(self) -> int:
+        """How many offsets are cached."""
+        return self._count
+
+    def get(self, group: str, topic: str, partition: int) -> OffsetCommitValue | None:
+        topics = self._groups.get(group)
+        if topics is None:
+            return None
+        offsets = topics.get(topic)
+        if offsets is None:
+            return None
+        return offsets.get(partition)
+
+    def put(self, group: str, topic: str, partition: int, value: OffsetCommitValue) -> None:
+        topics = self._groups.get(group)
+        if topics is None:
+            topics = self._groups[_intern(group)] = {}
+        offsets = topics.get(topic)
+        if offsets is None:
+            offsets = topics[_intern(topic)] = TopicOffsets()
+        if offsets.put(partition, value):
+            self._count += 1
+
+    def delete(self, group: str, topic: str, partition: int) -> bool:
+        """Remove one offset (dropping a topic or group left with none); True if it existed."""
+        topics = self._groups.get(group)
+        if topics is None:
+            return False
+        offsets = topics.get(topic)
+        if offsets is None or not offsets.delete(partition):
+            return False
+        self._count -= 1
+        if not offsets:
+            del topics[topic]
+            if not topics:
+                del self._groups[group]
+        return True
+
+    def has_group(self, group: str) -> bool:
+        """Whether the group has any committed offset."""
+        return group in self._groups
+
+    def groups(self) -> list[str]:
+        """The groups with committed offsets."""
+        return list(self._groups)
+
+    def topics(self, group: str) -> list[str]:
+        """The topics the group has committed offsets for."""
+        return list(self._groups.get(group, ()))
+
+    def topic_offsets(self, group: str, topic: str) -> Iterator[tuple[int, OffsetCommitValue]]:
+        """(partition, value) of the group's offsets for one topic, in partition order."""
+        offsets = self._groups.get(group, {}).get(topic)
+        return iter(()) if offsets is None else offsets.items()
+
+    def group_offsets(self, group: str) -> Iterator[tuple[str, int, OffsetCommitValue]]:
+        """(topic, partition, value) of all the group's offsets, topics in first-commit order."""
+        for topic, offsets in list(self._groups.get(group, {}).items()):
+            for partition, value in offsets.items():
+                yield topic, partition, value
+
+    def compact(self) -> None:
+        """Give back the spare capacity the row arrays grew with (after loading a partition)."""
+        for topics in self._groups.values():
+            for offsets in topics.values():
+                if offsets.rows:
+                    offsets.rows = bytearray(offsets.rows)
