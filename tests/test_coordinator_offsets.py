@@ -608,3 +608,39 @@ def test_cache_costs_at_most_64_bytes_per_offset():
     assert len(manager.cache) == count == 100_000
     per_offset = used / count
     assert per_offset <= 64, f"{per_offset:.1f} bytes per cached offset"
+
+
+# --- the periodic expiry task ---------------------------------------------------------------
+
+
+def test_poll_expires_every_check_interval_and_tombstones_emptied_groups():
+    from brook.coordinator.classic import ClassicGroupCoordinator
+
+    clock = FakeClock(T0)
+    core = ClassicGroupCoordinator()
+    core.replay(GroupMetadataKey("g"), GroupMetadataValue("consumer", 3, None, None, T0, ()), T0)
+    manager = OffsetsManager(OffsetsConfig(offsets_retention_check_interval_ms=1_000), core.groups)
+    req = OffsetCommit("g", (CommitTopic("t", (P(0, 1),)),))
+    for record in manager.commit(req, core.groups["g"], T0).records:
+        manager.replay(record.key, record.value, T0)  # the runtime's call, with now
+    assert manager.next_deadline() == 0
+    assert manager.poll(T0).records == []  # the first poll only schedules
+    assert manager.next_deadline() == T0 + 1_000
+    clock.advance(RETENTION)
+    now = clock.milliseconds()
+    result = manager.poll(now)
+    assert result.records == [Record(K(0), None), Record(GroupMetadataKey("g"), None)]
+    assert manager.next_deadline() == now + 1_000
+    for record in result.records:
+        manager.replay(record.key, record.value, now)
+        core.replay(record.key, record.value, now)
+    assert "g" not in core.groups and not manager.has_offsets("g")
+    assert manager.poll(now + 999).records == []
+
+
+def test_readers_for_the_runtime():
+    h = Harness()
+    h.commit(P(0, 7, metadata="m"))
+    assert h.manager.get("g", "t", 0) == OffsetCommitValue(7, -1, "m", T0, -1)
+    assert h.manager.get("g", "t", 1) is None
+    assert list(h.manager.group_offsets("g")) == [("t", 0, OffsetCommitValue(7, -1, "m", T0, -1))]

@@ -16,7 +16,7 @@ that has no metadata, and its offsets expire from their commit timestamps.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -24,10 +24,10 @@ from kio.schema.consumer_protocol_subscription.v0 import ConsumerProtocolSubscri
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from brook.coordinator.classic import Record
+from brook.coordinator.classic import Record, Result
 from brook.coordinator.group import ClassicGroup, GroupState
 from brook.coordinator.offsets_cache import OffsetsCache
-from brook.coordinator.records import OffsetCommitKey, OffsetCommitValue
+from brook.coordinator.records import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
 
 __all__ = [
     "CommitPartition",
@@ -209,17 +209,28 @@ def _java_length(s: str) -> int:
 
 
 class OffsetsManager:
-    """The committed offsets of one ``__consumer_offsets`` partition."""
+    """The committed offsets of one ``__consumer_offsets`` partition.
 
-    def __init__(self, config: OffsetsConfig | None = None) -> None:
+    ``groups`` is the classic coordinator's map of the partition's groups (read, never changed);
+    it is what the periodic expiry of ``poll`` looks groups up in.
+    """
+
+    def __init__(
+        self,
+        config: OffsetsConfig | None = None,
+        groups: Mapping[str, ClassicGroup] | None = None,
+    ) -> None:
         self.config = config or OffsetsConfig()
         self.cache = OffsetsCache()
+        self.groups: Mapping[str, ClassicGroup] = {} if groups is None else groups
+        self._next_expiry: int | None = None
 
     # --- replay: the only place offsets change --------------------------------------------
 
-    def replay(self, key: object, value: object | None) -> None:
+    def replay(self, key: object, value: object | None, now: int | None = None) -> None:
         """Apply one record of the partition: an offset commit stores its value (replacing the
-        partition's), a tombstone removes it. Records of other types are not the offsets'."""
+        partition's), a tombstone removes it. Records of other types are not the offsets'.
+        (``now`` is accepted so that the runtime calls every core's replay alike; unused.)"""
         if type(key) is not OffsetCommitKey:
             return
         if value is None:
@@ -328,6 +339,14 @@ class OffsetsManager:
     def has_offsets(self, group_id: str) -> bool:
         return self.cache.has_group(group_id)
 
+    def get(self, group_id: str, topic: str, partition: int) -> OffsetCommitValue | None:
+        """The committed value of one partition, or None."""
+        return self.cache.get(group_id, topic, partition)
+
+    def group_offsets(self, group_id: str) -> Iterator[tuple[str, int, OffsetCommitValue]]:
+        """(topic, partition, value) of every offset of the group."""
+        return self.cache.group_offsets(group_id)
+
     # --- DeleteGroups and OffsetDelete -----------------------------------------------------
 
     def delete_group(self, group_id: str) -> list[Record]:
@@ -421,3 +440,26 @@ class OffsetsManager:
             if all_expired and group is not None and group.is_in(S.EMPTY):
                 dead.append(group_id)
         return ExpireResult(records, dead)
+
+    # --- the periodic expiry task ----------------------------------------------------------
+
+    def next_deadline(self) -> int | None:
+        """When ``poll`` has work: the next expiry check (0 before the first poll, which only
+        schedules the first check one ``offsets.retention.check.interval.ms`` later)."""
+        return 0 if self._next_expiry is None else self._next_expiry
+
+    def poll(self, now: int) -> Result:
+        """Every ``offsets.retention.check.interval.ms``: tombstones for the expired offsets and
+        for the metadata of the Empty groups they leave without offsets (which become Dead when
+        the classic coordinator replays their tombstones)."""
+        interval = self.config.offsets_retention_check_interval_ms
+        if self._next_expiry is None:
+            self._next_expiry = now + interval
+            return Result()
+        if now < self._next_expiry:
+            return Result()
+        self._next_expiry = now + interval
+        expired = self.expire(now, self.groups)
+        records = expired.records
+        records += [Record(GroupMetadataKey(g), None) for g in expired.dead_groups]
+        return Result(records=records)
