@@ -644,3 +644,13 @@ def test_readers_for_the_runtime():
     assert h.manager.get("g", "t", 0) == OffsetCommitValue(7, -1, "m", T0, -1)
     assert h.manager.get("g", "t", 1) is None
     assert list(h.manager.group_offsets("g")) == [("t", 0, OffsetCommitValue(7, -1, "m", T0, -1))]
+
+
+def test_expiry_covers_offsets_kept_outside_the_rows():
+    h = Harness()
+    h.commit(P(-1, 1), P(500_000, 2), P(1, 3))  # two partitions that do not get rows
+    h.clock.advance(MINUTE)
+    h.commit(P(-1, 4), retention_time_ms=10 * RETENTION, version=2)
+    h.clock.advance(RETENTION)
+    assert h.expire().records == [Record(K(1), None), Record(K(500_000), None)]
+    assert h.manager.fetch("g") == [FetchedOffset("t", -1, 4, -1, "")]

@@ -427,16 +427,10 @@ class OffsetsManager:
                 if subscribed is not None and topic in subscribed:
                     all_expired = False
                     continue
-                for partition, value in cache.topic_offsets(group_id, topic):
-                    if value.expire_timestamp != -1:
-                        expired = now >= value.expire_timestamp
-                    else:
-                        since = value.commit_timestamp if base is None else base
-                        expired = now - since >= retention
-                    if expired:
-                        records.append(Record(OffsetCommitKey(group_id, topic, partition), None))
-                    else:
-                        all_expired = False
+                expired, every = cache.expired(group_id, topic, now, base, retention)
+                records += [Record(OffsetCommitKey(group_id, topic, p), None) for p in expired]
+                if not every:
+                    all_expired = False
             if all_expired and group is not None and group.is_in(S.EMPTY):
                 dead.append(group_id)
         return ExpireResult(records, dead)
