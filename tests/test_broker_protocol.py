@@ -302,3 +302,61 @@ def test_a_client_that_stops_reading_blocks_only_itself(broker, client):
             got = client.request(fetch_request("slow", {0: 0}, partition_max_bytes=1024))
             assert got.responses[0].partitions[0].error_code == ErrorCode.none
         assert time.monotonic() - start < 5
+
+
+def delete_topic(client, name):
+    m = req_mod(20, 6)
+    body = make(m.DeleteTopicsRequest, topics=(make(m.DeleteTopicState, name=name, topic_id=uuid.UUID(int=0)),),
+                timeout=timedelta(seconds=5))
+    return client.request(body).responses[0].error_code
+
+
+def test_a_topic_deleted_while_its_records_are_being_sent(broker, client):
+    """The response carries the deleted topic's bytes, never those of a file that reuses
+    the descriptor number of a closed segment."""
+    create_topic(client, "old", 1, configs=[("max.message.bytes", str(2 << 20))])
+    chunk = batch(8, value=b"A" * (128 * 1024))
+    for _ in range(24):  # 24 MiB: more than the socket buffers on both sides hold
+        produce(client, "old", {0: chunk})
+    with WireClient(broker.bootstrap) as slow:
+        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        corr = slow.send(fetch_request("old", {0: 0}, partition_max_bytes=64 << 20))
+        time.sleep(0.3)  # the broker is now blocked writing this response
+        assert delete_topic(client, "old") == ErrorCode.none
+        for i in range(5):
+            create_topic(client, f"secret{i}", 1, configs=[("max.message.bytes", str(2 << 20))])
+            produce(client, f"secret{i}", {0: batch(8, value=b"S" * (128 * 1024))})
+        resp = slow.recv(1, 12, corr)
+    records = resp.responses[0].partitions[0].records
+    assert len(records) > 16 << 20 and b"SSSS" not in records
+    assert records.count(b"A" * 1024) >= 16 * 1024
+
+
+def test_a_client_that_never_reads_its_response_is_closed_as_idle(broker_factory):
+    broker = broker_factory({"connections.max.idle.ms": 800})
+    with WireClient(broker.bootstrap) as c:
+        create_topic(c, "big", 1, configs=[("max.message.bytes", str(2 << 20))])
+        for _ in range(24):
+            produce(c, "big", {0: batch(8, value=b"B" * (128 * 1024))})
+    with WireClient(broker.bootstrap) as slow:
+        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        slow.send(fetch_request("big", {0: 0}, partition_max_bytes=64 << 20))
+        time.sleep(3)
+        slow.sock.settimeout(5)
+        received = 0
+        with pytest.raises((ConnectionError, OSError)):
+            while True:
+                chunk = slow.sock.recv(1 << 20)
+                if not chunk:
+                    raise ConnectionError("closed")
+                received += len(chunk)
+        assert received < 24 * 8 * 128 * 1024  # the response was cut off: the broker gave up on it
+
+
+def test_null_config_values_are_refused(client):
+    r = create_topic(client, "nullcfg", 1, configs=[("compression.type", None)])
+    assert r.error_code == ErrorCode.invalid_config
+
+
+def test_too_many_partitions_in_one_request(client):
+    assert create_topic(client, "huge", 10_001).error_code == ErrorCode.policy_violation

@@ -39,7 +39,7 @@ class Connection:
         self.loop = asyncio.get_running_loop()
         self.closed = False
         self.task: asyncio.Task | None = None
-        self.busy = False  # handling a request (a long-polling Fetch is not idle)
+        self.busy = False  # a handler is working (a long-polling Fetch is not idle; a stalled write is)
         self.last_active = self.loop.time()
 
     async def run(self) -> None:
@@ -52,13 +52,8 @@ class Connection:
                     return
                 self.last_active = self.loop.time()
                 for frame in decoder.received(n):
-                    self.busy = True
-                    try:
-                        if not await self._handle(frame):
-                            return
-                    finally:
-                        self.busy = False
-                        self.last_active = self.loop.time()
+                    if not await self._handle(frame):
+                        return
         except FrameTooLargeError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
         except InvalidFrameError as exc:
@@ -88,8 +83,11 @@ class Connection:
             log.warning("closing connection from %s: %s", self.peer, exc)
             return False
         api = broker.apis[request.api_key]
+        self.busy = True
         try:
             response = await api.handle(broker, request, self)
+            self.busy = False
+            self.last_active = self.loop.time()
             if response is None:
                 return True
             if not isinstance(response, RawResponse):
@@ -98,6 +96,7 @@ class Connection:
         except CloseConnection:
             return False
         except Exception:
+            self.busy = False
             log.exception("closing connection from %s: %s v%d failed", self.peer, api.name,
                           request.api_version)
             return False
@@ -110,19 +109,34 @@ class Connection:
     # ------------------------------------------------------------ writing
 
     async def send(self, data: bytes) -> None:
-        try:
-            sent = self.sock.send(data)
-        except BlockingIOError:
-            sent = 0
-        if sent < len(data):
-            await self.loop.sock_sendall(self.sock, memoryview(data)[sent:])
+        view = memoryview(data)
+        while view:
+            try:
+                n = self.sock.send(view)
+            except BlockingIOError:
+                await self._writable()
+                continue
+            view = view[n:]
+            self.last_active = self.loop.time()
 
     async def send_pieces(self, pieces) -> None:
-        for piece in pieces:
-            if isinstance(piece, bytes):
-                await self.send(piece)
-            else:
-                await self._sendfile(piece.fd, piece.position, piece.length)
+        """Send a response of bytes and file regions. Each region's file is duplicated
+        before anything is sent (no await in between since the regions were read), so a
+        segment deleted meanwhile is still read from its own file, never from whatever
+        file reuses its descriptor number."""
+        fds = {}
+        try:
+            for piece in pieces:
+                if not isinstance(piece, bytes) and piece.fd not in fds:
+                    fds[piece.fd] = os.dup(piece.fd)
+            for piece in pieces:
+                if isinstance(piece, bytes):
+                    await self.send(piece)
+                else:
+                    await self._sendfile(fds[piece.fd], piece.position, piece.length)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
 
     async def _sendfile(self, fd: int, offset: int, count: int) -> None:
         while count > 0:
@@ -135,17 +149,20 @@ class Connection:
                 raise ConnectionError("segment file shorter than the region being sent")
             offset += n
             count -= n
+            self.last_active = self.loop.time()
 
-    def _writable(self) -> asyncio.Future:
+    async def _writable(self) -> None:
         fut = self.loop.create_future()
 
         def ready() -> None:
-            self.loop.remove_writer(self.fd)
             if not fut.done():
                 fut.set_result(None)
 
         self.loop.add_writer(self.fd, ready)
-        return fut
+        try:
+            await fut
+        finally:
+            self.loop.remove_writer(self.fd)
 
     def close(self) -> None:
         """Close from anywhere: a task still reading or writing is cancelled first, since a

@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 METADATA_FILE = "brook-metadata.json"
 META_PROPERTIES = "meta.properties"
 MAX_TOPIC_NAME_LENGTH = 249
+# Kafka's controller refuses one operation that would create more records than this.
+MAX_PARTITIONS_PER_REQUEST = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 # Kafka topic keys brook accepts and reports with Kafka's defaults but does not act on
@@ -91,9 +93,9 @@ def validate_topic_configs(configs: dict[str, str | None], base: LogConfig) -> L
     """The topic's effective LogConfig; raises InvalidConfigError for unknown keys or values."""
     log_keys = {}
     for key, value in configs.items():
+        if value is None:
+            raise InvalidConfigError(f"Null value not supported for topic configs: {key}")
         if key in TOPIC_KEYS:
-            if value is None:
-                raise InvalidConfigError(f"config {key} has a null value")
             log_keys[key] = value
         elif key not in PASSIVE_TOPIC_KEYS:
             raise InvalidConfigError(f"unknown topic config {key!r}")

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from ..errors import error_code_for
-from ..metadata import MetadataError
+from ..metadata import MAX_PARTITIONS_PER_REQUEST, MetadataError
 from . import Api
 from .common import NO_THROTTLE
 
@@ -64,11 +64,17 @@ async def create_topics(broker, request, connection):
                 partitions = len(t.assignments)
             elif partitions == -1:
                 partitions = broker.config.num_partitions
+            if partitions > MAX_PARTITIONS_PER_REQUEST:
+                raise _Refused(ErrorCode.policy_violation,
+                               f"{partitions} partitions is more than {MAX_PARTITIONS_PER_REQUEST} in one request")
             tm = broker.create_topic(t.name, partitions, configs, validate_only=validate_only)
         except _Refused as exc:
             code, text = exc.code, str(exc)
         except MetadataError as exc:
             code, text = error_code_for(exc), str(exc)
+        except OSError as exc:  # e.g. out of file descriptors or disk space
+            code, text = ErrorCode.kafka_storage_error, str(exc)
+            log.error("create topic %r failed: %s", t.name, exc)
         if code != ErrorCode.none:
             log.info("create topic %r refused: %s", t.name, text)
         described = ()
@@ -133,6 +139,9 @@ async def create_partitions(broker, request, connection):
             if t.assignments:
                 _check_replication(broker, 1, t.assignments)
             tm = broker.metadata.get(t.name)
+            if tm is not None and t.count - tm.partitions > MAX_PARTITIONS_PER_REQUEST:
+                raise _Refused(ErrorCode.policy_violation,
+                               f"more than {MAX_PARTITIONS_PER_REQUEST} new partitions in one request")
             if tm is not None and t.assignments and len(t.assignments) != t.count - tm.partitions:
                 raise _Refused(ErrorCode.invalid_replica_assignment,
                                f"{len(t.assignments)} assignments for {t.count - tm.partitions} new partitions")
@@ -141,6 +150,9 @@ async def create_partitions(broker, request, connection):
             code, text = exc.code, str(exc)
         except MetadataError as exc:
             code, text = error_code_for(exc), str(exc)
+        except OSError as exc:
+            code, text = ErrorCode.kafka_storage_error, str(exc)
+            log.error("create partitions of %r failed: %s", t.name, exc)
         results.append(make(mod.CreatePartitionsTopicResult, name=t.name, error_code=code, error_message=text))
     return make(response_class(37, version), throttle_time=NO_THROTTLE, results=tuple(results))
 

@@ -25,7 +25,9 @@ LIST_KEYS = {"cleanup.policy", "follower.replication.throttled.replicas",
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def _type_of(key: str, value: str) -> int:
+def _type_of(key: str, value: str | None) -> int:
+    if value is None:
+        return TYPE_STRING
     if key in LIST_KEYS:
         return TYPE_LIST
     if value in ("true", "false"):

@@ -35,11 +35,18 @@ def topic_entry(broker, mod, version: int, name: str, error: ErrorCode = ErrorCo
     partitions = ()
     if tm is not None:
         bid = broker.broker_id
-        partitions = tuple(
-            make(mod.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=i,
-                 leader_id=bid, leader_epoch=broker.partition(name, i).leader_epoch,
-                 replica_nodes=(bid,), isr_nodes=(bid,), offline_replicas=())
-            for i in range(tm.partitions))
+        parts = []
+        for i in range(tm.partitions):
+            p = broker.partition(name, i)
+            if p is None:  # its log could not be opened: the partition is offline
+                parts.append(make(mod.MetadataResponsePartition, error_code=ErrorCode.kafka_storage_error,
+                                  partition_index=i, leader_id=-1, leader_epoch=-1, replica_nodes=(bid,),
+                                  isr_nodes=(), offline_replicas=(bid,)))
+            else:
+                parts.append(make(mod.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=i,
+                                  leader_id=bid, leader_epoch=p.leader_epoch, replica_nodes=(bid,),
+                                  isr_nodes=(bid,), offline_replicas=()))
+        partitions = tuple(parts)
         topic_id = tm.topic_id
     return make(mod.MetadataResponseTopic, error_code=error, name=name,
                 topic_id=topic_id or ZERO_UUID, is_internal=bool(tm and tm.internal),
