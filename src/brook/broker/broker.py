@@ -9,7 +9,9 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..storage.config import LogConfig
 from ..storage.manager import LogManager
 from .config import BrokerConfig, Listener
+from ..coordinator.classic import ClassicGroupCoordinator, GroupConfig
 from .fetch_session import FetchSessionCache
+from .group_runtime import OFFSETS_TOPIC, GroupRuntime, PartitionOffsetsLog
 from .handlers import registry
 from .metadata import (
     PASSIVE_TOPIC_KEYS,
@@ -37,6 +39,7 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.log_manager: LogManager | None = None
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, clock)
+        self.groups: GroupRuntime | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -57,6 +60,36 @@ class Broker:
         for tm in self.metadata.topics.values():
             for i in range(tm.partitions):
                 self._open_partition(tm.name, i)
+        # The group coordinator: one shard per partition of __consumer_offsets (the topic's own
+        # count when it exists, as Kafka does, else offsets.topic.num.partitions).
+        tm = self.metadata.get(OFFSETS_TOPIC)
+        self.groups = GroupRuntime(tm.partitions if tm else self.config.offsets_topic_num_partitions,
+                                   PartitionOffsetsLog(self), self.clock, self._new_group_coordinator)
+
+    def _new_group_coordinator(self) -> ClassicGroupCoordinator:
+        c = self.config
+        return ClassicGroupCoordinator(GroupConfig(
+            min_session_timeout_ms=c.group_min_session_timeout_ms,
+            max_session_timeout_ms=c.group_max_session_timeout_ms,
+            max_size=c.group_max_size,
+            initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms))
+
+    def ensure_offsets_topic(self) -> bool:
+        """Create `__consumer_offsets` on first use (FindCoordinator or a group request), as
+        Kafka does: internal, compacted, offsets.topic.* partitions and segment size. False if
+        it cannot be created."""
+        if self.metadata.get(OFFSETS_TOPIC) is not None:
+            return True
+        try:
+            self.create_topic(OFFSETS_TOPIC, self.groups.num_partitions, {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(self.config.offsets_topic_segment_bytes),
+                "compression.type": "producer",
+            }, internal=True)
+        except Exception:
+            log.exception("cannot create %s", OFFSETS_TOPIC)
+            return False
+        return True
 
     def close(self) -> None:
         if self.log_manager is not None and self.log_manager.started:

@@ -68,6 +68,16 @@ class BrokerConfig:
     connections_max_idle_ms: int = 600_000
     max_connections: int = 2**31 - 1
     max_incremental_fetch_session_cache_slots: int = 1000
+    # The group coordinator and __consumer_offsets (Kafka's keys and defaults).
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_segment_bytes: int = 104_857_600
+    offsets_retention_minutes: int = 10_080
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_max_size: int = 2**31 - 1
     log_config: LogConfig = field(default_factory=LogConfig)
     manager_config: ManagerConfig = field(default_factory=ManagerConfig)
 
@@ -117,6 +127,15 @@ class BrokerConfig:
             connections_max_idle_ms=get("connections.max.idle.ms", 600_000),
             max_connections=get("max.connections", 2**31 - 1),
             max_incremental_fetch_session_cache_slots=get("max.incremental.fetch.session.cache.slots", 1000),
+            offsets_topic_num_partitions=get("offsets.topic.num.partitions", 50),
+            offsets_topic_segment_bytes=get("offsets.topic.segment.bytes", 104_857_600),
+            offsets_retention_minutes=get("offsets.retention.minutes", 10_080),
+            offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms", 600_000),
+            offset_metadata_max_bytes=get("offset.metadata.max.bytes", 4096),
+            group_min_session_timeout_ms=get("group.min.session.timeout.ms", 6_000),
+            group_max_session_timeout_ms=get("group.max.session.timeout.ms", 1_800_000),
+            group_initial_rebalance_delay_ms=get("group.initial.rebalance.delay.ms", 3_000),
+            group_max_size=get("group.max.size", 2**31 - 1),
             log_config=log_config,
             manager_config=manager_config,
         )
@@ -124,6 +143,14 @@ class BrokerConfig:
             raise ConfigError("listeners is empty")
         if cfg.num_partitions < 1:
             raise ConfigError("num.partitions must be at least 1")
+        if cfg.offsets_topic_num_partitions < 1:
+            raise ConfigError("offsets.topic.num.partitions must be at least 1")
+        if cfg.offsets_retention_check_interval_ms < 1:
+            raise ConfigError("offsets.retention.check.interval.ms must be at least 1")
+        if cfg.group_min_session_timeout_ms > cfg.group_max_session_timeout_ms:
+            raise ConfigError("group.min.session.timeout.ms is above group.max.session.timeout.ms")
+        if cfg.group_initial_rebalance_delay_ms < 0 or cfg.group_max_size < 1:
+            raise ConfigError("group.initial.rebalance.delay.ms must be >= 0 and group.max.size >= 1")
         return cfg
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..storage.log import Log
+from ..storage.producer_state import AppendOrigin
 
 
 class Partition:
@@ -31,8 +32,8 @@ class Partition:
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
-    def append(self, records) :
-        info = self.log.append(records, leader_epoch=self.leader_epoch)
+    def append(self, records, origin: AppendOrigin = AppendOrigin.CLIENT):
+        info = self.log.append(records, leader_epoch=self.leader_epoch, origin=origin)
         self.high_watermark = self.log.log_end_offset
         self._notify()
         return info

@@ -39,6 +39,7 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         self.broker.open()
+        self.broker.groups.start()
         try:
             for listener in self.config.listeners:
                 self.sockets.append((_listen(listener), listener))
@@ -62,6 +63,7 @@ class BrokerServer:
             for t in list(self.tasks):
                 t.cancel()
             await asyncio.gather(*accepting, ticker, sweeper, *self.tasks, return_exceptions=True)
+            await self.broker.groups.stop()
         finally:
             for s, _ in self.sockets:
                 s.close()

@@ -39,6 +39,9 @@ async def handle(broker, request, connection):
                 broker.create_topic(name, broker.config.num_partitions)
             except MetadataError:
                 pass  # answered per partition below
+        tm = broker.metadata.get(name)
+        # Only the broker writes internal topics (Kafka allows its own admin client id too).
+        internal = tm is not None and tm.internal and request.client_id != "__admin_client"
         parts = []
         for pd in td.partition_data:
             code, base_offset, append_time, start = ErrorCode.none, -1, -1, -1
@@ -48,6 +51,8 @@ async def handle(broker, request, connection):
                 code = ErrorCode.invalid_required_acks
             elif partition is None:
                 code = ErrorCode.unknown_topic_or_partition
+            elif internal:
+                code, detail = ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {name}"
             elif body.transactional_id is not None:
                 code = ErrorCode.transactional_id_authorization_failed  # no transactions yet
             elif pd.records is None:

@@ -1,0 +1,277 @@
+"""Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups and
+ListGroups. Each maps kio's entities to the classic coordinator's requests, runs them on the
+group's shard of the runtime (broker.groups) and maps the answer back."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ...coordinator import classic
+from ...coordinator.group import GroupState
+from ...protocol.messages import make, response_class, response_module
+from ..group_runtime import CoordinatorError, CoordinatorNotAvailable
+from . import Api
+from .common import INT32_MIN, NO_THROTTLE, message, ms
+
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+
+
+def client_host(connection) -> str:
+    """As Kafka shows it: the peer's address with a leading slash."""
+    peer = getattr(connection, "peer", "") or ""
+    host = peer.rsplit(":", 1)[0] if ":" in peer else peer
+    return "/" + host.strip("[]")
+
+
+async def run_group_op(broker, group_id: str, op):
+    """Run ``op`` on the group's shard, creating __consumer_offsets first if needed."""
+    if broker.groups is None or not broker.ensure_offsets_topic():
+        raise CoordinatorNotAvailable("the offsets topic is not available")
+    return await broker.groups.run(group_id, op)
+
+
+# --- FindCoordinator ------------------------------------------------------------------------
+
+
+def _coordinator(broker, connection, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
+    if key_type == TRANSACTION_KEY_TYPE:
+        return ErrorCode.coordinator_not_available, "transactions are not supported"
+    if key_type != GROUP_KEY_TYPE:
+        return ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}"
+    if broker.groups is None or not broker.ensure_offsets_topic():
+        return ErrorCode.coordinator_not_available, "the offsets topic is not available"
+    return ErrorCode.none, None
+
+
+async def handle_find_coordinator(broker, request, connection):
+    body, version = request.body, request.api_version
+    key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
+    listener = broker.advertised_listener(connection)
+    cls = response_class(FIND_COORDINATOR, version)
+
+    def fields(code):
+        ok = code == ErrorCode.none
+        return dict(node_id=broker.broker_id if ok else -1, host=listener.host if ok else "",
+                    port=listener.port if ok else -1, error_code=code)
+
+    if version < 4:
+        code, detail = _coordinator(broker, connection, body.key, key_type)
+        return make(cls, throttle_time=NO_THROTTLE, error_message=message(code, detail), **fields(code))
+    mod = response_module(FIND_COORDINATOR, version)
+    coordinators = []
+    for key in body.coordinator_keys:
+        code, detail = _coordinator(broker, connection, key, key_type)
+        coordinators.append(make(mod.Coordinator, key=key, error_message=message(code, detail),
+                                 **fields(code)))
+    return make(cls, throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))
+
+
+# --- JoinGroup ------------------------------------------------------------------------------
+
+
+async def handle_join_group(broker, request, connection):
+    body, version = request.body, request.api_version
+    session = ms(body.session_timeout)
+    rebalance = ms(body.rebalance_timeout) if hasattr(body, "rebalance_timeout") else session
+    req = classic.JoinGroup(
+        group_id=body.group_id,
+        member_id=body.member_id,
+        protocol_type=body.protocol_type,
+        protocols=tuple((p.name, bytes(p.metadata)) for p in body.protocols),
+        session_timeout_ms=session,
+        rebalance_timeout_ms=rebalance,
+        group_instance_id=getattr(body, "group_instance_id", None),
+        client_id=request.client_id or "",
+        client_host=client_host(connection),
+        version=version,
+    )
+    if not body.group_id:
+        resp = classic.JoinGroupResponse(error=ErrorCode.invalid_group_id, member_id=body.member_id)
+    else:
+        try:
+            resp = await run_group_op(broker, body.group_id,
+                                      lambda shard, now: shard.core.join_group(req, now))
+        except CoordinatorError as exc:
+            resp = classic.JoinGroupResponse(error=exc.code, member_id=body.member_id)
+    mod = response_module(JOIN_GROUP, version)
+    members = tuple(make(mod.JoinGroupResponseMember, member_id=m.member_id,
+                         group_instance_id=m.group_instance_id, metadata=m.metadata)
+                    for m in resp.members)
+    protocol = resp.protocol if version >= 7 else (resp.protocol or "")
+    return make(response_class(JOIN_GROUP, version), throttle_time=NO_THROTTLE,
+                error_code=resp.error, generation_id=resp.generation,
+                protocol_type=resp.protocol_type, protocol_name=protocol, leader=resp.leader,
+                skip_assignment=False, member_id=resp.member_id, members=members)
+
+
+# --- SyncGroup ------------------------------------------------------------------------------
+
+
+async def handle_sync_group(broker, request, connection):
+    body, version = request.body, request.api_version
+    req = classic.SyncGroup(
+        group_id=body.group_id,
+        member_id=body.member_id,
+        generation=body.generation_id,
+        assignments=tuple((a.member_id, bytes(a.assignment)) for a in body.assignments),
+        group_instance_id=getattr(body, "group_instance_id", None),
+        protocol_type=getattr(body, "protocol_type", None),
+        protocol=getattr(body, "protocol_name", None),
+    )
+    if not body.group_id:
+        resp = classic.SyncGroupResponse(error=ErrorCode.invalid_group_id)
+    else:
+        try:
+            resp = await run_group_op(broker, body.group_id,
+                                      lambda shard, now: shard.core.sync_group(req, now))
+        except CoordinatorError as exc:
+            resp = classic.SyncGroupResponse(error=exc.code)
+    return make(response_class(SYNC_GROUP, version), throttle_time=NO_THROTTLE,
+                error_code=resp.error, protocol_type=resp.protocol_type,
+                protocol_name=resp.protocol, assignment=resp.assignment)
+
+
+# --- Heartbeat ------------------------------------------------------------------------------
+
+
+async def handle_heartbeat(broker, request, connection):
+    body, version = request.body, request.api_version
+    req = classic.Heartbeat(group_id=body.group_id, member_id=body.member_id,
+                            generation=body.generation_id,
+                            group_instance_id=getattr(body, "group_instance_id", None))
+    if not body.group_id:
+        code = ErrorCode.invalid_group_id
+    else:
+        try:
+            resp = await run_group_op(broker, body.group_id,
+                                      lambda shard, now: shard.core.heartbeat(req, now))
+            code = resp.error
+        except CoordinatorError as exc:
+            code = exc.code
+    return make(response_class(HEARTBEAT, version), throttle_time=NO_THROTTLE, error_code=code)
+
+
+# --- LeaveGroup -----------------------------------------------------------------------------
+
+
+async def handle_leave_group(broker, request, connection):
+    body, version = request.body, request.api_version
+    if version >= 3:
+        leaving = tuple(classic.LeavingMember(m.member_id, m.group_instance_id) for m in body.members)
+    else:
+        leaving = (classic.LeavingMember(body.member_id),)
+    req = classic.LeaveGroup(group_id=body.group_id, members=leaving)
+    if not body.group_id:
+        resp = classic.LeaveGroupResponse(ErrorCode.invalid_group_id)
+    else:
+        try:
+            resp = await run_group_op(broker, body.group_id,
+                                      lambda shard, now: shard.core.leave_group(req, now))
+        except CoordinatorError as exc:
+            resp = classic.LeaveGroupResponse(exc.code)
+    cls = response_class(LEAVE_GROUP, version)
+    if version < 3:
+        code = resp.error
+        if code == ErrorCode.none and resp.members:
+            code = resp.members[0][2]
+        return make(cls, throttle_time=NO_THROTTLE, error_code=code)
+    mod = response_module(LEAVE_GROUP, version)
+    members = tuple(make(mod.MemberResponse, member_id=mid, group_instance_id=iid, error_code=code)
+                    for mid, iid, code in resp.members)
+    return make(cls, throttle_time=NO_THROTTLE, error_code=resp.error, members=members)
+
+
+# --- DescribeGroups -------------------------------------------------------------------------
+
+
+def _describe(group, mod, include_ops: bool):
+    """Kafka's group summary: members' metadata and assignments, and the protocol, only when
+    the group is Stable."""
+    if group is None:
+        return dict(group_state=str(GroupState.DEAD), protocol_type="", protocol_data="", members=())
+    stable = group.is_in(GroupState.STABLE)
+    members = []
+    for m in group.members.values():
+        members.append(make(
+            mod.DescribedGroupMember, member_id=m.member_id, group_instance_id=m.group_instance_id,
+            client_id=m.client_id, client_host=m.client_host,
+            member_metadata=m.metadata(group.protocol) if stable and group.protocol else b"",
+            member_assignment=m.assignment if stable else b""))
+    return dict(group_state=str(group.state), protocol_type=group.protocol_type or "",
+                protocol_data=(group.protocol or "") if stable else "", members=tuple(members))
+
+
+async def handle_describe_groups(broker, request, connection):
+    body, version = request.body, request.api_version
+    mod = response_module(DESCRIBE_GROUPS, version)
+    include_ops = getattr(body, "include_authorized_operations", False)
+    out = []
+    for group_id in body.groups:
+        code, summary = ErrorCode.none, None
+        if not group_id:
+            code = ErrorCode.invalid_group_id
+        else:
+            try:
+                if broker.groups is None:
+                    raise CoordinatorNotAvailable()
+                shard = broker.groups.shard_for(group_id)
+                summary = await broker.groups.read(
+                    shard, lambda s, now: _describe(s.core.groups.get(group_id), mod, include_ops))
+            except CoordinatorError as exc:
+                code = exc.code
+        if summary is None:
+            summary = dict(group_state="", protocol_type="", protocol_data="", members=())
+        out.append(make(mod.DescribedGroup, error_code=code, error_message=None, group_id=group_id,
+                        authorized_operations=INT32_MIN, **summary))
+    return make(response_class(DESCRIBE_GROUPS, version), throttle_time=NO_THROTTLE,
+                groups=tuple(out))
+
+
+# --- ListGroups -----------------------------------------------------------------------------
+
+
+async def handle_list_groups(broker, request, connection):
+    body, version = request.body, request.api_version
+    mod = response_module(LIST_GROUPS, version)
+    states = {s.lower() for s in getattr(body, "states_filter", ())}
+    types = {t.lower() for t in getattr(body, "types_filter", ())}
+    code = ErrorCode.none
+    groups = []
+    runtime = broker.groups
+    if types and "classic" not in types:
+        pass
+    elif runtime is None or not runtime.started:
+        code = ErrorCode.coordinator_not_available
+    else:
+        for shard in runtime.shards:
+            if shard.state.value == "loading":
+                code = ErrorCode.coordinator_load_in_progress
+                continue
+            for g in list(shard.core.groups.values()):
+                if states and str(g.state).lower() not in states:
+                    continue
+                groups.append(make(mod.ListedGroup, group_id=g.group_id,
+                                   protocol_type=g.protocol_type or "", group_state=str(g.state),
+                                   group_type="classic"))
+    return make(response_class(LIST_GROUPS, version), throttle_time=NO_THROTTLE, error_code=code,
+                groups=tuple(groups))
+
+
+APIS = [
+    Api(FIND_COORDINATOR, "FindCoordinator", 0, 6, handle_find_coordinator),
+    Api(JOIN_GROUP, "JoinGroup", 2, 9, handle_join_group),
+    Api(HEARTBEAT, "Heartbeat", 0, 4, handle_heartbeat),
+    Api(LEAVE_GROUP, "LeaveGroup", 0, 5, handle_leave_group),
+    Api(SYNC_GROUP, "SyncGroup", 0, 5, handle_sync_group),
+    Api(DESCRIBE_GROUPS, "DescribeGroups", 0, 6, handle_describe_groups),
+    Api(LIST_GROUPS, "ListGroups", 0, 5, handle_list_groups),
+]

@@ -1,0 +1,118 @@
+"""Consumer groups against a real broker process with real clients (confluent-kafka), and the
+group APIs over the wire."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+import uuid
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from brook.protocol.messages import make
+from brook.records import Record, encode_batch
+from kafka_wire import WireClient, request_class
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+GROUP_BROKER = {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 10}
+
+
+def consumer(bootstrap: str, group: str) -> Consumer:
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 200,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "topic.metadata.refresh.interval.ms": 1000,
+    })
+    return c
+
+
+def assignments(consumers: list[Consumer]) -> list[set[int]]:
+    return [{tp.partition for tp in c.assignment()} for c in consumers]
+
+
+def settle(consumers: list[Consumer], partitions: int, timeout: float = 30.0) -> list[set[int]]:
+    """Poll every consumer until each owns something and together they own every partition once."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in consumers:
+            c.poll(0.05)
+        owned = assignments(consumers)
+        if all(owned) and sum(len(o) for o in owned) == partitions \
+                and set().union(*owned) == set(range(partitions)):
+            return owned
+    raise AssertionError(f"no settled assignment within {timeout}s: {assignments(consumers)}")
+
+
+def test_three_consumers_split_twelve_partitions_and_a_fourth_takes_its_share(broker_factory):
+    broker = broker_factory(GROUP_BROKER)
+    topic, group = "orders", f"group-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 12, 1)])[topic].result(10)
+    consumers = [consumer(broker.bootstrap, group) for _ in range(3)]
+    try:
+        for c in consumers:
+            c.subscribe([topic])
+        before = settle(consumers, 12)
+        assert sorted(len(o) for o in before) == [4, 4, 4]
+
+        consumers.append(consumer(broker.bootstrap, group))
+        consumers[-1].subscribe([topic])
+        after = settle(consumers, 12)
+        assert sorted(len(o) for o in after) == [3, 3, 3, 3]
+        assert after[:3] != before  # partitions moved to the newcomer
+
+        described = admin.describe_consumer_groups([group])[group].result(10)
+        assert str(described.state).endswith("STABLE")
+        assert len(described.members) == 4
+        owned = sorted(tp.partition for m in described.members for tp in m.assignment.topic_partitions)
+        assert owned == list(range(12))
+        listed = admin.list_consumer_groups().result(10)
+        assert group in {g.group_id for g in listed.valid}
+    finally:
+        for c in consumers:
+            c.close()
+    # Every member left: the group is Empty.
+    listed = admin.describe_consumer_groups([group])[group].result(10)
+    assert str(listed.state).endswith("EMPTY") and not listed.members
+
+
+def test_find_coordinator_creates_the_internal_offsets_topic_and_producers_cannot_write_it(broker_factory):
+    broker = broker_factory(GROUP_BROKER)
+    with WireClient(broker.bootstrap) as w:
+        found = w.request(make(request_class(10, 4), key_type=0, coordinator_keys=("a", "b")))
+        assert [(c.key, c.error_code, c.port) for c in found.coordinators] == [
+            ("a", ErrorCode.none, broker.port), ("b", ErrorCode.none, broker.port)]
+        old = w.request(make(request_class(10, 0), key="a"))
+        assert old.error_code == ErrorCode.none and old.node_id == 1
+
+        meta = w.request(make(request_class(3, 12), topics=None, allow_auto_topic_creation=False,
+                              include_topic_authorized_operations=False))
+        [offsets] = [t for t in meta.topics if t.name == "__consumer_offsets"]
+        assert offsets.is_internal and len(offsets.partitions) == 10
+
+        produce = request_class(0, 9)
+        mod = __import__(produce.__module__, fromlist=["x"])
+        batch = encode_batch([Record(0, int(time.time() * 1000), b"k", b"v")])
+        answer = w.request(make(produce, transactional_id=None, acks=1, timeout=timedelta(seconds=5), topic_data=(
+            mod.TopicProduceData(name="__consumer_offsets", partition_data=(
+                mod.PartitionProduceData(index=0, records=batch),)),)))
+        [part] = answer.responses[0].partition_responses
+        assert part.error_code == ErrorCode.invalid_topic_exception
+
+
+def test_group_requests_with_an_empty_group_id_are_refused(broker_factory):
+    broker = broker_factory(GROUP_BROKER)
+    with WireClient(broker.bootstrap) as w:
+        hb = w.request(make(request_class(12, 4), group_id="", generation_id=1, member_id="m",
+                            group_instance_id=None))
+        assert hb.error_code == ErrorCode.invalid_group_id
+        listed = w.request(make(request_class(16, 4), states_filter=("Stable",)))
+        assert listed.error_code == ErrorCode.none and listed.groups == ()
