@@ -116,3 +116,108 @@ def test_group_requests_with_an_empty_group_id_are_refused(broker_factory):
         assert hb.error_code == ErrorCode.invalid_group_id
         listed = w.request(make(request_class(16, 4), states_filter=("Stable",)))
         assert listed.error_code == ErrorCode.none and listed.groups == ()
+
+
+def test_committed_offsets_survive_a_restart_and_the_group_resumes_from_them(broker_factory):
+    from confluent_kafka import Producer, TopicPartition
+
+    broker = broker_factory(GROUP_BROKER)
+    topic, group = "events", "resumer"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 12, 1)])[topic].result(10)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    values = [f"v{i}".encode() for i in range(600)]
+    for i, v in enumerate(values):
+        producer.produce(topic, value=v, partition=i % 12)
+    assert producer.flush(30) == 0
+
+    def consume(c: Consumer, want: int, seen: list[bytes], commit: bool) -> None:
+        deadline = time.monotonic() + 30
+        while len(seen) < want and time.monotonic() < deadline:
+            m = c.poll(0.1)
+            if m is None or m.error():
+                continue
+            seen.append(m.value())
+            if commit:
+                c.commit(message=m, asynchronous=False)
+
+    first: list[bytes] = []
+    c = consumer(broker.bootstrap, group)
+    c.subscribe([topic])
+    try:
+        consume(c, 300, first, commit=True)
+        committed = c.committed([TopicPartition(topic, p) for p in range(12)], timeout=10)
+    finally:
+        c.close()
+    assert len(first) == 300
+    before = {tp.partition: tp.offset for tp in committed}
+    assert sum(o for o in before.values() if o > 0) == 300
+
+    broker.restart()
+
+    second: list[bytes] = []
+    c = consumer(broker.bootstrap, group)
+    try:
+        after = {tp.partition: tp.offset
+                 for tp in c.committed([TopicPartition(topic, p) for p in range(12)], timeout=20)}
+        assert after == before
+        c.subscribe([topic])
+        consume(c, 300, second, commit=False)
+    finally:
+        c.close()
+    # Every record processed once: the group resumed exactly where it had committed.
+    assert sorted(first + second) == sorted(values)
+
+
+def test_offset_commit_fetch_delete_over_the_wire(broker_factory):
+    broker = broker_factory(GROUP_BROKER)
+    commit_cls = request_class(8, 9)
+    cm = __import__(commit_cls.__module__, fromlist=["x"])
+    with WireClient(broker.bootstrap) as w:
+        def commit(group, offsets, metadata=""):
+            return w.request(make(commit_cls, group_id=group, generation_id_or_member_epoch=-1,
+                                  member_id="", group_instance_id=None, topics=(
+                cm.OffsetCommitRequestTopic(name="t", partitions=tuple(
+                    cm.OffsetCommitRequestPartition(partition_index=p, committed_offset=o,
+                                                    committed_leader_epoch=-1,
+                                                    committed_metadata=metadata)
+                    for p, o in offsets.items())),)))
+
+        answer = commit("simple", {0: 5, 1: 7})
+        assert [(p.partition_index, p.error_code) for p in answer.topics[0].partitions] == [
+            (0, ErrorCode.none), (1, ErrorCode.none)]
+        too_large = commit("simple", {2: 1}, metadata="m" * 5000)
+        assert too_large.topics[0].partitions[0].error_code == ErrorCode.offset_metadata_too_large
+
+        fetch_cls = request_class(9, 9)
+        fm = __import__(fetch_cls.__module__, fromlist=["x"])
+        fetched = w.request(make(fetch_cls, require_stable=False, groups=(
+            fm.OffsetFetchRequestGroup(group_id="simple", topics=None),
+            fm.OffsetFetchRequestGroup(group_id="other", topics=(
+                fm.OffsetFetchRequestTopics(name="t", partition_indexes=(0,)),)))))
+        g1, g2 = fetched.groups
+        assert [(p.partition_index, p.committed_offset) for p in g1.topics[0].partitions] == [(0, 5), (1, 7)]
+        assert g2.topics[0].partitions[0].committed_offset == -1
+
+        old = w.request(make(request_class(9, 1), group_id="simple", topics=(
+            __import__(request_class(9, 1).__module__, fromlist=["x"]).OffsetFetchRequestTopic(
+                name="t", partition_indexes=(1, 2)),)))
+        assert [p.committed_offset for p in old.topics[0].partitions] == [7, -1]
+
+        listed = w.request(make(request_class(16, 4), states_filter=("Empty",)))
+        assert "simple" in {g.group_id for g in listed.groups}
+
+        delete_cls = request_class(47, 0)
+        dm = __import__(delete_cls.__module__, fromlist=["x"])
+        deleted = w.request(make(delete_cls, group_id="simple", topics=(
+            dm.OffsetDeleteRequestTopic(name="t", partitions=(
+                dm.OffsetDeleteRequestPartition(partition_index=0),)),)))
+        assert deleted.error_code == ErrorCode.none
+        assert deleted.topics[0].partitions[0].error_code == ErrorCode.none
+
+        groups = w.request(make(request_class(42, 2), groups_names=("simple", "nobody")))
+        assert [(r.group_id, r.error_code) for r in groups.results] == [
+            ("simple", ErrorCode.none), ("nobody", ErrorCode.group_id_not_found)]
+        after = w.request(make(fetch_cls, require_stable=False, groups=(
+            fm.OffsetFetchRequestGroup(group_id="simple", topics=None),)))
+        assert after.groups[0].topics == ()

@@ -235,3 +235,43 @@ def test_partition_log_writes_one_batch_with_kafkas_keys_and_values(tmp_path):
                                       (encode_key(GroupMetadataKey("b")), None)]
     finally:
         broker.close()
+
+
+def test_expired_offsets_are_tombstoned_by_the_timer_task():
+    from brook.coordinator.offsets import (
+        CommitPartition,
+        CommitTopic,
+        OffsetCommit,
+        OffsetsConfig,
+        OffsetsManager,
+    )
+    from brook.coordinator.records import OffsetCommitKey
+
+    async def main():
+        log = MemoryLog()
+        cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
+        offsets_cfg = OffsetsConfig(offsets_retention_check_interval_ms=20)
+        rt = GroupRuntime(4, log, SYSTEM_CLOCK, lambda: ClassicGroupCoordinator(cfg),
+                          lambda core: OffsetsManager(offsets_cfg, core.groups))
+        await started(rt)
+        try:
+            commit = OffsetCommit("simple", (CommitTopic("t", (CommitPartition(0, 42),)),),
+                                  retention_time_ms=50, version=2)
+
+            def op(shard, now):
+                done = shard.offsets.commit(commit, None, now)
+                return classic.Result(records=list(done.records), response=done.errors)
+
+            assert await rt.run("simple", op) == [("t", 0, ErrorCode.none)]
+            shard = rt.shards[rt.partition_for("simple")]
+            assert shard.offsets.get("simple", "t", 0).offset == 42
+            for _ in range(100):
+                if shard.offsets.get("simple", "t", 0) is None:
+                    break
+                await asyncio.sleep(0.01)
+            assert shard.offsets.get("simple", "t", 0) is None
+            assert log.appends[-1][1] == [classic.Record(OffsetCommitKey("simple", "t", 0), None)]
+        finally:
+            await rt.stop()
+
+    asyncio.run(main())

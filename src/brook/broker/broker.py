@@ -10,6 +10,7 @@ from ..storage.config import LogConfig
 from ..storage.manager import LogManager
 from .config import BrokerConfig, Listener
 from ..coordinator.classic import ClassicGroupCoordinator, GroupConfig
+from ..coordinator.offsets import OffsetsConfig, OffsetsManager
 from .fetch_session import FetchSessionCache
 from .group_runtime import OFFSETS_TOPIC, GroupRuntime, PartitionOffsetsLog
 from .handlers import registry
@@ -64,7 +65,8 @@ class Broker:
         # count when it exists, as Kafka does, else offsets.topic.num.partitions).
         tm = self.metadata.get(OFFSETS_TOPIC)
         self.groups = GroupRuntime(tm.partitions if tm else self.config.offsets_topic_num_partitions,
-                                   PartitionOffsetsLog(self), self.clock, self._new_group_coordinator)
+                                   PartitionOffsetsLog(self), self.clock, self._new_group_coordinator,
+                                   self._new_offsets_manager)
 
     def _new_group_coordinator(self) -> ClassicGroupCoordinator:
         c = self.config
@@ -73,6 +75,9 @@ class Broker:
             max_session_timeout_ms=c.group_max_session_timeout_ms,
             max_size=c.group_max_size,
             initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms))
+
+    def _new_offsets_manager(self, core: ClassicGroupCoordinator) -> OffsetsManager:
+        return OffsetsManager(OffsetsConfig.from_broker(self.config), core.groups)
 
     def ensure_offsets_topic(self) -> bool:
         """Create `__consumer_offsets` on first use (FindCoordinator or a group request), as

@@ -209,18 +209,19 @@ class Shard:
 
     async def work(self) -> None:
         while self.state is not ShardState.CLOSED:
-            op, fut = await self.queue.get()
+            op, fut, mapper = await self.queue.get()
             if fut is not None and fut.done():
                 continue  # the caller is gone (its connection closed)
             try:
-                self._run(op, fut)
+                self._run(op, fut, mapper)
             except Exception as exc:  # a bug in a core: answer it, keep serving the others
                 log.exception("%s-%d: group operation failed", OFFSETS_TOPIC, self.index)
                 if fut is not None and not fut.done():
                     fut.set_exception(exc)
             self.wake.set()
 
-    def _run(self, op: Callable[[Shard, int], Result], fut: asyncio.Future | None) -> None:
+    def _run(self, op: Callable[[Shard, int], Result], fut: asyncio.Future | None,
+             mapper: Callable[[BaseException], ErrorCode] = append_error) -> None:
         runtime = self.runtime
         now = runtime.clock.milliseconds()
         result = op(self, now)
@@ -234,7 +235,7 @@ class Shard:
             try:
                 runtime.log.append(self.index, result.records, now)
             except Exception as exc:
-                self._append_failed(result, parked, fut, exc, now)
+                self._append_failed(result, parked, fut, exc, now, mapper)
                 return
             for record in result.records:
                 self.replay(record.key, record.value, now)
@@ -248,8 +249,8 @@ class Shard:
             if f is not None and not f.done():
                 f.set_result(completion.response)
 
-    def _append_failed(self, result: Result, parked, fut, exc: Exception, now: int) -> None:
-        mapper = getattr(result, "append_error", None) or append_error
+    def _append_failed(self, result: Result, parked, fut, exc: Exception, now: int,
+                       mapper: Callable[[BaseException], ErrorCode]) -> None:
         code = mapper(exc)
         log.warning("%s-%d: appending %d group record(s) failed, answering %s: %s", OFFSETS_TOPIC,
                     self.index, len(result.records), code.name.upper(), exc)
@@ -297,7 +298,7 @@ class Shard:
             if self.state is not ShardState.ACTIVE:
                 continue
             done = loop.create_future()
-            self.queue.put_nowait((self._poll, done))
+            self.queue.put_nowait((self._poll, done, append_error))
             try:
                 await done
             except Exception:
@@ -315,7 +316,7 @@ class GroupRuntime:
     """All shards of ``__consumer_offsets``, routing each group to its partition's shard."""
 
     def __init__(self, num_partitions: int, log: OffsetsLog, clock,
-                 new_core: Callable[[], Any], new_offsets: Callable[[], Any] | None = None) -> None:
+                 new_core: Callable[[], Any], new_offsets: Callable[[Any], Any] | None = None) -> None:
         self.num_partitions = num_partitions
         self.log = log
         self.clock = clock
@@ -330,9 +331,11 @@ class GroupRuntime:
 
     def start(self) -> None:
         """Create the shards and start loading them (call from the event loop)."""
-        self.shards = [Shard(self, i, self._new_core(),
-                             self._new_offsets() if self._new_offsets else None)
-                       for i in range(self.num_partitions)]
+        self.shards = []
+        for i in range(self.num_partitions):
+            core = self._new_core()
+            offsets = self._new_offsets(core) if self._new_offsets else None
+            self.shards.append(Shard(self, i, core, offsets))
         for shard in self.shards:
             shard.tasks = [asyncio.create_task(shard.work()), asyncio.create_task(shard.timers())]
         self._loader = asyncio.create_task(self._load_all())
@@ -357,6 +360,8 @@ class GroupRuntime:
             hook = getattr(shard.core, "loaded", None)
             if hook is not None:
                 shard._complete(hook(now).completions)
+            if shard.offsets is not None and hasattr(shard.offsets, "loaded"):
+                shard.offsets.loaded()
             shard.state = ShardState.ACTIVE
             shard.wake.set()
         if total:
@@ -396,15 +401,18 @@ class GroupRuntime:
             raise CoordinatorNotAvailable("the group coordinator is shutting down")
         return shard
 
-    async def run(self, group_id: str, op: Callable[[Shard, int], Result]) -> Any:
+    async def run(self, group_id: str, op: Callable[[Shard, int], Result],
+                  append_error: Callable[[BaseException], ErrorCode] = append_error) -> Any:
         """Run ``op(shard, now)`` on the group's shard in turn; return its response, waiting
-        for the completion of a parked one. Raises CoordinatorError subclasses."""
+        for the completion of a parked one. Raises CoordinatorError subclasses; a failed append
+        is answered with ``append_error(exc)``."""
         shard = self.shard_for(group_id)
-        return await self.run_on(shard, op)
+        return await self.run_on(shard, op, append_error)
 
-    async def run_on(self, shard: Shard, op: Callable[[Shard, int], Result]) -> Any:
+    async def run_on(self, shard: Shard, op: Callable[[Shard, int], Result],
+                     append_error: Callable[[BaseException], ErrorCode] = append_error) -> Any:
         fut = asyncio.get_running_loop().create_future()
-        shard.queue.put_nowait((op, fut))
+        shard.queue.put_nowait((op, fut, append_error))
         answer = await fut
         if isinstance(answer, asyncio.Future):
             return await answer

@@ -1,56 +1,101 @@
-"""OffsetFetch: committed offsets of one group (v1-7) or several (v8+), read in the order of the
-group's shard of the runtime, COORDINATOR_LOAD_IN_PROGRESS while that shard loads.
+"""Offset APIs: OffsetCommit, OffsetFetch, OffsetDelete and DeleteGroups, run on the group's
+shard of the runtime (broker.groups) by the offsets manager (``brook.coordinator.offsets``) next
+to the classic coordinator.
 
-Until the runtime has an offsets manager no offset can be committed through brook, so every
-partition asked for answers "no committed offset" (-1) and "all partitions" answers none.
+A commit's offsets are written as one batch, so a commit is all or nothing, and it is answered
+only after the append. OffsetFetch takes one group (v1-7) or several (v8+); a group whose
+partition is loading gets COORDINATOR_LOAD_IN_PROGRESS.
 """
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from ...coordinator.classic import Record, Result
+from ...coordinator.group import GroupState
+from ...coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
+from ...coordinator.records import GroupMetadataKey
 from ...protocol.messages import make, response_class, response_module
-from ..group_runtime import CoordinatorError, CoordinatorNotAvailable
+from ..group_runtime import CoordinatorError, CoordinatorNotAvailable, offset_commit_append_error
 from . import Api
-from .common import NO_THROTTLE
+from .common import NO_THROTTLE, ms
 
+OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
+DELETE_GROUPS = 42
+OFFSET_DELETE = 47
 
 NO_OFFSET = -1
 NO_EPOCH = -1
 
 
+def _runtime(broker):
+    if broker.groups is None or not broker.ensure_offsets_topic():
+        raise CoordinatorNotAvailable("the offsets topic is not available")
+    return broker.groups
+
+
+# --- OffsetCommit ---------------------------------------------------------------------------
+
+
+def _commit(shard, request: OffsetCommit, now: int):
+    core = shard.core
+    group = core.groups.get(request.group_id)
+    committed = shard.offsets.commit(request, group, now)
+    if committed.records and group is not None and group.has_member(request.member_id) \
+            and group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+        # A commit keeps a classic member's session alive, as in Kafka.
+        core._schedule_heartbeat(group, group.member(request.member_id), now)
+    return Result(records=list(committed.records), response=committed.errors)
+
+
+async def handle_offset_commit(broker, request, connection):
+    body, version = request.body, request.api_version
+    retention = ms(body.retention_time) if hasattr(body, "retention_time") else -1
+    req = OffsetCommit(
+        group_id=body.group_id,
+        topics=tuple(CommitTopic(t.name, tuple(
+            CommitPartition(p.partition_index, p.committed_offset,
+                            getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+            for p in t.partitions)) for t in body.topics),
+        generation=body.generation_id_or_member_epoch,
+        member_id=body.member_id,
+        group_instance_id=getattr(body, "group_instance_id", None),
+        retention_time_ms=retention,
+        version=version,
+    )
+    try:
+        errors = await _runtime(broker).run(body.group_id, lambda s, now: _commit(s, req, now),
+                                            append_error=offset_commit_append_error)
+    except CoordinatorError as exc:
+        errors = [(t.name, p.partition, exc.code) for t in req.topics for p in t.partitions]
+    mod = response_module(OFFSET_COMMIT, version)
+    by_topic: dict[str, list] = {}
+    for topic, partition, code in errors:
+        by_topic.setdefault(topic, []).append(
+            make(mod.OffsetCommitResponsePartition, partition_index=partition, error_code=code))
+    return make(response_class(OFFSET_COMMIT, version), throttle_time=NO_THROTTLE,
+                topics=tuple(make(mod.OffsetCommitResponseTopic, name=t, partitions=tuple(ps))
+                             for t, ps in by_topic.items()))
+
+
+# --- OffsetFetch ----------------------------------------------------------------------------
+
+
 def _fetch(shard, group_id: str, topics):
     """[(topic, [(partition, offset, leader epoch, metadata)])] for ``topics`` (None: all)."""
-    offsets = shard.offsets
-    if topics is None:
-        if offsets is None:
-            return []
-        by_topic: dict[str, list] = {}
-        for topic, partition, value in offsets.group_offsets(group_id):
-            by_topic.setdefault(topic, []).append(
-                (partition, value.offset, value.leader_epoch, value.metadata))
-        return sorted((t, sorted(ps)) for t, ps in by_topic.items())
-    out = []
-    for topic, partitions in topics:
-        rows = []
-        for p in partitions:
-            value = None if offsets is None else offsets.get(group_id, topic, p)
-            if value is None:
-                rows.append((p, NO_OFFSET, NO_EPOCH, ""))
-            else:
-                rows.append((p, value.offset, value.leader_epoch, value.metadata))
-        out.append((topic, rows))
-    return out
+    out: dict[str, list] = {}
+    for f in shard.offsets.fetch(group_id, topics):
+        out.setdefault(f.topic, []).append((f.partition, f.offset, f.leader_epoch, f.metadata))
+    return list(out.items())
 
 
 async def fetch_group(broker, group_id: str, topics):
     """(error, topics) for one group; ``topics`` as (name, partitions) pairs or None."""
     try:
-        if broker.groups is None or not broker.ensure_offsets_topic():
-            raise CoordinatorNotAvailable()
-        shard = broker.groups.shard_for(group_id)
-        return ErrorCode.none, await broker.groups.read(shard, lambda s, now: _fetch(s, group_id, topics))
+        runtime = _runtime(broker)
+        shard = runtime.shard_for(group_id)
+        return ErrorCode.none, await runtime.read(shard, lambda s, now: _fetch(s, group_id, topics))
     except CoordinatorError as exc:
         return exc.code, None
 
@@ -59,6 +104,16 @@ def _topics_of(requested):
     if requested is None:
         return None
     return [(t.name, list(t.partition_indexes)) for t in requested]
+
+
+def _entities(topic_cls, partition_cls, topics):
+    return tuple(
+        make(topic_cls, name=name, partitions=tuple(
+            make(partition_cls, partition_index=row[0], committed_offset=row[1],
+                 committed_leader_epoch=row[2], metadata=row[3],
+                 error_code=row[4] if len(row) > 4 else ErrorCode.none)
+            for row in rows))
+        for name, rows in topics)
 
 
 async def handle_offset_fetch(broker, request, connection):
@@ -83,14 +138,67 @@ async def handle_offset_fetch(broker, request, connection):
                                  topics or []))
 
 
-def _entities(topic_cls, partition_cls, topics):
-    return tuple(
-        make(topic_cls, name=name, partitions=tuple(
-            make(partition_cls, partition_index=row[0], committed_offset=row[1],
-                 committed_leader_epoch=row[2], metadata=row[3],
-                 error_code=row[4] if len(row) > 4 else ErrorCode.none)
-            for row in rows))
-        for name, rows in topics)
+# --- DeleteGroups ---------------------------------------------------------------------------
 
 
-APIS = [Api(OFFSET_FETCH, "OffsetFetch", 1, 9, handle_offset_fetch)]
+def _delete_group(shard, group_id: str, now: int) -> Result:
+    """Kafka's rules: only a group without members; tombstones for its offsets and metadata."""
+    group = shard.core.groups.get(group_id)
+    if group is None or group.is_in(GroupState.DEAD):
+        if not shard.offsets.has_offsets(group_id):
+            return Result(response=ErrorCode.group_id_not_found)
+    elif not group.is_in(GroupState.EMPTY):
+        return Result(response=ErrorCode.non_empty_group)
+    records = shard.offsets.delete_group(group_id)
+    if group is not None:
+        records.append(Record(GroupMetadataKey(group_id), None))
+    return Result(records=records, response=ErrorCode.none)
+
+
+async def handle_delete_groups(broker, request, connection):
+    body, version = request.body, request.api_version
+    mod = response_module(DELETE_GROUPS, version)
+    results = []
+    for group_id in body.groups_names:
+        try:
+            code = await _runtime(broker).run(group_id, lambda s, now: _delete_group(s, group_id, now))
+        except CoordinatorError as exc:
+            code = exc.code
+        results.append(make(mod.DeletableGroupResult, group_id=group_id, error_code=code))
+    return make(response_class(DELETE_GROUPS, version), throttle_time=NO_THROTTLE,
+                results=tuple(results))
+
+
+# --- OffsetDelete ---------------------------------------------------------------------------
+
+
+def _delete_offsets(shard, group_id: str, topics, now: int) -> Result:
+    group = shard.core.groups.get(group_id)
+    deleted = shard.offsets.delete_offsets(group_id, topics, group)
+    return Result(records=list(deleted.records), response=(deleted.error, deleted.errors))
+
+
+async def handle_offset_delete(broker, request, connection):
+    body, version = request.body, request.api_version
+    mod = response_module(OFFSET_DELETE, version)
+    topics = [(t.name, [p.partition_index for p in t.partitions]) for t in body.topics]
+    try:
+        code, errors = await _runtime(broker).run(
+            body.group_id, lambda s, now: _delete_offsets(s, body.group_id, topics, now))
+    except CoordinatorError as exc:
+        code, errors = exc.code, []
+    by_topic: dict[str, list] = {}
+    for topic, partition, err in errors:
+        by_topic.setdefault(topic, []).append(
+            make(mod.OffsetDeleteResponsePartition, partition_index=partition, error_code=err))
+    return make(response_class(OFFSET_DELETE, version), throttle_time=NO_THROTTLE, error_code=code,
+                topics=tuple(make(mod.OffsetDeleteResponseTopic, name=t, partitions=tuple(ps))
+                             for t, ps in by_topic.items()))
+
+
+APIS = [
+    Api(OFFSET_COMMIT, "OffsetCommit", 2, 9, handle_offset_commit),
+    Api(OFFSET_FETCH, "OffsetFetch", 1, 9, handle_offset_fetch),
+    Api(DELETE_GROUPS, "DeleteGroups", 0, 2, handle_delete_groups),
+    Api(OFFSET_DELETE, "OffsetDelete", 0, 0, handle_offset_delete),
+]
