@@ -360,3 +360,12 @@ def test_null_config_values_are_refused(client):
 
 def test_too_many_partitions_in_one_request(client):
     assert create_topic(client, "huge", 10_001).error_code == ErrorCode.policy_violation
+
+
+def test_metadata_naming_the_offsets_topic_creates_it_as_the_coordinator_does(client):
+    m = req_mod(3, 12)
+    resp = client.request(make(m.MetadataRequest, topics=(make(m.MetadataRequestTopic, name="__consumer_offsets",
+                                                                   topic_id=None),),
+                               allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+    t = resp.topics[0]
+    assert t.error_code == ErrorCode.none and t.is_internal and len(t.partitions) == 50

@@ -744,3 +744,15 @@ def test_simulation(seed):
     assert sim.log  # something was stored
     if seed < 10:
         assert stable_seen or not sim.written
+
+
+def test_members_of_a_loaded_group_expire_if_they_never_come_back():
+    h = Harness()
+    record = stored(3, "a", [mm("a", b"A", session=10_000), mm("b", b"B", session=20_000)])
+    h.core.replay(record.key, record.value, 0)
+    assert h.group.state is S.STABLE
+    h._run(h.core.loaded(0))
+    h.advance(5_000)
+    h.heartbeat("b", 3)  # b is back; a never returns
+    h.advance(6_000)
+    assert list(h.group.members) == ["b"] and h.group.state is S.PREPARING_REBALANCE

@@ -291,6 +291,14 @@ class ClassicGroupCoordinator:
             return
         self.groups[key.group] = ClassicGroup.from_metadata_value(key.group, value, now)
 
+    def loaded(self, now: int) -> Result:
+        """After a partition is loaded: every member of a loaded group gets a session
+        timer, so a member that never comes back is expired as Kafka expires it."""
+        for group in self.groups.values():
+            for member in group.members.values():
+                self._schedule_heartbeat(group, member, now)
+        return Result()
+
     # --- JoinGroup ----------------------------------------------------------------------------
 
     def join_group(self, request: JoinGroup, now: int) -> Result:

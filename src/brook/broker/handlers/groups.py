@@ -110,7 +110,7 @@ async def handle_join_group(broker, request, connection):
     return make(response_class(JOIN_GROUP, version), throttle_time=NO_THROTTLE,
                 error_code=resp.error, generation_id=resp.generation,
                 protocol_type=resp.protocol_type, protocol_name=protocol, leader=resp.leader,
-                skip_assignment=False, member_id=resp.member_id, members=members)
+                skip_assignment=getattr(resp, "skip_assignment", False), member_id=resp.member_id, members=members)
 
 
 # --- SyncGroup ------------------------------------------------------------------------------

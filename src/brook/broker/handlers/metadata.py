@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from ..errors import error_code_for
+from ..group_runtime import OFFSETS_TOPIC
 from ..metadata import MetadataError
 from . import Api
 from .common import INT32_MIN, NO_THROTTLE
@@ -76,7 +77,10 @@ async def handle(broker, request, connection):
                 name = tm.name
             error = ErrorCode.none
             if broker.metadata.get(name) is None:
-                if allow:
+                if name == OFFSETS_TOPIC:  # made as the coordinator makes it, never as a plain topic
+                    if not broker.ensure_offsets_topic():
+                        error = ErrorCode.unknown_topic_or_partition
+                elif allow:
                     try:
                         broker.create_topic(name, broker.config.num_partitions)
                     except MetadataError as exc:
