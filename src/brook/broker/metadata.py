@@ -16,6 +16,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+from ..storage.checkpoint import atomic_write_text as _atomic_write
 from ..storage.config import TOPIC_KEYS, LogConfig
 from .properties import parse_properties
 
@@ -235,17 +236,3 @@ class MetadataStore:
         pid = self.next_producer_id
         self.next_producer_id += 1
         return pid
-
-
-def _atomic_write(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -31,6 +31,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from ..records.varint import encode_uvarint as _uvarint
+
 __all__ = [
     "CorruptOffsetsRecordError",
     "GroupMetadataKey",
@@ -161,15 +163,6 @@ def _utf8(s: str, name: str) -> bytes:
     if len(b) > _MAX_STRING_LENGTH:
         raise ValueError(f"{name} is {len(b)} bytes of UTF-8, more than a Kafka string holds")
     return b
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _string(s: str, name: str, flexible: bool) -> bytes:

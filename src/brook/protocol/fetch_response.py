@@ -13,6 +13,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..records.varint import encode_uvarint as _uvarint
+
 MIN_VERSION = 4
 MAX_VERSION = 16
 FLEXIBLE_FROM = 12
@@ -23,15 +25,6 @@ _I32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
 _I64 = struct.Struct(">q")
 _ABORTED = struct.Struct(">qq")
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 @dataclass(slots=True)

@@ -1,19 +1,24 @@
-"""Zigzag varints (protobuf style), as used by the fields of v2 records."""
+"""Varints (protobuf style): zigzag ones as used by the fields of v2 records, unsigned ones
+as used by the protocol's flexible versions."""
 
 from __future__ import annotations
 
 from .errors import CorruptRecordError, TruncatedBatchError
 
 
-def encode_varint(value: int) -> bytes:
-    """Zigzag-encode a signed 64-bit integer."""
-    v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+def encode_uvarint(v: int) -> bytes:
+    """An unsigned varint (the protocol's compact lengths and tagged-field counts)."""
     out = bytearray()
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)
         v >>= 7
     out.append(v)
     return bytes(out)
+
+
+def encode_varint(value: int) -> bytes:
+    """Zigzag-encode a signed 64-bit integer."""
+    return encode_uvarint(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
 def decode_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:

@@ -41,12 +41,16 @@ def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
 
 
 def write_checkpoint(path: str, entries: dict[tuple[str, int], int]) -> None:
-    """Write to a temporary file, fsync it, rename it over the old one, fsync the directory."""
     lines = [str(VERSION), str(len(entries))]
     lines += [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
+    atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Write to a temporary file, fsync it, rename it over the old one, fsync the directory."""
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
