@@ -44,6 +44,8 @@ may evict a consumer's, has no use on a broker without followers.
 
 from __future__ import annotations
 
+import abc
+
 import logging
 import random
 import uuid
@@ -189,7 +191,7 @@ class Completion(NamedTuple):
     include: list[bool] | None = None
 
 
-class FetchContext:
+class FetchContext(abc.ABC):
     """One Fetch request's view of its session: `partitions` to read, in order, then
     `complete(answers)` (one answer per partition, same order) to shape the response. A
     request with a session error has nothing to read and is answered with its `error_code`."""
@@ -197,8 +199,9 @@ class FetchContext:
     error_code: int = ErrorCode.none
     partitions: list[tuple[TopicKey, RequestedPartition]]
 
+    @abc.abstractmethod
     def complete(self, answers: Sequence[PartitionAnswer]) -> Completion:
-        raise NotImplementedError
+        """Shape the response from one answer per partition of `partitions`."""
 
 
 class SessionErrorContext(FetchContext):
