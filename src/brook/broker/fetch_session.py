@@ -45,7 +45,6 @@ may evict a consumer's, has no use on a broker without followers.
 from __future__ import annotations
 
 import abc
-
 import logging
 import random
 import uuid
