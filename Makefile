@@ -12,11 +12,11 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,spark]'
 	touch $(STAMP)
 
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet -e '.[test,spark,bench]'
 	touch $(BENCH_STAMP)
 
 # kcat (a librdkafka command-line client) is one of the clients the broker is tested with.
