@@ -78,6 +78,8 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3_000
     group_max_size: int = 2**31 - 1
+    # Prometheus metrics over HTTP on this port (brook's key; Kafka has JMX instead): off if None.
+    metrics_port: int | None = None
     log_config: LogConfig = field(default_factory=LogConfig)
     manager_config: ManagerConfig = field(default_factory=ManagerConfig)
 
@@ -136,6 +138,7 @@ class BrokerConfig:
             group_max_session_timeout_ms=get("group.max.session.timeout.ms", 1_800_000),
             group_initial_rebalance_delay_ms=get("group.initial.rebalance.delay.ms", 3_000),
             group_max_size=get("group.max.size", 2**31 - 1),
+            metrics_port=get("metrics.port", None),
             log_config=log_config,
             manager_config=manager_config,
         )
@@ -151,6 +154,8 @@ class BrokerConfig:
             raise ConfigError("group.min.session.timeout.ms is above group.max.session.timeout.ms")
         if cfg.group_initial_rebalance_delay_ms < 0 or cfg.group_max_size < 1:
             raise ConfigError("group.initial.rebalance.delay.ms must be >= 0 and group.max.size >= 1")
+        if cfg.metrics_port is not None and not 1 <= cfg.metrics_port <= 65535:
+            raise ConfigError(f"metrics.port={cfg.metrics_port} is not a port number (1-65535)")
         return cfg
 
     @property
