@@ -41,6 +41,7 @@ class Broker:
         self.log_manager: LogManager | None = None
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, clock)
         self.groups: GroupRuntime | None = None
+        self.metrics = None  # a brook.broker.metrics.BrokerMetrics when metrics.port is set
 
     # ------------------------------------------------------------ lifecycle
 

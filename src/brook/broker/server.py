@@ -11,6 +11,7 @@ import socket
 from .broker import Broker
 from .config import BrokerConfig, Listener
 from .connection import Connection
+from .metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,8 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker = Broker(config)
+        if config.metrics_port is not None:
+            self.broker.metrics = BrokerMetrics(self.broker)
         self.sockets: list[tuple[socket.socket, Listener]] = []
         self.connections: set[Connection] = set()
         self.tasks: set[asyncio.Task] = set()
@@ -43,6 +46,8 @@ class BrokerServer:
         try:
             for listener in self.config.listeners:
                 self.sockets.append((_listen(listener), listener))
+            if self.broker.metrics is not None:
+                self.broker.metrics.start(self.config.listeners[0].host, self.config.metrics_port)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 try:
                     loop.add_signal_handler(sig, self.stop)
@@ -67,6 +72,8 @@ class BrokerServer:
         finally:
             for s, _ in self.sockets:
                 s.close()
+            if self.broker.metrics is not None:
+                self.broker.metrics.stop()
             self.broker.close()
             log.info("brook broker %d stopped cleanly", self.broker.broker_id)
 
