@@ -13,6 +13,7 @@ import errno
 import logging
 import os
 import socket
+from time import perf_counter
 
 from ..protocol.framing import FrameDecoder, FrameTooLargeError, InvalidFrameError
 from ..protocol.messages import (
@@ -51,8 +52,9 @@ class Connection:
                 if n == 0:
                     return
                 self.last_active = self.loop.time()
+                received = perf_counter()  # the time of the requests this read completes
                 for frame in decoder.received(n):
-                    if not await self._handle(frame):
+                    if not await self._handle(frame, received):
                         return
         except FrameTooLargeError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
@@ -66,9 +68,10 @@ class Connection:
         finally:
             self.close()
 
-    async def _handle(self, frame: bytes) -> bool:
+    async def _handle(self, frame: bytes, received: float) -> bool:
         """Answer one request; False if the connection must be closed."""
         broker = self.broker
+        metrics = broker.metrics
         try:
             request = parse_request(frame, broker.supported_versions)
         except UnsupportedVersionError as exc:
@@ -89,6 +92,8 @@ class Connection:
             self.busy = False
             self.last_active = self.loop.time()
             if response is None:
+                if metrics is not None:
+                    metrics.request_done(request.api_key, received)
                 return True
             if not isinstance(response, RawResponse):
                 response = encode_response(request.api_key, request.api_version,
@@ -104,6 +109,8 @@ class Connection:
             await self.send_pieces(response.pieces)
         else:
             await self.send(response)
+        if metrics is not None:
+            metrics.request_done(request.api_key, received)
         return True
 
     # ------------------------------------------------------------ writing
