@@ -105,6 +105,8 @@ async def handle(broker, request, connection):
     epoch = getattr(body, "session_epoch", FINAL_EPOCH)
     if session_id == INVALID_SESSION_ID and epoch == FINAL_EPOCH:
         results = await _fetch(broker, body, _topics(broker, body, version))
+        if broker.metrics is not None:
+            broker.metrics.fetched(results)
         pieces, size = encode_fetch_response(version, request.correlation_id, results)
         return RawResponse(pieces, size)
     return await _handle_in_session(broker, request, session_id, epoch)
@@ -168,6 +170,8 @@ async def _handle_in_session(broker, request, session_id: int, epoch: int):
         results = []
     elif done.include is not None:
         results = _select(results, done.include)
+    if broker.metrics is not None:
+        broker.metrics.fetched(results)
     pieces, size = encode_fetch_response(version, request.correlation_id, results,
                                          error_code=done.error_code, session_id=done.session_id)
     return RawResponse(pieces, size)

@@ -67,6 +67,9 @@ async def handle(broker, request, connection):
                     if code in _LOGGED_CODES:
                         log.warning("produce to %s-%d from %s failed: %s: %s", name, pd.index,
                                     connection.peer, code.name.upper(), exc)
+                else:
+                    if broker.metrics is not None:
+                        broker.metrics.produced(name, len(pd.records), info.record_count)
                 start = partition.log_start_offset
             if code != ErrorCode.none:
                 any_error = True
