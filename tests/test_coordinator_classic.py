@@ -756,3 +756,141 @@ def test_members_of_a_loaded_group_expire_if_they_never_come_back():
     h.heartbeat("b", 3)  # b is back; a never returns
     h.advance(6_000)
     assert list(h.group.members) == ["b"] and h.group.state is S.PREPARING_REBALANCE
+
+
+# --- offset commits: sessions kept alive, simple groups -------------------------------------------
+
+
+def test_an_accepted_commit_keeps_the_members_session_alive():
+    h = Harness()
+    a, b = h.stable("a", "b")
+    for _ in range(3):  # b only commits, never heartbeats
+        h.advance(9_000)
+        h.heartbeat(a, 1)
+        assert h.core.commit_heartbeat("g", b, h.clock.milliseconds())
+    assert list(h.group.members) == [a, b] and h.group.state is S.STABLE
+    h.advance(9_000)
+    h.heartbeat(a, 1)
+    h.advance(1_000)  # 10 s since b's last commit
+    assert list(h.group.members) == [a]
+
+
+def test_commits_keep_sessions_only_of_members_of_stable_or_rebalancing_groups():
+    h = Harness()
+    assert not h.core.commit_heartbeat("g", "x", 0)  # no group
+    a, b = h.stable("a", "b")
+    assert not h.core.commit_heartbeat("g", "x", 0)  # not a member
+    h.join_new("c")
+    assert h.group.state is S.PREPARING_REBALANCE
+    assert h.core.commit_heartbeat("g", a, 0)
+    h.join(member_id=a, client="a")
+    h.join(member_id=b, client="b")
+    assert h.group.state is S.COMPLETING_REBALANCE
+    assert not h.core.commit_heartbeat("g", a, 0)
+
+
+def commit_record(group, partition=0, offset=1):
+    from brook.coordinator.records import OffsetCommitKey, OffsetCommitValue
+
+    return OffsetCommitKey(group, "t", partition), OffsetCommitValue(offset, -1, "", 0)
+
+
+def test_a_commit_for_an_unknown_group_creates_it_empty_without_a_protocol_type():
+    core = ClassicGroupCoordinator()
+    key, value = commit_record("simple")
+    core.replay(key, None, 5)  # a tombstone creates nothing
+    assert core.groups == {}
+    core.replay(key, value, 7)
+    group = core.groups["simple"]
+    assert group.state is S.EMPTY and group.protocol_type is None
+    assert (group.generation, group.members, group.state_timestamp) == (0, {}, 7)
+    core.replay(*commit_record("simple", 1), 8)
+    assert core.groups["simple"] is group
+
+
+def test_a_commit_leaves_a_known_group_as_it_is():
+    h = Harness()
+    a, b = h.stable("a", "b")
+    before = h.group
+    h.core.replay(*commit_record("g"), 1)
+    assert h.core.groups["g"] is before and h.group.state is S.STABLE
+
+
+def test_a_simple_group_can_be_joined_and_deleted():
+    h = Harness()
+    h.core.replay(*commit_record("g"), 0)
+    [a] = h.stable("a")
+    assert h.group.protocol_type == "consumer" and h.group.generation == 1
+    h.leave((a,))
+    h.core.replay(GroupMetadataKey("g"), None, 1)
+    assert h.core.groups == {}
+
+
+def test_simple_groups_are_loaded_from_their_commits_and_expire_with_them():
+    from brook.coordinator.offsets import OffsetsConfig, OffsetsManager
+
+    clock = FakeClock(1_000)
+    core = ClassicGroupCoordinator()
+    manager = OffsetsManager(
+        OffsetsConfig(offsets_retention_minutes=1, offsets_retention_check_interval_ms=1_000),
+        core.groups,
+    )
+    for record in (commit_record("simple", 0), commit_record("simple", 1)):
+        core.replay(*record, clock.milliseconds())
+        manager.replay(*record, clock.milliseconds())
+    assert core.groups["simple"].state is S.EMPTY
+    manager.poll(clock.milliseconds())  # schedules the first check
+    clock.advance(60_000)
+    expired = manager.poll(clock.milliseconds())
+    from brook.coordinator.records import OffsetCommitKey
+
+    assert expired.records == [
+        Record(OffsetCommitKey("simple", "t", 0), None),
+        Record(OffsetCommitKey("simple", "t", 1), None),
+        Record(GroupMetadataKey("simple"), None),
+    ]
+    for record in expired.records:
+        core.replay(record.key, record.value, clock.milliseconds())
+        manager.replay(record.key, record.value, clock.milliseconds())
+    assert core.groups == {} and not manager.has_offsets("simple")
+
+
+# --- the rebalance counter ------------------------------------------------------------------------
+
+
+def test_rebalances_count_completed_join_phases():
+    h = Harness()
+    assert h.core.rebalances == 0
+    [a] = h.stable("a")
+    assert h.core.rebalances == 1
+    h.heartbeat(a, 1)
+    h.sync(a, 1)
+    h.join(member_id=a, client="a")  # the leader rejoining starts a rebalance...
+    assert h.core.rebalances == 2  # ...that completes at once: it is the only member
+    h.sync(a, 2, [(a, b"x")])
+    b = h.join_new("b").parked.removeprefix("join-g-")
+    assert h.core.rebalances == 2  # the join phase waits for a
+    h.join(member_id=a, client="a")
+    assert h.core.rebalances == 3
+    h.sync(a, 3, [(a, b"x"), (b, b"y")])
+    h.sync(b, 3)
+    h.advance(10_000)  # both sessions run out: a rebalance that ends Empty
+    assert h.group.state is S.EMPTY and h.core.rebalances == 4
+
+
+def test_rebalances_after_the_initial_delay_and_a_rebalance_timeout():
+    h = Harness(initial_rebalance_delay_ms=3_000)
+    h.join_new("a")
+    h.join_new("b")
+    assert h.core.rebalances == 0
+    h.advance(3_000)  # b joined during the delay: it is extended once
+    assert h.core.rebalances == 0
+    h.advance(3_000)  # one join phase for both
+    assert h.core.rebalances == 1 and h.group.generation == 1
+    a, b = h.group.members
+    h.sync(a, 1, [(a, b"x"), (b, b"y")])
+    h.sync(b, 1)
+    h.join(member_id=a, client="a", protocols=(("range", b"new"),))
+    h.heartbeat(b, 1)
+    h.advance(30_000)  # b never rejoins: the rebalance timeout ends the join phase without it
+    assert list(h.group.members) == [a] and h.core.rebalances == 2

@@ -14,9 +14,12 @@ back on track (a SyncGroup's group rebalances again, a restarted static member's
 undone) and completes the parked replies with the error Kafka gives.
 
 What is stored (the GroupMetadata record: generation, protocol, leader, members and their
-assignments) changes only in ``replay``; loading a partition replays the same records. The
-rebalance in flight (who has rejoined, parked replies, timers, the generation being formed) is
-soft state kept by the handlers, as in Kafka: it is not stored and is lost with the coordinator.
+assignments) changes only in ``replay``; loading a partition replays the same records. An offset
+commit for a group the coordinator does not know creates it, Empty and without a protocol type,
+as Kafka does for "simple" consumers that commit without joining: such a group is listed,
+described, deleted and expired like any other. The rebalance in flight (who has rejoined, parked
+replies, timers, the generation being formed) is soft state kept by the handlers, as in Kafka:
+it is not stored and is lost with the coordinator.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from brook.coordinator.group import ClassicGroup, GroupMember, GroupState, Protocols
-from brook.coordinator.records import GroupMetadataKey, GroupMetadataValue
+from brook.coordinator.records import GroupMetadataKey, GroupMetadataValue, OffsetCommitKey
 from brook.coordinator.timer import Timers
 
 S = GroupState
@@ -250,6 +253,8 @@ class ClassicGroupCoordinator:
         self._initial: dict[str, tuple[bool, int]] = {}
         # Static member replacements in a Stable group whose GroupMetadata record is in flight.
         self._replacements: dict[str, _StaticReplacement] = {}
+        #: Join phases completed so far (each one starts a new generation of some group).
+        self.rebalances = 0
 
     # --- timers -------------------------------------------------------------------------------
 
@@ -263,6 +268,11 @@ class ClassicGroupCoordinator:
     # --- replay: the only place stored state changes ------------------------------------------
 
     def replay(self, key: object, value: object | None, now: int) -> None:
+        if type(key) is OffsetCommitKey:
+            if value is not None and key.group not in self.groups:
+                # A simple consumer's commit: the group exists from now on, Empty.
+                self.groups[key.group] = ClassicGroup(key.group, now)
+            return
         if not isinstance(key, GroupMetadataKey):
             return
         self._replacements.pop(key.group, None)  # stored: nothing left to revert
@@ -536,6 +546,7 @@ class ClassicGroupCoordinator:
             )
             return Result()
         group.init_next_generation(now)
+        self.rebalances += 1
         if group.is_in(S.EMPTY):
             key = GroupMetadataKey(group_id)
             return Result(records=[Record(key, group.to_metadata_value({}))])
@@ -700,6 +711,19 @@ class ClassicGroupCoordinator:
         if group.is_in(S.PREPARING_REBALANCE):
             return Result(response=HeartbeatResponse(ErrorCode.rebalance_in_progress))
         return Result(response=HeartbeatResponse(ErrorCode.none))
+
+    def commit_heartbeat(self, group_id: str, member_id: str, now: int) -> bool:
+        """An offset commit of ``member_id`` was accepted: as in Kafka, it keeps the member's
+        session alive while the group is Stable or PreparingRebalance. Returns whether it did."""
+        group = self.groups.get(group_id)
+        if (
+            group is None
+            or not group.has_member(member_id)
+            or not group.is_in(S.STABLE, S.PREPARING_REBALANCE)
+        ):
+            return False
+        self._schedule_heartbeat(group, group.member(member_id), now)
+        return True
 
     def _schedule_heartbeat(
         self, group: ClassicGroup, member: GroupMember, now: int, timeout_ms: int | None = None

@@ -193,12 +193,12 @@ async def handle_leave_group(broker, request, connection):
 # --- DescribeGroups -------------------------------------------------------------------------
 
 
-def _describe(group, mod, include_ops: bool, has_offsets: bool = False):
+def _describe(group, mod, include_ops: bool):
     """Kafka's group summary: members' metadata and assignments, and the protocol, only when
-    the group is Stable. A group known only by its offsets (a simple consumer's) is Empty."""
+    the group is Stable; an unknown group is Dead."""
     if group is None:
-        state = GroupState.EMPTY if has_offsets else GroupState.DEAD
-        return dict(group_state=str(state), protocol_type="", protocol_data="", members=())
+        return dict(group_state=str(GroupState.DEAD), protocol_type="", protocol_data="",
+                    members=())
     stable = group.is_in(GroupState.STABLE)
     members = []
     for m in group.members.values():
@@ -226,9 +226,7 @@ async def handle_describe_groups(broker, request, connection):
                     raise CoordinatorNotAvailable()
                 shard = broker.groups.shard_for(group_id)
                 summary = await broker.groups.read(
-                    shard, lambda s, now: _describe(
-                        s.core.groups.get(group_id), mod, include_ops,
-                        s.offsets is not None and s.offsets.has_offsets(group_id)))
+                    shard, lambda s, now: _describe(s.core.groups.get(group_id), mod, include_ops))
             except CoordinatorError as exc:
                 code = exc.code
         if summary is None:
@@ -265,12 +263,6 @@ async def handle_list_groups(broker, request, connection):
                 groups.append(make(mod.ListedGroup, group_id=g.group_id,
                                    protocol_type=g.protocol_type or "", group_state=str(g.state),
                                    group_type="classic"))
-            if shard.offsets is not None and (not states or "empty" in states):
-                # Groups known only by their offsets (simple consumers) are Empty groups.
-                for group_id in shard.offsets.cache.groups():
-                    if group_id not in shard.core.groups:
-                        groups.append(make(mod.ListedGroup, group_id=group_id, protocol_type="",
-                                           group_state=str(GroupState.EMPTY), group_type="classic"))
     return make(response_class(LIST_GROUPS, version), throttle_time=NO_THROTTLE, error_code=code,
                 groups=tuple(groups))
 

@@ -40,12 +40,9 @@ def _runtime(broker):
 
 def _commit(shard, request: OffsetCommit, now: int):
     core = shard.core
-    group = core.groups.get(request.group_id)
-    committed = shard.offsets.commit(request, group, now)
-    if committed.records and group is not None and group.has_member(request.member_id) \
-            and group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
-        # A commit keeps a classic member's session alive, as in Kafka.
-        core._schedule_heartbeat(group, group.member(request.member_id), now)
+    committed = shard.offsets.commit(request, core.groups.get(request.group_id), now)
+    if committed.records:
+        core.commit_heartbeat(request.group_id, request.member_id, now)
     return Result(records=list(committed.records), response=committed.errors)
 
 
