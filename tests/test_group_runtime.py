@@ -270,7 +270,10 @@ def test_expired_offsets_are_tombstoned_by_the_timer_task():
                     break
                 await asyncio.sleep(0.01)
             assert shard.offsets.get("simple", "t", 0) is None
-            assert log.appends[-1][1] == [classic.Record(OffsetCommitKey("simple", "t", 0), None)]
+            # The simple group the commit created goes with its last offset.
+            assert log.appends[-1][1] == [classic.Record(OffsetCommitKey("simple", "t", 0), None),
+                                          classic.Record(GroupMetadataKey("simple"), None)]
+            assert "simple" not in shard.core.groups
         finally:
             await rt.stop()
 
