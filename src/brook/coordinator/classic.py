@@ -301,6 +301,12 @@ class ClassicGroupCoordinator:
             return
         self.groups[key.group] = ClassicGroup.from_metadata_value(key.group, value, now)
 
+    def replay_commits(self, group: str, topic: str, rows: list, now: int) -> None:
+        """``replay`` of a run of offset commits of one group (the loader reads plain commits
+        in runs): for this coordinator, that the group exists."""
+        if rows and group not in self.groups:
+            self.groups[group] = ClassicGroup(group, now)
+
     def loaded(self, now: int) -> Result:
         """After a partition is loaded: every member of a loaded group gets a session
         timer, so a member that never comes back is expired as Kafka expires it."""
