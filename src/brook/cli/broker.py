@@ -1,4 +1,4 @@
-"""The `brook` command."""
+"""`brook broker`: run a broker in the foreground."""
 
 from __future__ import annotations
 
@@ -8,27 +8,9 @@ from typing import Optional
 
 import typer
 
-from . import __version__
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="brook: a Kafka-protocol-compatible message log broker.")
-
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"brook {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def main_options(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
-) -> None:
-    pass
-
-
-def _parse_overrides(items: list[str]) -> dict[str, str]:
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """`key=value` strings as a dict (later ones win), as `--override` takes them."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -38,22 +20,36 @@ def _parse_overrides(items: list[str]) -> dict[str, str]:
     return out
 
 
-@app.command()
+def broker_overrides(override: list[str], metrics_port: int | None) -> dict[str, str]:
+    """The config overrides of the command line; `--metrics-port N` is `metrics.port=N`."""
+    overrides = parse_overrides(override)
+    if metrics_port is not None:
+        overrides["metrics.port"] = str(metrics_port)
+    return overrides
+
+
 def broker(
     config: Optional[str] = typer.Option(None, "--config", "-c",
                                          help="A server.properties file (Kafka's keys)."),
     override: list[str] = typer.Option([], "--override", "-o",
                                        help="key=value, overriding the file; repeatable."),
+    metrics_port: Optional[int] = typer.Option(
+        None, "--metrics-port", min=0, max=65535,
+        help="Serve Prometheus metrics on this port (the metrics.port key)."),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
 ) -> None:
     """Run a broker in the foreground (Ctrl-C or SIGTERM stops it cleanly)."""
-    from .broker.config import BrokerConfig, ConfigError
-    from .broker.server import run_broker
+    from ..broker.config import BrokerConfig, ConfigError
+    from ..broker.server import run_broker
 
+    if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise typer.BadParameter(f"{log_level!r} is not DEBUG, INFO, WARNING or ERROR",
+                                 param_hint="--log-level")
+    overrides = broker_overrides(override, metrics_port)
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        cfg = BrokerConfig.from_file(config, _parse_overrides(override))
+        cfg = BrokerConfig.from_file(config, overrides)
     except (ConfigError, OSError) as exc:
         typer.echo(f"brook: invalid configuration: {exc}", err=True)
         raise typer.Exit(2)
@@ -62,7 +58,3 @@ def broker(
     except OSError as exc:
         typer.echo(f"brook: {exc}", err=True)
         raise typer.Exit(1)
-
-
-def main() -> None:
-    app()

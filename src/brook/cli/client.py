@@ -1,0 +1,307 @@
+"""The brokers as the commands see them: confluent-kafka's AdminClient with short timeouts, its
+answers turned into plain values, its errors into one-line `CliError`s.
+
+Partitions are `(topic, partition)` tuples here and in the pure modules; confluent-kafka's own
+types stay inside this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from confluent_kafka import (ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError,
+                             KafkaException, TopicCollection, TopicPartition)
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from . import options
+from .errors import CliError
+
+TP = tuple[str, int]
+
+PROBE_TIMEOUT = 5.0  # a refused or unroutable address fails within this, before any client starts
+
+# Kafka's names for the group states, as kafka-consumer-groups.sh prints them.
+_STATE_NAMES = {
+    ConsumerGroupState.UNKNOWN: "Unknown",
+    ConsumerGroupState.PREPARING_REBALANCING: "PreparingRebalance",
+    ConsumerGroupState.COMPLETING_REBALANCING: "CompletingRebalance",
+    ConsumerGroupState.STABLE: "Stable",
+    ConsumerGroupState.DEAD: "Dead",
+    ConsumerGroupState.EMPTY: "Empty",
+}
+_STATES_BY_NAME = {name.lower(): state for state, name in _STATE_NAMES.items()}
+INACTIVE_STATES = ("Empty", "Dead")  # the states in which a group's offsets may be changed
+
+
+def group_state(name: str) -> ConsumerGroupState:
+    try:
+        return _STATES_BY_NAME[name.strip().lower()]
+    except KeyError:
+        names = ", ".join(n for n in _STATE_NAMES.values() if n != "Unknown")
+        raise CliError(f"unknown group state {name!r} (one of {names})", code=2) from None
+
+
+def _addresses(bootstrap: str) -> list[tuple[str, int]]:
+    out = []
+    for item in bootstrap.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise CliError(f"invalid --bootstrap-server {item.strip()!r}: expected host:port", code=2)
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def probe(bootstrap: str, timeout: float) -> None:
+    """Fail fast, and clearly, when no bootstrap address accepts a TCP connection."""
+    reason = ""
+    for host, port in _addresses(bootstrap):
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except OSError as exc:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+    raise CliError(f"cannot connect to a broker at {bootstrap}: {reason}")
+
+
+def _librdkafka_logger() -> logging.Logger:
+    """librdkafka's own log lines go to stderr only with `--debug`."""
+    logger = logging.getLogger("brook.cli.librdkafka")
+    logger.propagate = False
+    logger.handlers.clear()
+    if options.current.debug:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+    else:
+        logger.addHandler(logging.NullHandler())
+    return logger
+
+
+def error_text(err: KafkaError) -> str:
+    """`Broker: Unknown topic or partition (UNKNOWN_TOPIC_OR_PART)` style text of an error."""
+    text = err.str() or ""
+    name = err.name()
+    return f"{text} ({name})" if text and name not in text else text or name
+
+
+def kafka_error(exc: BaseException) -> KafkaError | None:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None
+
+
+@dataclass(frozen=True)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    partitions: tuple[TP, ...]
+
+
+@dataclass(frozen=True)
+class Group:
+    group_id: str
+    state: str  # Kafka's name: Stable, Empty, Dead, PreparingRebalance, ...
+    assignor: str
+    simple: bool
+    coordinator: tuple[int, str, int] | None  # (id, host, port)
+    members: tuple[Member, ...] = field(default=())
+
+    @property
+    def exists(self) -> bool:
+        return self.state != "Dead"
+
+    @property
+    def active(self) -> bool:
+        return self.state not in INACTIVE_STATES
+
+
+class Cluster:
+    """One AdminClient on `bootstrap`; every call waits at most `options.current.timeout`."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.timeout = options.current.timeout
+        probe(bootstrap, min(self.timeout, PROBE_TIMEOUT))
+        self.admin = AdminClient(self.config())
+
+    def config(self, **extra: Any) -> dict[str, Any]:
+        """Settings for any confluent-kafka client of this command (producers and consumers too)."""
+        conf = {
+            "bootstrap.servers": self.bootstrap,
+            "client.id": "brook-cli",
+            "socket.timeout.ms": int(self.timeout * 1000),
+            "logger": _librdkafka_logger(),
+        }
+        conf.update(extra)
+        return conf
+
+    # -- waiting and errors ----------------------------------------------------------------
+
+    def wait(self, future, what: str):
+        """The result of an admin future; a failure becomes `CliError("<what>: <reason>")`."""
+        try:
+            return future.result(timeout=self.timeout + 5)
+        except KafkaException as exc:
+            raise CliError(f"{what}: {self.reason(exc)}") from exc
+        except TimeoutError:
+            raise CliError(f"{what}: no answer from {self.bootstrap} within "
+                           f"{self.timeout:g} s") from None
+
+    def reason(self, exc: BaseException) -> str:
+        err = kafka_error(exc)
+        if err is None:
+            return str(exc)
+        if err.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+                          KafkaError._ALL_BROKERS_DOWN, KafkaError.REQUEST_TIMED_OUT):
+            return f"no answer from {self.bootstrap} within {self.timeout:g} s ({err.name()})"
+        return error_text(err)
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def topics(self) -> dict[str, Any]:
+        """Topic name -> confluent-kafka's TopicMetadata, for every topic."""
+        try:
+            return self.admin.list_topics(timeout=self.timeout).topics
+        except KafkaException as exc:
+            raise CliError(f"cannot list topics: {self.reason(exc)}") from exc
+
+    def describe_topic(self, topic: str):
+        """confluent-kafka's TopicDescription; CliError for a topic that does not exist."""
+        fut = self.admin.describe_topics(TopicCollection([topic]),
+                                         request_timeout=self.timeout)[topic]
+        try:
+            return fut.result(timeout=self.timeout + 5)
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise CliError(f"unknown topic '{topic}'") from exc
+            raise CliError(f"cannot describe topic '{topic}': {self.reason(exc)}") from exc
+
+    def partitions(self, topic: str) -> list[int]:
+        return sorted(p.id for p in self.describe_topic(topic).partitions)
+
+    def check_partitions(self, tps: Iterable[TP]) -> None:
+        """CliError naming the first partition that does not exist."""
+        known: dict[str, set[int]] = {}
+        for topic, partition in sorted(set(tps)):
+            if topic not in known:
+                known[topic] = set(self.partitions(topic))
+            if partition not in known[topic]:
+                raise CliError(f"topic '{topic}' has no partition {partition} "
+                               f"(it has {len(known[topic])})")
+
+    def log_offsets(self, tps: Iterable[TP], spec: str | int) -> dict[TP, tuple[int, int]]:
+        """(offset, timestamp) per partition for "earliest", "latest" or a timestamp in ms.
+
+        For a timestamp the offset is that of the first record at or after it, -1 if none.
+        """
+        tps = sorted(set(tps))
+        if not tps:
+            return {}
+        if spec == "earliest":
+            offset_spec = OffsetSpec.earliest()
+        elif spec == "latest":
+            offset_spec = OffsetSpec.latest()
+        else:
+            offset_spec = OffsetSpec.for_timestamp(int(spec))
+        futures = self.admin.list_offsets({TopicPartition(t, p): offset_spec for t, p in tps},
+                                          request_timeout=self.timeout)
+        out = {}
+        for tp, fut in futures.items():
+            info = self.wait(fut, f"cannot list offsets of {tp.topic}-{tp.partition}")
+            out[(tp.topic, tp.partition)] = (info.offset, info.timestamp)
+        return out
+
+    def log_start_end(self, tps: Iterable[TP]) -> tuple[dict[TP, int], dict[TP, int]]:
+        tps = list(tps)
+        start = {tp: o for tp, (o, _) in self.log_offsets(tps, "earliest").items()}
+        end = {tp: o for tp, (o, _) in self.log_offsets(tps, "latest").items()}
+        return start, end
+
+    # -- groups ----------------------------------------------------------------------------
+
+    def group_ids(self, states: Iterable[str] = ()) -> list[tuple[str, str]]:
+        """(group id, state) of the groups, optionally only those in `states` (Kafka's names)."""
+        kwargs: dict[str, Any] = {"request_timeout": self.timeout}
+        wanted = {group_state(s) for s in states}
+        if wanted:
+            kwargs["states"] = wanted
+        result = self.wait(self.admin.list_consumer_groups(**kwargs), "cannot list groups")
+        if result.errors:
+            raise CliError(f"cannot list groups: {self.reason(result.errors[0])}")
+        return sorted((g.group_id, _STATE_NAMES.get(g.state, "Unknown")) for g in result.valid)
+
+    def groups(self, group_ids: list[str]) -> list[Group]:
+        if not group_ids:
+            return []
+        futures = self.admin.describe_consumer_groups(group_ids, request_timeout=self.timeout)
+        return [_group(self.wait(futures[g], f"cannot describe group '{g}'")) for g in group_ids]
+
+    def group(self, group_id: str) -> Group:
+        return self.groups([group_id])[0]
+
+    def committed(self, group_id: str) -> dict[TP, tuple[int, str]]:
+        """(offset, metadata) of every partition the group has committed an offset for."""
+        request = [ConsumerGroupTopicPartitions(group_id)]
+        futures = self.admin.list_consumer_group_offsets(request, request_timeout=self.timeout)
+        result = self.wait(futures[group_id], f"cannot fetch the offsets of group '{group_id}'")
+        out = {}
+        for tp in result.topic_partitions:
+            if tp.error is not None:
+                raise CliError(f"cannot fetch the offset of {tp.topic}-{tp.partition} of group "
+                               f"'{group_id}': {error_text(tp.error)}")
+            if tp.offset >= 0:
+                out[(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
+        return out
+
+    def commit(self, group_id: str, offsets: dict[TP, int],
+               metadata: dict[TP, str] | None = None) -> None:
+        """Commit `offsets` (with their metadata strings, if given) for the group, as a simple
+        consumer does: outside any generation, so only while the group has no members."""
+        if not offsets:
+            return
+        metadata = metadata or {}
+        tps = [TopicPartition(t, p, o, metadata=metadata[(t, p)]) if metadata.get((t, p))
+               else TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+        futures = self.admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group_id, tps)], request_timeout=self.timeout)
+        result = self.wait(futures[group_id], f"cannot commit offsets of group '{group_id}'")
+        for tp in result.topic_partitions:
+            if tp.error is not None:
+                raise CliError(f"cannot commit the offset of {tp.topic}-{tp.partition} for group "
+                               f"'{group_id}': {error_text(tp.error)}")
+
+    def delete_groups(self, group_ids: list[str]) -> dict[str, str | None]:
+        """Group id -> None when deleted, else the reason it was not."""
+        futures = self.admin.delete_consumer_groups(group_ids, request_timeout=self.timeout)
+        out: dict[str, str | None] = {}
+        for group_id in group_ids:
+            try:
+                futures[group_id].result(timeout=self.timeout + 5)
+                out[group_id] = None
+            except KafkaException as exc:
+                out[group_id] = self.reason(exc)
+        return out
+
+
+def _group(desc) -> Group:
+    coordinator = desc.coordinator
+    members = tuple(
+        Member(m.member_id, m.group_instance_id, m.client_id, m.host,
+               tuple(sorted((tp.topic, tp.partition) for tp in
+                            (m.assignment.topic_partitions if m.assignment else []))))
+        for m in desc.members)
+    return Group(
+        group_id=desc.group_id,
+        state=_STATE_NAMES.get(desc.state, "Unknown"),
+        assignor=desc.partition_assignor or "",
+        simple=bool(desc.is_simple_consumer_group),
+        coordinator=(coordinator.id, coordinator.host, coordinator.port) if coordinator else None,
+        members=members,
+    )

@@ -1,0 +1,241 @@
+"""`brook topics`: list, describe (partitions, log start/end offsets, configs), create, delete,
+alter-config (kafka-topics.sh and kafka-configs.sh for topics)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from . import output
+from .errors import CliError
+from .options import bootstrap_option
+from .output import Format, output_option
+
+if TYPE_CHECKING:
+    from .client import Cluster
+
+app = typer.Typer(no_args_is_help=True, help="Topics: list, describe, create, delete, alter-config.")
+
+
+def parse_configs(items: list[str], option: str) -> dict[str, str]:
+    """`key=value` items (values may contain `=`); a key given twice is an error."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise CliError(f"invalid {option} {item!r}: expected key=value", code=2)
+        if key in out:
+            raise CliError(f"{option} {key} is given twice", code=2)
+        out[key] = value
+    return out
+
+
+def topic_id_text(topic_id: Any) -> str | None:
+    """A topic id as Kafka prints it: URL-safe base64 without padding."""
+    if topic_id is None:
+        return None
+    return str(topic_id).replace("+", "-").replace("/", "_").rstrip("=")
+
+
+def _cluster(bootstrap: str) -> "Cluster":
+    from .client import Cluster
+
+    return Cluster(bootstrap)
+
+
+def _configs(cluster: "Cluster", topic: str) -> list[dict[str, Any]]:
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    futures = cluster.admin.describe_configs([resource], request_timeout=cluster.timeout)
+    entries = cluster.wait(futures[resource], f"cannot describe the configs of topic '{topic}'")
+    return [{"name": name, "value": None if e.is_sensitive else e.value,
+             "source": e.source.name if hasattr(e.source, "name") else str(e.source),
+             "default": bool(e.is_default)}
+            for name, e in sorted(entries.items())]
+
+
+def topic_view(cluster: "Cluster", topic: str, all_configs: bool) -> dict[str, Any]:
+    """Everything `describe` shows of one topic, as plain values."""
+    desc = cluster.describe_topic(topic)
+    tps = [(topic, p.id) for p in desc.partitions]
+    start, end = cluster.log_start_end(tps)
+    partitions = [{
+        "partition": p.id,
+        "leader": p.leader.id if p.leader is not None else None,
+        "replicas": [r.id for r in p.replicas],
+        "isr": [r.id for r in p.isr],
+        "log_start_offset": start.get((topic, p.id)),
+        "log_end_offset": end.get((topic, p.id)),
+    } for p in sorted(desc.partitions, key=lambda p: p.id)]
+    configs = _configs(cluster, topic)
+    if not all_configs:
+        configs = [c for c in configs if not c["default"]]
+    return {
+        "topic": topic,
+        "topic_id": topic_id_text(desc.topic_id),
+        "internal": bool(desc.is_internal),
+        "partitions": partitions,
+        "replication_factor": max((len(p["replicas"]) for p in partitions), default=0),
+        "configs": {c["name"]: c["value"] for c in configs},
+    }
+
+
+@app.command("list")
+def list_topics(
+    bootstrap: str = bootstrap_option(),
+    fmt: Format = output_option(),
+) -> None:
+    """List the topics with their number of partitions."""
+    from confluent_kafka import TopicCollection
+
+    cluster = _cluster(bootstrap)
+    names = sorted(cluster.topics())
+    internal = set()
+    if names:
+        futures = cluster.admin.describe_topics(TopicCollection(names),
+                                                request_timeout=cluster.timeout)
+        for name in names:
+            desc = cluster.wait(futures[name], f"cannot describe topic '{name}'")
+            if desc.is_internal:
+                internal.add(name)
+    metadata = cluster.topics()
+    rows = [{"topic": n, "partitions": len(metadata[n].partitions) if n in metadata else None,
+             "internal": n in internal} for n in names]
+    if fmt is Format.json:
+        output.print_json(rows)
+        return
+    output.table(("TOPIC", "PARTITIONS", "INTERNAL"),
+                 [(r["topic"], r["partitions"], "yes" if r["internal"] else "no") for r in rows])
+
+
+@app.command("describe")
+def describe(
+    topics: list[str] = typer.Argument(..., metavar="TOPIC..."),
+    all_configs: bool = typer.Option(False, "--all-configs",
+                                     help="Every config, not only those set on the topic."),
+    bootstrap: str = bootstrap_option(),
+    fmt: Format = output_option(),
+) -> None:
+    """Partitions (leader, replicas, log start and end offsets) and configs of topics."""
+    cluster = _cluster(bootstrap)
+    views = [topic_view(cluster, t, all_configs) for t in topics]
+    if fmt is Format.json:
+        output.print_json(views)
+        return
+    for i, v in enumerate(views):
+        if i:
+            output.line()
+        output.line(f"Topic: {v['topic']}  TopicId: {v['topic_id']}  "
+                    f"PartitionCount: {len(v['partitions'])}  "
+                    f"ReplicationFactor: {v['replication_factor']}  "
+                    f"Internal: {'yes' if v['internal'] else 'no'}")
+        output.table(("PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET",
+                      "LOG-END-OFFSET"),
+                     [(p["partition"], p["leader"], ",".join(map(str, p["replicas"])),
+                       ",".join(map(str, p["isr"])), p["log_start_offset"], p["log_end_offset"])
+                      for p in v["partitions"]])
+        if v["configs"]:
+            output.table(("CONFIG", "VALUE"), sorted(v["configs"].items()))
+
+
+@app.command("create")
+def create(
+    topic: str = typer.Argument(..., metavar="TOPIC"),
+    partitions: int = typer.Option(-1, "--partitions", "-p",
+                                   help="Number of partitions (default: the broker's)."),
+    replication_factor: int = typer.Option(-1, "--replication-factor", "-r",
+                                           help="Replicas per partition (default: the broker's)."),
+    config: list[str] = typer.Option([], "--config", help="key=value topic config; repeatable."),
+    if_not_exists: bool = typer.Option(False, "--if-not-exists",
+                                       help="Succeed if the topic exists already."),
+    bootstrap: str = bootstrap_option(),
+) -> None:
+    """Create a topic."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import NewTopic
+
+    from .client import kafka_error
+
+    if partitions == 0 or partitions < -1:
+        raise CliError("--partitions must be at least 1", code=2)
+    configs = parse_configs(config, "--config")
+    cluster = _cluster(bootstrap)
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
+                   config=configs)
+    future = cluster.admin.create_topics([new], operation_timeout=cluster.timeout,
+                                         request_timeout=cluster.timeout)[topic]
+    try:
+        future.result(timeout=cluster.timeout + 5)
+    except Exception as exc:
+        err = kafka_error(exc)
+        if err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            if if_not_exists:
+                output.line(f"Topic '{topic}' exists already.")
+                return
+            raise CliError(f"topic '{topic}' already exists") from exc
+        raise CliError(f"cannot create topic '{topic}': {cluster.reason(exc)}") from exc
+    output.line(f"Created topic '{topic}'.")
+
+
+@app.command("delete")
+def delete(
+    topics: list[str] = typer.Argument(..., metavar="TOPIC..."),
+    if_exists: bool = typer.Option(False, "--if-exists", help="Succeed for topics that do not exist."),
+    bootstrap: str = bootstrap_option(),
+) -> None:
+    """Delete topics and their data."""
+    from confluent_kafka import KafkaError
+
+    from .client import kafka_error
+
+    cluster = _cluster(bootstrap)
+    futures = cluster.admin.delete_topics(topics, operation_timeout=cluster.timeout,
+                                          request_timeout=cluster.timeout)
+    for topic in topics:
+        try:
+            futures[topic].result(timeout=cluster.timeout + 5)
+        except Exception as exc:
+            err = kafka_error(exc)
+            if err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                if if_exists:
+                    continue
+                raise CliError(f"unknown topic '{topic}'") from exc
+            raise CliError(f"cannot delete topic '{topic}': {cluster.reason(exc)}") from exc
+        output.line(f"Deleted topic '{topic}'.")
+
+
+@app.command("alter-config")
+def alter_config(
+    topic: str = typer.Argument(..., metavar="TOPIC"),
+    set_: list[str] = typer.Option([], "--set", help="key=value to set; repeatable."),
+    delete_: list[str] = typer.Option([], "--delete",
+                                      help="Key to reset to the default; repeatable."),
+    bootstrap: str = bootstrap_option(),
+) -> None:
+    """Set or remove topic configs (incrementally: other configs stay as they are)."""
+    from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource,
+                                       ResourceType)
+
+    to_set = parse_configs(set_, "--set")
+    to_delete = [k.strip() for k in delete_]
+    if not to_set and not to_delete:
+        raise CliError("nothing to change: give --set key=value or --delete key", code=2)
+    both = sorted(set(to_set) & set(to_delete))
+    if both:
+        raise CliError(f"{both[0]} is both set and deleted", code=2)
+    cluster = _cluster(bootstrap)
+    cluster.describe_topic(topic)  # an unknown topic is named as such
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+               for k, v in to_set.items()]
+    entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
+                for k in to_delete]
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    futures = cluster.admin.incremental_alter_configs([resource], request_timeout=cluster.timeout)
+    cluster.wait(futures[resource], f"cannot alter the configs of topic '{topic}'")
+    for k, v in to_set.items():
+        output.line(f"Set {k}={v} on topic '{topic}'.")
+    for k in to_delete:
+        output.line(f"Removed {k} from topic '{topic}' (the default applies).")
