@@ -1,0 +1,171 @@
+"""Writing DataFrames to brook topics: the batch and the streaming writer of format "brook".
+
+The DataFrame's columns are those of Spark's Kafka sink: ``value`` (string or binary,
+required), ``key`` (string or binary), ``topic`` (string; the option ``topic`` overrides it,
+as in Spark), ``partition`` (int; null or absent lets the producer's partitioner choose) and
+``headers`` (array of key/value structs). Other columns are ignored. Strings are written as
+UTF-8.
+
+Each task produces its rows with a confluent-kafka producer, flushes, and checks every
+delivery report: a record that was not acknowledged fails the task, so Spark retries it or
+fails the job (delivery is at least once, as with Spark's Kafka sink). A streaming query's
+micro-batch commits once all of its tasks have flushed. Keys go to partitions with Kafka's
+Java partitioner (murmur2), so a key lands where Spark's Kafka sink would put it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from confluent_kafka import Producer
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+from .options import OptionError, SinkOptions
+
+log = logging.getLogger("brook.spark")
+
+SHOWN_ERRORS = 5
+
+
+class DeliveryError(RuntimeError):
+    """Records the broker did not acknowledge."""
+
+
+@dataclass
+class SinkCommit(WriterCommitMessage):
+    rows: int
+
+
+def check_schema(schema: StructType, options: SinkOptions) -> None:
+    """Refuse a DataFrame the sink cannot write, with Spark's Kafka sink's rules."""
+    types = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in types:
+        raise OptionError("the DataFrame has no value column: the brook sink needs a value "
+                          "(string or binary), and takes key, topic, partition and headers")
+    for name in ("key", "value"):
+        if name in types and not isinstance(types[name], (StringType, BinaryType)):
+            raise OptionError(f"the {name} column must be a string or binary, "
+                              f"not {types[name].simpleString()}")
+    if options.topic is None:
+        if "topic" not in types:
+            raise OptionError("there is no topic column and no topic option: set the option "
+                              "topic, or give the DataFrame a topic column")
+    if "topic" in types and not isinstance(types["topic"], StringType):
+        raise OptionError(f"the topic column must be a string, not {types['topic'].simpleString()}")
+    if "partition" in types and not isinstance(types["partition"], IntegerType):
+        raise OptionError(f"the partition column must be an int, "
+                          f"not {types['partition'].simpleString()}")
+    if "headers" in types:
+        t = types["headers"]
+        fields = ({f.name: f.dataType for f in t.elementType.fields}
+                  if isinstance(t, ArrayType) and isinstance(t.elementType, StructType) else {})
+        if set(fields) != {"key", "value"} or not isinstance(fields["key"], StringType) \
+                or not isinstance(fields["value"], BinaryType):
+            raise OptionError(f"the headers column must be array<struct<key: string, value: "
+                              f"binary>>, not {t.simpleString()}")
+
+
+class _Deliveries:
+    def __init__(self) -> None:
+        self.acked = 0
+        self.failed = 0
+        self.errors: list[str] = []
+
+    def __call__(self, error, message) -> None:
+        if error is None:
+            self.acked += 1
+            return
+        self.failed += 1
+        if len(self.errors) < SHOWN_ERRORS:
+            self.errors.append(f"{message.topic()}[{message.partition()}]: {error.str()}")
+
+
+def produce(batches: Iterator[pa.RecordBatch], options: SinkOptions) -> SinkCommit:
+    """Produce every row, flush, and fail unless every record was acknowledged."""
+    producer: Producer | None = None
+    deliveries = _Deliveries()
+    sent = 0
+    for batch in batches:
+        n = batch.num_rows
+        if n == 0:
+            continue
+        if producer is None:
+            producer = Producer({"partitioner": "murmur2_random", **options.client,
+                                 "logger": log})
+        names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
+
+        def column(name: str) -> list:
+            i = names.get(name)
+            return batch.column(i).to_pylist() if i is not None else [None] * n
+
+        values, keys = column("value"), column("key")
+        topics = [options.topic] * n if options.topic else column("topic")
+        partitions = column("partition")
+        headers = column("headers")
+        for i in range(n):
+            topic = topics[i]
+            if topic is None:
+                raise ValueError("a row has a null topic: set the option topic, or give every "
+                                 "row a topic")
+            p = partitions[i]
+            h = headers[i]
+            kwargs = {"headers": [(x["key"], x["value"]) for x in h]} if h else {}
+            while True:
+                try:
+                    producer.produce(topic, values[i], keys[i], -1 if p is None else p,
+                                     on_delivery=deliveries, **kwargs)
+                    break
+                except BufferError:  # the producer's queue is full: let it send
+                    producer.poll(0.1)
+            sent += 1
+        producer.poll(0)
+    if producer is not None:
+        while producer.flush(1.0) > 0:
+            pass
+    if deliveries.failed or deliveries.acked != sent:
+        unanswered = sent - deliveries.acked - deliveries.failed
+        raise DeliveryError(f"{deliveries.failed} of {sent} records were not delivered"
+                            f"{f', {unanswered} never answered' if unanswered else ''}; first "
+                            f"errors: {'; '.join(deliveries.errors)}")
+    return SinkCommit(rows=sent)
+
+
+class BrookWriter(DataSourceArrowWriter):
+    """``df.write.format("brook")``."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        return produce(iterator, self.options)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.info("wrote %d rows", sum(m.rows for m in messages if isinstance(m, SinkCommit)))
+
+
+class BrookStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("brook")``: each micro-batch's tasks flush before it commits."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        return produce(iterator, self.options)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        rows = sum(m.rows for m in messages if isinstance(m, SinkCommit))
+        log.info("micro-batch %d: wrote %d rows", batchId, rows)
