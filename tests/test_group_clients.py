@@ -16,6 +16,7 @@ from kafka_wire import WireClient, request_class
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer  # noqa: E402
+from confluent_kafka import ConsumerGroupState  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 GROUP_BROKER = {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 10}
@@ -221,3 +222,105 @@ def test_offset_commit_fetch_delete_over_the_wire(broker_factory):
         after = w.request(make(fetch_cls, require_stable=False, groups=(
             fm.OffsetFetchRequestGroup(group_id="simple", topics=None),)))
         assert after.groups[0].topics == ()
+
+
+def _listed(admin: AdminClient) -> dict:
+    listed = admin.list_consumer_groups().result(15)
+    assert not listed.errors
+    return {g.group_id: g for g in listed.valid}
+
+
+def test_a_group_that_only_commits_is_listed_described_reloaded_and_deleted(broker_factory):
+    """A simple consumer (assign() and commit(), no subscribe) makes an Empty group without a
+    protocol type, as in Kafka: admin tools list and describe it, also after a restart, and
+    DeleteGroups removes it with its offsets."""
+    from confluent_kafka import TopicPartition
+
+    broker = broker_factory(GROUP_BROKER)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("ledger", 3, 1)])["ledger"].result(10)
+    c = consumer(broker.bootstrap, "spark-job")
+    try:
+        c.assign([TopicPartition("ledger", p) for p in range(3)])
+        c.commit(offsets=[TopicPartition("ledger", 0, 5), TopicPartition("ledger", 2, 9)],
+                 asynchronous=False)
+    finally:
+        c.close()
+    # A consumer group next to it: Empty after its member leaves, but with a protocol type.
+    joined = consumer(broker.bootstrap, "joined")
+    try:
+        joined.subscribe(["ledger"])
+        settle([joined], 3)
+    finally:
+        joined.close()
+
+    def check() -> None:
+        # A new admin client after each restart: librdkafka 2.16 keeps a coordinator handle
+        # decommissioned by its re-bootstrap and never sends DescribeGroups through it.
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        groups = _listed(admin)
+        assert str(groups["spark-job"].state).endswith("EMPTY")
+        assert groups["spark-job"].is_simple_consumer_group
+        assert str(groups["joined"].state).endswith("EMPTY")
+        assert not groups["joined"].is_simple_consumer_group
+        described = admin.describe_consumer_groups(["spark-job"])["spark-job"].result(15)
+        assert str(described.state).endswith("EMPTY") and described.is_simple_consumer_group
+        assert described.members == []
+        empty_only = admin.list_consumer_groups(states={ConsumerGroupState.EMPTY}).result(15)
+        assert "spark-job" in {g.group_id for g in empty_only.valid}
+        stable_only = admin.list_consumer_groups(states={ConsumerGroupState.STABLE}).result(15)
+        assert "spark-job" not in {g.group_id for g in stable_only.valid}
+
+    check()
+    broker.restart()  # the group is rebuilt from its commits in __consumer_offsets
+    check()
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_consumer_groups(["spark-job"])["spark-job"].result(15)
+    assert "spark-job" not in _listed(admin)
+    c = consumer(broker.bootstrap, "spark-job")
+    try:
+        got = c.committed([TopicPartition("ledger", p) for p in range(3)], timeout=15)
+        assert [tp.offset for tp in got] == [-1001] * 3  # no committed offsets left
+    finally:
+        c.close()
+    broker.restart()  # and it stays deleted after a reload
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    assert "spark-job" not in _listed(admin)
+    assert "joined" in _listed(admin)
+
+
+def test_a_simple_group_is_a_group_as_kafka_has_it(broker_factory):
+    """Kafka creates the group on a simple commit: a generation's commit is then checked against
+    its (absent) members, and the group outlives the deletion of its offsets until expiry."""
+    broker = broker_factory(GROUP_BROKER)
+    commit_cls = request_class(8, 9)
+    cm = __import__(commit_cls.__module__, fromlist=["x"])
+    with WireClient(broker.bootstrap) as w:
+        def commit(generation, member):
+            answer = w.request(make(commit_cls, group_id="simple", member_id=member,
+                                    generation_id_or_member_epoch=generation,
+                                    group_instance_id=None, topics=(
+                cm.OffsetCommitRequestTopic(name="t", partitions=(
+                    cm.OffsetCommitRequestPartition(partition_index=0, committed_offset=3,
+                                                    committed_leader_epoch=-1,
+                                                    committed_metadata=""),)),)))
+            return answer.topics[0].partitions[0].error_code
+
+        assert commit(1, "m") == ErrorCode.group_id_not_found  # no group yet
+        assert commit(-1, "") == ErrorCode.none
+        assert commit(1, "m") == ErrorCode.unknown_member_id  # now there is one
+
+        delete_cls = request_class(47, 0)
+        dm = __import__(delete_cls.__module__, fromlist=["x"])
+        deleted = w.request(make(delete_cls, group_id="simple", topics=(
+            dm.OffsetDeleteRequestTopic(name="t", partitions=(
+                dm.OffsetDeleteRequestPartition(partition_index=0),)),)))
+        assert deleted.error_code == ErrorCode.none
+        listed = w.request(make(request_class(16, 4), states_filter=()))
+        assert [(g.group_id, g.group_state, g.protocol_type) for g in listed.groups] == [
+            ("simple", "Empty", "")]
+        described = w.request(make(request_class(15, 5), groups=("simple", "nobody"),
+                                   include_authorized_operations=False))
+        assert [(g.group_id, g.error_code, g.group_state) for g in described.groups] == [
+            ("simple", ErrorCode.none, "Empty"), ("nobody", ErrorCode.none, "Dead")]
