@@ -579,6 +579,59 @@ def test_replay_agrees_with_a_dict_model(ops):
         assert manager.cache.get(g, t, p) == v
 
 
+_rows = st.lists(
+    st.tuples(
+        _partitions,
+        st.integers(-(2**63), 2**63 - 1),
+        st.integers(-(2**31), 2**31 - 1),
+        st.integers(-(2**63), 2**63 - 1),
+    ),
+    max_size=30,
+)
+_mixed_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("record"), _groups, _topics, _partitions, st.one_of(st.none(), _values)),
+        st.tuples(st.just("run"), _groups, _topics, _rows),
+    ),
+    max_size=40,
+)
+
+
+@given(_mixed_ops)
+def test_runs_of_commits_replay_as_their_records_do(ops):
+    """replay_commits (the loader's runs) against replay of the same records one by one."""
+    by_run, by_record = OffsetsManager(), OffsetsManager()
+    for op in ops:
+        if op[0] == "record":
+            _, group, topic, partition, value = op
+            by_run.replay(OffsetCommitKey(group, topic, partition), value)
+            by_record.replay(OffsetCommitKey(group, topic, partition), value)
+            continue
+        _, group, topic, rows = op
+        by_run.replay_commits(group, topic, iter(rows), T0)
+        for partition, offset, epoch, commit in rows:
+            by_record.replay(
+                OffsetCommitKey(group, topic, partition),
+                OffsetCommitValue(offset, epoch, "", commit),
+            )
+    assert by_run.cached_offsets == by_record.cached_offsets == len(by_record.cache)
+    for group in ("g", "h"):
+        assert by_run.fetch(group) == by_record.fetch(group)
+        assert by_run.has_offsets(group) is by_record.has_offsets(group)
+        assert by_run.cache.topics(group) == by_record.cache.topics(group)
+        for topic in ("t", "u", "v"):
+            assert list(by_run.cache.topic_offsets(group, topic)) == list(
+                by_record.cache.topic_offsets(group, topic)
+            )
+    assert by_run.expire(T0 + RETENTION, {}) == by_record.expire(T0 + RETENTION, {})
+
+
+def test_an_empty_run_leaves_no_trace():
+    manager = OffsetsManager()
+    manager.replay_commits("g", "t", iter(()), T0)
+    assert not manager.has_offsets("g") and manager.cached_offsets == 0
+
+
 # --- memory ---------------------------------------------------------------------------------
 
 
@@ -608,6 +661,22 @@ def test_cache_costs_at_most_64_bytes_per_offset():
     assert len(manager.cache) == count == 100_000
     per_offset = used / count
     assert per_offset <= 64, f"{per_offset:.1f} bytes per cached offset"
+    # The estimate for the metrics is within a quarter of what tracemalloc measured.
+    assert manager.cached_offsets == count
+    assert 0.75 * used <= manager.cache_bytes() <= 1.25 * used, (manager.cache_bytes(), used)
+
+
+def test_cache_bytes_counts_metadata_and_sparse_values():
+    manager = OffsetsManager()
+    manager.replay(K(0), OffsetCommitValue(1))
+    plain = manager.cache_bytes()
+    manager.replay(K(1), OffsetCommitValue(1, metadata="m" * 1000))
+    with_metadata = manager.cache_bytes()
+    assert with_metadata >= plain + 1000
+    manager.replay(K(10**6), OffsetCommitValue(1))  # far beyond the rows: kept whole
+    assert manager.cache_bytes() > with_metadata
+    assert manager.cached_offsets == 3
+    assert OffsetsManager().cache_bytes() < 200
 
 
 # --- the periodic expiry task ---------------------------------------------------------------

@@ -785,3 +785,216 @@ def test_fuzz_mutated_records(value, key):
         decode_key(key)
     except CorruptOffsetsRecordError:
         pass
+
+
+# --------------------------------------------------------------------------------------------
+# Whole batches: RecordsDecoder's runs of plain commits against record-by-record decoding
+
+from brook.coordinator.records import CommitRun, DecodedRecord, RecordsDecoder  # noqa: E402
+from brook.records import Record as BatchRecord  # noqa: E402
+from brook.records import encode_batch  # noqa: E402
+from brook.records.batch import HEADER_SIZE, decode_records, read_header  # noqa: E402
+from brook.records.errors import RecordsError  # noqa: E402
+
+
+def batch_body(pairs, timestamps=None, base_offset=0):
+    """The records section of a batch of (key, value) byte pairs."""
+    timestamps = timestamps or [1_700_000_000_000] * len(pairs)
+    batch = encode_batch(
+        [BatchRecord(base_offset + i, ts, k, v) for i, ((k, v), ts) in enumerate(zip(pairs, timestamps))],
+        base_offset=base_offset,
+    )
+    return batch[HEADER_SIZE:], read_header(batch).record_count
+
+
+def general(body, count):
+    """Record by record: brook.records' framing, then decode_key and decode_value."""
+    out = []
+    for record in decode_records(body, count, 0, 0):
+        key = decode_key(record.key)
+        out.append((key, None if isinstance(key, UnknownKey) else decode_value(key, record.value)))
+    return out
+
+
+def fast(body, count, decoder=None):
+    """RecordsDecoder's answer, runs spelled out as the records they stand for."""
+    out = []
+    for item in (decoder or RecordsDecoder()).decode(body, count):
+        if type(item) is CommitRun:
+            out += [
+                (OffsetCommitKey(item.group, item.topic, p), OffsetCommitValue(o, e, "", c))
+                for p, o, e, c in item.rows
+            ]
+        else:
+            assert type(item) is DecodedRecord
+            out.append((item.key, item.value))
+    return out
+
+
+def runs(body, count):
+    return [len(list(i.rows)) for i in RecordsDecoder().decode(body, count) if type(i) is CommitRun]
+
+
+def plain(group, topic, partition, offset, epoch=5, commit=1_700_000_000_000):
+    return (
+        encode_key(OffsetCommitKey(group, topic, partition)),
+        encode_value(OffsetCommitValue(offset, epoch, "", commit)),
+    )
+
+
+def test_a_commit_batch_is_one_run_per_topic():
+    pairs = [plain("group", "orders", p, 1000 + p) for p in range(20)]
+    pairs += [plain("group", "payments-topic", p, 2000 + p) for p in range(5)]
+    body, count = batch_body(pairs)
+    assert runs(body, count) == [20, 5]
+    assert fast(body, count) == general(body, count)
+
+
+def test_offset_deltas_of_two_and_three_bytes_start_new_runs():
+    # Offset deltas 0-63 are one-byte varints, 64-8191 two bytes, from 8192 three.
+    pairs = [plain("g", "t", p, p) for p in range(8300)]
+    body, count = batch_body(pairs)
+    assert runs(body, count) == [64, 8192 - 64, 8300 - 8192]
+    assert fast(body, count) == general(body, count)
+
+
+def test_everything_else_is_decoded_record_by_record():
+    key = encode_key(OffsetCommitKey("g", "t", 0))
+    pairs = [
+        plain("g", "t", 0, 1),
+        (key, encode_value(OffsetCommitValue(2, 5, "meta", 7))),  # metadata
+        (key, encode_value(OffsetCommitValue(3, -1, "", 7, 99))),  # expire timestamp: v1
+        (key, encode_value(OffsetCommitValue(4, 5, "", 7), 4)),  # another version
+        (key, None),  # tombstone
+        (key + b"\x00", encode_value(OffsetCommitValue(5, 5, "", 7))),  # bytes after the key
+        (key, encode_value(OffsetCommitValue(6, 5, "", 7)) + b"\x00"),  # after the value
+        (encode_key(OffsetCommitKey("g", "t", 1), 0), encode_value(OffsetCommitValue(7, 5, "", 7))),
+        (encode_key(GroupMetadataKey("g")), encode_value(GroupMetadataValue("", 0, None, None, 1, ()))),
+        (encode_key(GroupMetadataKey("g")), None),
+        (b"\x00\x05\x00\x01g", b"\x00\x00"),  # unknown record type
+        plain("g", "t", 2, 8),
+    ]
+    body, count = batch_body(pairs)
+    decoded = fast(body, count)
+    assert decoded == general(body, count)
+    assert runs(body, count) == [1, 1, 1]  # the plain commits, including key version 0
+    assert decoded[10] == (UnknownKey(5), None)
+
+
+def test_changing_timestamps_or_groups_end_runs():
+    pairs = [plain("g", "t", p, p) for p in range(6)] + [plain("h", "t", p, p) for p in range(6)]
+    timestamps = [0, 0, 0, 100, 100, 100] + [200] * 6  # delta 100: a two-byte varint
+    body, count = batch_body(pairs, timestamps)
+    assert runs(body, count) == [3, 3, 6]
+    assert fast(body, count) == general(body, count)
+
+
+def test_one_decoder_reads_many_batches():
+    decoder = RecordsDecoder()
+    for round_ in range(3):
+        pairs = [plain(f"g{g}", "t", p, round_ * 100 + p) for g in range(3) for p in range(4)]
+        body, count = batch_body(pairs, base_offset=round_ * 12)
+        assert fast(body, count, decoder) == general(body, count)
+
+
+groups_ = st.sampled_from(["g", "group-1", "\u00e9\u00e9", "x" * 70])
+topics_ = st.sampled_from(["t", "orders", "a-longer-topic-name"])
+plain_commits = st.builds(
+    lambda g, t, p, o, e, c: plain(g, t, p, o, e, c),
+    groups_, topics_, int32s, int64s, int32s, int64s,
+)
+other_records = st.one_of(
+    st.tuples(st.builds(OffsetCommitKey, groups_, topics_, int32s), offset_commit_values,
+              st.integers(0, 4)).map(lambda r: (encode_key(r[0]), encode_value(r[1], r[2]))),
+    st.builds(OffsetCommitKey, groups_, topics_, int32s).map(lambda k: (encode_key(k), None)),
+    st.tuples(groups_, group_metadata_values).map(
+        lambda r: (encode_key(GroupMetadataKey(r[0])), encode_value(r[1]))),
+    st.tuples(st.integers(3, 20), blobs).map(lambda r: (i16(r[0]) + r[1], b"\x00\x01")),
+    st.tuples(plain_commits, blobs).map(lambda r: (r[0][0] + r[1], r[0][1])),
+    st.tuples(plain_commits, blobs).map(lambda r: (r[0][0], r[0][1] + r[1])),
+)
+
+
+@st.composite
+def commit_batches(draw):
+    """Batches as the coordinator writes them (runs of plain commits of a group and topic),
+    with other records and other timestamps mixed in."""
+    pairs = []
+    for _ in range(draw(st.integers(0, 6))):
+        if draw(st.booleans()):
+            group, topic = draw(groups_), draw(topics_)
+            for _ in range(draw(st.integers(1, 80))):
+                pairs.append(plain(group, topic, draw(st.integers(0, 100)), draw(int64s),
+                                   draw(int32s), draw(st.sampled_from([7, 8, -1]))))
+        else:
+            pairs.append(draw(st.one_of(plain_commits, other_records)))
+    timestamps = [draw(st.sampled_from([0, 1, 100, 10**6])) if draw(st.integers(0, 9)) == 0
+                  else 0 for _ in pairs]
+    return pairs, timestamps
+
+
+@given(commit_batches())
+def test_runs_read_what_record_by_record_decoding_reads(batch):
+    pairs, timestamps = batch
+    body, count = batch_body(pairs, timestamps)
+    assert fast(body, count) == general(body, count)
+
+
+@settings(max_examples=300)
+@given(commit_batches(), st.data())
+def test_damaged_batches_read_the_same_or_fail_with_corrupt_offsets_record_error(batch, data):
+    pairs, timestamps = batch
+    body, count = batch_body(pairs, timestamps)
+    if not body:
+        return
+    damaged = bytearray(body)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(damaged) - 1))
+        damaged[at] = data.draw(st.integers(0, 255))
+    damaged = bytes(damaged[: data.draw(st.integers(0, len(damaged)))] if data.draw(
+        st.booleans()) else damaged)
+    try:
+        expected = general(damaged, count)
+    except (RecordsError, CorruptOffsetsRecordError):
+        expected = None
+    try:
+        got = fast(damaged, count)
+    except CorruptOffsetsRecordError:
+        got = None
+    assert got == expected
+
+
+def test_a_damaged_offset_delta_inside_a_run_is_corrupt():
+    # Record 3's offset delta made the first byte of a longer varint: its fields shift, and
+    # its length no longer matches them.
+    body, count = batch_body([plain("g", "t", p, p) for p in range(6)])
+    stride = len(body) // 6
+    delta_at = 3 * stride + 3  # one-byte length, attributes, timestamp delta
+    damaged = body[:delta_at] + b"\x86" + body[delta_at + 1 :]
+    with pytest.raises(RecordsError):
+        general(damaged, count)
+    with pytest.raises(CorruptOffsetsRecordError, match="record 3 of the batch"):
+        fast(damaged, count)
+
+
+def _fast_or_none(body, count):
+    try:
+        return fast(body, count)
+    except CorruptOffsetsRecordError:
+        return None
+
+
+def _general_or_none(body, count):
+    try:
+        return general(body, count)
+    except (RecordsError, CorruptOffsetsRecordError):
+        return None
+
+
+@pytest.mark.parametrize("group", ["g", "a-group-id-long-enough-for-a-two-byte-key-length-" * 2])
+def test_any_byte_of_a_run_changed_reads_as_record_by_record_decoding_reads_it(group):
+    body, count = batch_body([plain(group, "t", p, p, 3, 99) for p in range(4)])
+    for at in range(len(body)):
+        for byte in (0x00, 0x01, 0x30, 0x7F, 0x80, 0xFF, body[at] ^ 0x01):
+            damaged = body[:at] + bytes((byte,)) + body[at + 1 :]
+            assert _fast_or_none(damaged, count) == _general_or_none(damaged, count), (at, byte)

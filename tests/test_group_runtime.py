@@ -12,15 +12,23 @@ from brook.broker.group_runtime import (
     AppendFailed,
     CoordinatorLoading,
     GroupRuntime,
+    NotCoordinator,
     PartitionOffsetsLog,
+    ShardState,
     append_error,
+    encode_records,
 )
-from brook.clock import SYSTEM_CLOCK
+from brook.records import Record as BatchRecord
+from brook.records import encode_batch
+from brook.records.batch import read_header
+from brook.clock import SYSTEM_CLOCK, FakeClock
 from brook.coordinator import classic
 from brook.coordinator.classic import ClassicGroupCoordinator, GroupConfig
 from brook.coordinator.records import (
     GroupMetadataKey,
     GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
     encode_key,
     encode_value,
 )
@@ -30,10 +38,10 @@ PROTOCOLS = (("range", b"sub"),)
 
 
 class MemoryLog:
-    """Records per partition as the bytes the broker would store."""
+    """Record batches per partition, as the bytes the broker would store."""
 
     def __init__(self) -> None:
-        self.partitions: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        self.partitions: dict[int, list[bytes]] = {}
         self.appends: list[tuple[int, list]] = []
         self.fail: Exception | None = None
 
@@ -41,8 +49,18 @@ class MemoryLog:
         if self.fail is not None:
             raise self.fail
         self.appends.append((partition, list(records)))
-        self.partitions.setdefault(partition, []).extend(
-            (encode_key(r.key), None if r.value is None else encode_value(r.value)) for r in records)
+        batches = self.partitions.setdefault(partition, [])
+        batches.append(encode_records(records, now, self.end(partition)))
+
+    def append_raw(self, partition: int, pairs: list[tuple[bytes, bytes | None]],
+                   now: int = 0) -> None:
+        """A batch of (key, value) bytes as they are, whatever they hold."""
+        base = self.end(partition)
+        self.partitions.setdefault(partition, []).append(encode_batch(
+            [BatchRecord(base + i, now, k, v) for i, (k, v) in enumerate(pairs)], base_offset=base))
+
+    def end(self, partition: int) -> int:
+        return sum(read_header(b).record_count for b in self.partitions.get(partition, []))
 
     def read(self, partition: int):
         yield from self.partitions.get(partition, [])
@@ -182,7 +200,7 @@ def test_loading_replays_the_log_and_skips_unknown_record_types():
             await rt.stop()
         index = rt.partition_for("g")
         # A record type from a newer Kafka (KIP-848 consumer group metadata, type 3).
-        log.partitions[index].insert(0, (b"\x00\x03\x00\x01g", b"\x00\x00"))
+        log.append_raw(index, [(b"\x00\x03\x00\x01g", b"\x00\x00")])
         again = await started(new_runtime(log))
         try:
             group = again.shards[index].core.groups["g"]
@@ -231,8 +249,12 @@ def test_partition_log_writes_one_batch_with_kafkas_keys_and_values(tmp_path):
         p = broker.partition(OFFSETS_TOPIC, 1)
         assert p.log_end_offset == 2
         assert len(p.log.read(0, 1 << 20).batches()) == 1
-        assert list(plog.read(1)) == [(encode_key(GroupMetadataKey("a")), encode_value(value)),
-                                      (encode_key(GroupMetadataKey("b")), None)]
+        [data] = plog.read(1)
+        [batch] = p.log.read(0, 1 << 20).batches()
+        assert data == p.log.read(0, 1 << 20).read()
+        assert [(r.key, r.value) for r in batch.records] == [
+            (encode_key(GroupMetadataKey("a")), encode_value(value)),
+            (encode_key(GroupMetadataKey("b")), None)]
     finally:
         broker.close()
 
@@ -276,5 +298,169 @@ def test_expired_offsets_are_tombstoned_by_the_timer_task():
             assert "simple" not in shard.core.groups
         finally:
             await rt.stop()
+
+    asyncio.run(main())
+
+
+# --- loading: figures, record types brook does not read, records it cannot read ---------------
+
+
+def commit_op(group: str, partitions, offset: int = 7):
+    from brook.coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
+
+    commit = OffsetCommit(group, (CommitTopic("t", tuple(CommitPartition(p, offset + p)
+                                                         for p in partitions)),))
+
+    def op(shard, now):
+        done = shard.offsets.commit(commit, shard.core.groups.get(group), now)
+        return classic.Result(records=list(done.records), response=done.errors)
+
+    return op
+
+
+def offsets_runtime(log: MemoryLog, clock=SYSTEM_CLOCK, partitions: int = 4) -> GroupRuntime:
+    from brook.coordinator.offsets import OffsetsManager
+
+    cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
+    return GroupRuntime(partitions, log, clock, lambda: ClassicGroupCoordinator(cfg),
+                        lambda core: OffsetsManager(None, core.groups))
+
+
+def test_each_shard_reports_how_long_its_load_took_and_how_many_records_it_read():
+    async def main():
+        log = MemoryLog()
+        rt = await started(offsets_runtime(log))
+        try:
+            await rt.run("g", commit_op("g", range(10)))
+            await rt.run("g", commit_op("g", range(5), offset=100))
+        finally:
+            await rt.stop()
+        index = rt.partition_for("g")
+        again = offsets_runtime(log)
+        again.start()
+        assert all(s.load_time_ms is None and s.records_loaded == 0 for s in again.shards)
+        await again.wait_loaded()
+        try:
+            shard = again.shards[index]
+            assert shard.records_loaded == 15
+            assert shard.load_time_ms is not None and shard.load_time_ms >= 0
+            assert [s.records_loaded for s in again.shards if s is not shard] == [0, 0, 0]
+            assert shard.offsets.cached_offsets == 10
+            assert shard.offsets.get("g", "t", 3).offset == 103
+            assert shard.offsets.get("g", "t", 7).offset == 14
+        finally:
+            await again.stop()
+
+    asyncio.run(main())
+
+
+def test_record_types_brook_does_not_read_are_skipped_with_one_warning(caplog):
+    async def main():
+        log = MemoryLog()
+        index = new_runtime(log).partition_for("g")
+        log.append_raw(index, [(b"\x00\x05\x00\x01g", b"\x00\x00")] * 3
+                       + [(b"\x00\x07\x00\x01g", None)])
+        log.append(index, [classic.Record(OffsetCommitKey("g", "t", 0), OffsetCommitValue(9))], 0)
+        rt = await started(offsets_runtime(log))
+        try:
+            shard = rt.shards[index]
+            assert shard.records_loaded == 5  # Kafka counts the skipped records too
+            assert shard.offsets.get("g", "t", 0).offset == 9
+        finally:
+            await rt.stop()
+
+    with caplog.at_level("WARNING", logger="brook.broker.group_runtime"):
+        asyncio.run(main())
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2
+    assert "skipped 3 record(s) of unknown record type 5" in warnings[0]
+    assert "skipped 1 record(s) of unknown record type 7" in warnings[1]
+
+
+def test_a_record_that_cannot_be_read_fails_its_partition_only(caplog):
+    """Kafka's loader: a record that does not deserialize fails the partition's load. Its
+    groups get NOT_COORDINATOR; the other partitions serve."""
+
+    async def main():
+        log = MemoryLog()
+        rt = await started(offsets_runtime(log))
+        try:
+            await rt.run("g", commit_op("g", range(3)))
+        finally:
+            await rt.stop()
+        index = rt.partition_for("g")
+        other = next(g for g in ("a", "b", "c", "d", "e") if rt.partition_for(g) != index)
+        # A commit whose value is cut short, then a later, good commit.
+        log.append_raw(index, [(encode_key(OffsetCommitKey("g", "t", 0)), b"\x00\x03\x00")])
+        log.append(index, [classic.Record(OffsetCommitKey("g", "t", 1), OffsetCommitValue(99))], 0)
+        again = await started(offsets_runtime(log))
+        try:
+            shard = again.shards[index]
+            assert shard.state is ShardState.FAILED
+            assert shard.offsets.cached_offsets == 0  # nothing half-loaded is kept
+            assert shard.load_time_ms is not None
+            with pytest.raises(NotCoordinator) as info:
+                await again.run("g", commit_op("g", [0]))
+            assert info.value.code == ErrorCode.not_coordinator
+            assert await again.run(other, commit_op(other, [0])) == [("t", 0, ErrorCode.none)]
+        finally:
+            await again.stop()
+
+    with caplog.at_level("ERROR", logger="brook.broker.group_runtime"):
+        asyncio.run(main())
+    [error] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "loading failed after" in error and "NOT_COORDINATOR" in error
+    assert "the batch at offset 3" in error and "bad OffsetCommitValue" in error
+
+
+def test_a_core_failing_to_replay_a_record_fails_the_load():
+    class Refusing(ClassicGroupCoordinator):
+        def replay(self, key, value, now):
+            if isinstance(key, GroupMetadataKey):
+                raise ValueError("cannot replay this")
+            super().replay(key, value, now)
+
+    async def main():
+        log = MemoryLog()
+        log.append(0, [classic.Record(GroupMetadataKey("g"),
+                                      GroupMetadataValue("consumer", 1, None, None, 5, ()))], 0)
+        rt = GroupRuntime(1, log, SYSTEM_CLOCK, Refusing)
+        await started(rt)
+        try:
+            assert rt.shards[0].state is ShardState.FAILED
+        finally:
+            await rt.stop()
+
+    asyncio.run(main())
+
+
+def test_timers_wait_while_their_shard_loads():
+    """A loading shard's timer task used to see a deadline of 0, find the shard not active and
+    try again at once: eight of them spun on the event loop, competing with the load. Now they
+    read no deadline (and so no clock) until their shard is loaded."""
+
+    class CountingClock(FakeClock):
+        calls = 0
+
+        def milliseconds(self) -> int:
+            self.calls += 1
+            return super().milliseconds()
+
+    async def main():
+        log = MemoryLog()
+        for i in range(40):  # forty buffers: the load yields to the event loop forty times
+            log.append(0, [classic.Record(OffsetCommitKey("g", "t", i), OffsetCommitValue(i))], 0)
+        clock = CountingClock()
+        rt = offsets_runtime(log, clock, partitions=8)
+        rt.start()
+        turns = 0
+        while rt.shards[0].state is ShardState.LOADING:
+            await asyncio.sleep(0)
+            turns += 1
+        assert turns >= 40
+        assert clock.calls <= 8  # the loader's "now" for each shard, nothing else
+        await rt.wait_loaded()
+        assert rt.shards[0].offsets.cached_offsets == 40
+        await rt.stop()
 
     asyncio.run(main())

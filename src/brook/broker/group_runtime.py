@@ -21,9 +21,18 @@ Timers: each shard has a task that sleeps until the core's next deadline (woken 
 every operation, since an operation may schedule an earlier one) and then queues
 ``poll(now)`` as an ordinary operation, so a session expiry is just another write.
 
-Loading: on start every shard replays its partition (``decode_key``/``decode_value``; record
-types it does not know are skipped) before it serves; until then its groups get
-COORDINATOR_LOAD_IN_PROGRESS.
+Timers wait while a shard loads: a core's deadlines mean nothing before its state is loaded.
+
+Loading: on start every shard replays its partition before it serves; until then its groups get
+COORDINATOR_LOAD_IN_PROGRESS. The partition's record batches are read as stored and decoded by a
+``RecordsDecoder``: runs of plain offset commits go to the cores' ``replay_commits`` (rows of
+numbers, no key or value objects), every other record to the same ``replay`` as live records.
+As in Kafka's coordinator loader, records of a type brook does not know (newer Kafka's group
+types, a left-over of an aborted upgrade) are skipped with a warning, while a record that
+cannot be decoded, or that a core fails to replay, fails the load: the shard is then FAILED,
+logs the offset and the reason, and answers NOT_COORDINATOR for its groups rather than serve
+offsets that may be wrong (a skipped tombstone would bring a deleted offset back). The other
+shards load and serve as usual.
 """
 
 from __future__ import annotations
@@ -31,7 +40,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable, Iterator
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -39,15 +50,18 @@ from kio.schema.errors import ErrorCode
 from ..coordinator.classic import Result
 from ..coordinator.partitioner import partition_for
 from ..coordinator.records import (
-    CorruptOffsetsRecordError,
+    CommitRun,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    RecordsDecoder,
     UnknownKey,
-    decode_key,
-    decode_value,
     encode_key,
     encode_value,
 )
 from ..records import Record as BatchRecord
 from ..records import encode_batch
+from ..records.batch import CONTROL_BIT, HEADER_SIZE, HEADER_STRUCT, LOG_OVERHEAD
+from ..records.compression import codec_of, decompress
 from ..storage.producer_state import AppendOrigin
 from .errors import error_code_for
 
@@ -55,8 +69,11 @@ log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
-#: Records replayed between two yields to the event loop while loading.
-LOAD_YIELD_EVERY = 2000
+#: Bytes of record batches read (and replayed) between two yields to the event loop while
+#: loading: about 12,000 offset commits, some 10 ms.
+LOAD_BUFFER_SIZE = 1024 * 1024
+
+_read_header = HEADER_STRUCT.unpack_from
 
 
 class CoordinatorError(Exception):
@@ -76,6 +93,15 @@ class CoordinatorLoading(CoordinatorError):
 
 class CoordinatorNotAvailable(CoordinatorError):
     code = ErrorCode.coordinator_not_available
+
+
+class NotCoordinator(CoordinatorError):
+    code = ErrorCode.not_coordinator
+
+
+class LoadFailed(Exception):
+    """A partition of ``__consumer_offsets`` could not be loaded (a record that cannot be
+    decoded or replayed); the message names the record's batch."""
 
 
 class AppendFailed(CoordinatorError):
@@ -108,8 +134,19 @@ class OffsetsLog(Protocol):
     def append(self, partition: int, records: list, now: int) -> None:
         """Append ``records`` (``classic.Record``: key and value objects) as one batch, or raise."""
 
-    def read(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
-        """Every (key, value) stored in the partition, in offset order."""
+    def read(self, partition: int) -> Iterator[bytes]:
+        """The partition's record batches (v2, as stored), in offset order: buffers of whole
+        batches."""
+
+
+def encode_records(records: list, now: int, base_offset: int = 0) -> bytes:
+    """One record batch of ``classic.Record``s with Kafka's keys and values, timestamped ``now``
+    (the log assigns the offsets)."""
+    return encode_batch([
+        BatchRecord(offset=base_offset + i, timestamp=now, key=encode_key(r.key),
+                    value=None if r.value is None else encode_value(r.value))
+        for i, r in enumerate(records)
+    ], base_offset=base_offset)
 
 
 class PartitionOffsetsLog:
@@ -127,40 +164,57 @@ class PartitionOffsetsLog:
         return partition
 
     def append(self, partition: int, records: list, now: int) -> None:
-        batch = encode_batch([
-            BatchRecord(offset=i, timestamp=now, key=encode_key(r.key),
-                        value=None if r.value is None else encode_value(r.value))
-            for i, r in enumerate(records)
-        ], base_offset=0)
-        self._partition(partition).append(batch, origin=AppendOrigin.COORDINATOR)
+        self._partition(partition).append(encode_records(records, now),
+                                          origin=AppendOrigin.COORDINATOR)
 
-    def read(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+    def read(self, partition: int) -> Iterator[bytes]:
         p = self.broker.partition(OFFSETS_TOPIC, partition)
-        if p is None:
-            return
-        lg = p.log
-        offset, end = lg.log_start_offset, lg.log_end_offset
-        while offset < end:
-            info = lg.read(offset, 5 * 1024 * 1024, max_offset=end)
-            batches = info.batches()
-            if not batches:
-                break
-            for batch in batches:
-                if not batch.is_control:
-                    for rec in batch.records:
-                        if rec.offset >= offset and rec.key is not None:
-                            yield rec.key, rec.value
-                offset = max(offset, batch.last_offset + 1)
+        if p is not None:
+            yield from read_batches(p.log)
+
+
+def read_batches(lg) -> Iterator[bytes]:
+    """The record batches of a ``storage.Log`` from its start to its end, as stored: buffers of
+    whole batches of about ``LOAD_BUFFER_SIZE`` bytes."""
+    offset, end = lg.log_start_offset, lg.log_end_offset
+    while offset < end:
+        data = lg.read(offset, LOAD_BUFFER_SIZE, max_offset=end).read()
+        whole, next_offset = _whole_batches(data)
+        if not whole:
+            break
+        yield data[:whole] if whole < len(data) else data
+        offset = next_offset
+
+
+def _whole_batches(data: bytes) -> tuple[int, int]:
+    """(bytes of the whole batches at the start of ``data``, the offset after the last)."""
+    pos = 0
+    next_offset = -1
+    while pos + HEADER_SIZE <= len(data):
+        header = _read_header(data, pos)
+        size = header[1] + LOG_OVERHEAD
+        if pos + size > len(data):
+            break
+        next_offset = header[0] + header[6] + 1  # base offset + last offset delta + 1
+        pos += size
+    return pos, next_offset
 
 
 class ShardState(enum.Enum):
     LOADING = "loading"
     ACTIVE = "active"
+    FAILED = "failed"  # the load failed: NOT_COORDINATOR for the shard's groups
     CLOSED = "closed"
 
 
 class Shard:
-    """One partition of ``__consumer_offsets``: its coordinator cores and its worker."""
+    """One partition of ``__consumer_offsets``: its coordinator cores and its worker.
+
+    ``load_time_ms`` (how long the last load took, None before one ended) and
+    ``records_loaded`` (the records it read: every record of its non-control batches, skipped
+    ones included, as Kafka counts) are figures for the broker's metrics; read them, do not
+    set them.
+    """
 
     def __init__(self, runtime: GroupRuntime, index: int, core: Any, offsets: Any | None) -> None:
         self.runtime = runtime
@@ -172,28 +226,70 @@ class Shard:
         self.parked: dict[str, asyncio.Future] = {}
         self.wake = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
+        self.load_time_ms: float | None = None
+        self.records_loaded = 0
+        #: Cores that read runs of offset commits (``replay_commits``) and cores that read
+        #: offset commits one record at a time.
+        self._cores = [c for c in (core, offsets) if c is not None]
+
+    def unload(self) -> None:
+        """Drop what a failed load left in the cores: fresh, empty ones in their place."""
+        self.core = self.runtime._new_core()
+        self.offsets = self.runtime._new_offsets(self.core) if self.runtime._new_offsets else None
+        self._cores = [c for c in (self.core, self.offsets) if c is not None]
 
     # --- replay: both live and loading -----------------------------------------------------
 
     def replay(self, key: object, value: object | None, now: int) -> None:
-        self.core.replay(key, value, now)
-        if self.offsets is not None:
-            self.offsets.replay(key, value, now)
+        for core in self._cores:
+            core.replay(key, value, now)
 
-    def load(self, records: Iterator[tuple[bytes, bytes | None]], now: int) -> int:
-        count = 0
-        for raw_key, raw_value in records:
-            try:
-                key = decode_key(raw_key)
-                if isinstance(key, UnknownKey):
-                    continue
-                value = decode_value(key, raw_value)
-            except CorruptOffsetsRecordError as exc:
-                log.error("%s-%d: skipping a record that cannot be read: %s", OFFSETS_TOPIC,
-                          self.index, exc)
+    def replay_commits(self, run: CommitRun, now: int) -> None:
+        """Apply a run of plain offset commits (see ``CommitRun``) to every core: through its
+        ``replay_commits`` when it has one, else as one record at a time."""
+        group, topic = run.group, run.topic
+        rows = list(run.rows)
+        for core in self._cores:
+            bulk = getattr(core, "replay_commits", None)
+            if bulk is not None:
+                bulk(group, topic, rows, now)
                 continue
-            self.replay(key, value, now)
-            count += 1
+            for partition, offset, epoch, commit in rows:
+                core.replay(OffsetCommitKey(group, topic, partition),
+                            OffsetCommitValue(offset, epoch, "", commit), now)
+
+    def load(self, batches: Iterable[bytes], now: int, decoder: RecordsDecoder | None = None,
+             unknown: Counter | None = None) -> int:
+        """Replay buffers of whole record batches; return how many records they held. Raises
+        ``LoadFailed`` at the first record that cannot be decoded or replayed. Record types
+        brook does not read are counted in ``unknown`` (by type) and skipped."""
+        decoder = decoder or RecordsDecoder()
+        unknown = Counter() if unknown is None else unknown
+        count = 0
+        for data in batches:
+            pos, end = 0, len(data)
+            while pos < end:
+                header = _read_header(data, pos)
+                base_offset, attributes, records = header[0], header[5], header[12]
+                size = header[1] + LOG_OVERHEAD
+                body = data[pos + HEADER_SIZE:pos + size]
+                pos += size
+                if attributes & CONTROL_BIT:
+                    continue  # transaction markers: brook writes no transactional offsets
+                try:
+                    codec = codec_of(attributes)
+                    if codec:
+                        body = decompress(codec, body)
+                    for item in decoder.decode(body, records):
+                        if type(item) is CommitRun:
+                            self.replay_commits(item, now)
+                        elif type(item.key) is UnknownKey:
+                            unknown[item.key.version] += 1
+                        else:
+                            self.replay(item.key, item.value, now)
+                except Exception as exc:
+                    raise LoadFailed(f"the batch at offset {base_offset}: {exc}") from exc
+                count += records
         return count
 
     # --- operations ------------------------------------------------------------------------
@@ -288,6 +384,9 @@ class Shard:
         clock = self.runtime.clock
         while self.state is not ShardState.CLOSED:
             self.wake.clear()
+            if self.state is not ShardState.ACTIVE:
+                await self.wake.wait()  # set when the load ends (and when closing)
+                continue
             deadline = self.next_deadline()
             timeout = None if deadline is None else max(0, deadline - clock.milliseconds() + 1) / 1000
             try:
@@ -341,32 +440,55 @@ class GroupRuntime:
         self._loader = asyncio.create_task(self._load_all())
 
     async def _load_all(self) -> None:
-        loop = asyncio.get_running_loop()
-        total = 0
-        started = loop.time()
+        started = time.monotonic()
+        total = loaded = 0
         for shard in self.shards:
-            records = self.log.read(shard.index)
-            now = self.clock.milliseconds()
-            while True:
-                chunk = []
-                for item in records:
-                    chunk.append(item)
-                    if len(chunk) >= LOAD_YIELD_EVERY:
-                        break
-                total += shard.load(iter(chunk), now)
-                if len(chunk) < LOAD_YIELD_EVERY:
-                    break
+            total += await self._load(shard)
+            loaded += shard.state is ShardState.ACTIVE
+        if total:
+            seconds = time.monotonic() - started
+            log.info("loaded %d record(s) from %d of %d partition(s) of %s in %.3f s "
+                     "(%.0f records/s)", total, loaded, len(self.shards), OFFSETS_TOPIC, seconds,
+                     total / seconds if seconds else 0)
+
+    async def _load(self, shard: Shard) -> int:
+        """Load one shard, yielding to the event loop between buffers; it ends ACTIVE, or
+        FAILED when a record cannot be read."""
+        started = time.monotonic()
+        now = self.clock.milliseconds()
+        decoder = RecordsDecoder()
+        unknown: Counter = Counter()
+        count = 0
+        try:
+            for data in self.log.read(shard.index):
+                count += shard.load((data,), now, decoder, unknown)
                 await asyncio.sleep(0)
             hook = getattr(shard.core, "loaded", None)
             if hook is not None:
                 shard._complete(hook(now).completions)
             if shard.offsets is not None and hasattr(shard.offsets, "loaded"):
                 shard.offsets.loaded()
+        except Exception as exc:
+            # Kafka's loader fails the partition here too: serving it would answer with
+            # whatever happened to be loaded before the bad record.
+            log.error("%s-%d: loading failed after %d record(s), its groups get NOT_COORDINATOR "
+                      "until the broker restarts: %s", OFFSETS_TOPIC, shard.index, count, exc)
+            shard.state = ShardState.FAILED
+            shard.unload()
+        else:
             shard.state = ShardState.ACTIVE
+        finally:
+            shard.records_loaded = count
+            shard.load_time_ms = (time.monotonic() - started) * 1000
             shard.wake.set()
-        if total:
-            log.info("loaded %d group and offset record(s) from %s in %.2f s", total, OFFSETS_TOPIC,
-                     loop.time() - started)
+        for version, n in sorted(unknown.items()):
+            log.warning("%s-%d: skipped %d record(s) of unknown record type %d (a newer Kafka's "
+                        "group records, or a left-over of an aborted upgrade)", OFFSETS_TOPIC,
+                        shard.index, n, version)
+        if count and shard.state is ShardState.ACTIVE:
+            log.info("%s-%d: loaded %d record(s) in %.0f ms", OFFSETS_TOPIC, shard.index, count,
+                     shard.load_time_ms)
+        return count
 
     async def wait_loaded(self) -> None:
         if self._loader is not None:
@@ -397,6 +519,8 @@ class GroupRuntime:
         shard = self.shards[self.partition_for(group_id)]
         if shard.state is ShardState.LOADING:
             raise CoordinatorLoading(f"{OFFSETS_TOPIC}-{shard.index} is loading")
+        if shard.state is ShardState.FAILED:
+            raise NotCoordinator(f"{OFFSETS_TOPIC}-{shard.index} failed to load")
         if shard.state is ShardState.CLOSED:
             raise CoordinatorNotAvailable("the group coordinator is shutting down")
         return shard

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from brook.coordinator.records import OffsetCommitValue
 
@@ -106,6 +106,40 @@ class TopicOffsets:
             self.sparse = {}
         new = partition not in self.sparse and not was_row
         self.sparse[partition] = value
+        return new
+
+    def put_rows(self, values: Iterable[tuple[int, int, int, int]]) -> int:
+        """``put`` of ``OffsetCommitValue(offset, leader_epoch, "", commit_timestamp)`` for each
+        ``(partition, offset, leader_epoch, commit_timestamp)`` (int64, int32, int64 values, as
+        decoded), in order; returns how many partitions had no offset before. The loader's path:
+        a row that exists, or one inside the rows of a topic without sparse values, is written
+        in place; anything else goes through ``put``."""
+        rows = self.rows
+        n = len(rows)
+        new = 0
+        pack, size, present = _pack_row, _ROW_SIZE, _PRESENT
+        dense = self.sparse is None
+        for partition, offset, epoch, commit in values:
+            p = partition * size
+            if 0 <= p < n:
+                flags = rows[p]
+                if flags == present:
+                    pack(rows, p, present, offset, epoch, commit)
+                    continue
+                if not flags and dense:
+                    pack(rows, p, present, offset, epoch, commit)
+                    new += 1
+                    continue
+            elif dense and 0 <= partition < 2 * (n // size) + _DENSE_SLACK:
+                rows.extend(bytes(p + size - n))
+                n = p + size
+                pack(rows, p, present, offset, epoch, commit)
+                new += 1
+                continue
+            new += self.put(partition, OffsetCommitValue(offset, epoch, "", commit))
+            rows = self.rows
+            n = len(rows)
+            dense = self.sparse is None
         return new
 
     def delete(self, partition: int) -> bool:
@@ -200,6 +234,13 @@ class TopicOffsets:
         return expired, not kept
 
 
+_TOPIC_OFFSETS_SIZE = sys.getsizeof(TopicOffsets())
+# An extras entry: its (metadata, expire) tuple, the expire int and the partition int key.
+_EXTRA_SIZE = sys.getsizeof((None, None)) + 2 * sys.getsizeof(2**40)
+# A sparse entry: the value object and its ints.
+_SPARSE_VALUE_SIZE = sys.getsizeof(OffsetCommitValue(0)) + 4 * sys.getsizeof(2**40)
+
+
 class OffsetsCache:
     """group -> topic -> partition -> committed offset, compactly.
 
@@ -234,6 +275,22 @@ class OffsetsCache:
             offsets = topics[_intern(topic)] = TopicOffsets()
         if offsets.put(partition, value):
             self._count += 1
+
+    def put_rows(
+        self, group: str, topic: str, rows: Iterable[tuple[int, int, int, int]]
+    ) -> None:
+        """``TopicOffsets.put_rows`` for the group's offsets of one topic."""
+        topics = self._groups.get(group)
+        if topics is None:
+            topics = self._groups[_intern(group)] = {}
+        offsets = topics.get(topic)
+        if offsets is None:
+            offsets = topics[_intern(topic)] = TopicOffsets()
+        self._count += offsets.put_rows(rows)
+        if not offsets:  # no rows at all (an empty iterator)
+            del topics[topic]
+            if not topics:
+                del self._groups[group]
 
     def delete(self, group: str, topic: str, partition: int) -> bool:
         """Remove one offset (dropping a topic or group left with none); True if it existed."""
@@ -279,6 +336,26 @@ class OffsetsCache:
         for topic, offsets in list(self._groups.get(group, {}).items()):
             for partition, value in offsets.items():
                 yield topic, partition, value
+
+    def memory_bytes(self) -> int:
+        """An estimate of the memory the cache holds: ``sys.getsizeof`` of its dicts, rows,
+        extras, sparse values and strings (each distinct topic name once)."""
+        size = sys.getsizeof(self._groups)
+        names: dict[int, int] = {}
+        for group, topics in self._groups.items():
+            size += sys.getsizeof(group) + sys.getsizeof(topics)
+            for topic, offsets in topics.items():
+                names[id(topic)] = sys.getsizeof(topic)
+                size += _TOPIC_OFFSETS_SIZE + sys.getsizeof(offsets.rows)
+                if offsets.extras:
+                    size += sys.getsizeof(offsets.extras) + sum(
+                        _EXTRA_SIZE + sys.getsizeof(m) for m, _ in offsets.extras.values()
+                    )
+                if offsets.sparse:
+                    size += sys.getsizeof(offsets.sparse) + _SPARSE_VALUE_SIZE * len(
+                        offsets.sparse
+                    )
+        return size + sum(names.values())
 
     def compact(self) -> None:
         """Give back the spare capacity the row arrays grew with (after loading a partition)."""
