@@ -42,7 +42,9 @@ class BrookGroup(TyperGroup):
 def _describe(exc: Exception) -> tuple[str, int]:
     """Message and exit code of an exception that is not a CliError."""
     if type(exc).__name__ == "NoArgsIsHelpError":  # click's way of showing help for no args
-        sys.stderr.write(exc.format_message() + "\n")  # type: ignore[attr-defined]
+        text = exc.format_message()  # type: ignore[attr-defined]  # empty: rich printed it
+        if text:
+            sys.stderr.write(text + "\n")
         sys.exit(getattr(exc, "exit_code", 2))
     if type(exc).__name__ == "Abort":
         return "aborted", 1

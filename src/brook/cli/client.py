@@ -88,7 +88,10 @@ def error_text(err: KafkaError) -> str:
     return f"{text} ({name})" if text and name not in text else text or name
 
 
-def kafka_error(exc: BaseException) -> KafkaError | None:
+def kafka_error(exc: BaseException | KafkaError) -> KafkaError | None:
+    """The KafkaError of a KafkaException (some results hold KafkaErrors themselves)."""
+    if isinstance(exc, KafkaError):
+        return exc
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         return exc.args[0]
     return None
@@ -153,7 +156,7 @@ class Cluster:
             raise CliError(f"{what}: no answer from {self.bootstrap} within "
                            f"{self.timeout:g} s") from None
 
-    def reason(self, exc: BaseException) -> str:
+    def reason(self, exc: BaseException | KafkaError) -> str:
         err = kafka_error(exc)
         if err is None:
             return str(exc)

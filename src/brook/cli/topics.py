@@ -92,18 +92,20 @@ def list_topics(
     from confluent_kafka import TopicCollection
 
     cluster = _cluster(bootstrap)
-    names = sorted(cluster.topics())
+    metadata = cluster.topics()
+    names = sorted(metadata)
     internal = set()
     if names:
         futures = cluster.admin.describe_topics(TopicCollection(names),
                                                 request_timeout=cluster.timeout)
         for name in names:
-            desc = cluster.wait(futures[name], f"cannot describe topic '{name}'")
-            if desc.is_internal:
-                internal.add(name)
-    metadata = cluster.topics()
-    rows = [{"topic": n, "partitions": len(metadata[n].partitions) if n in metadata else None,
-             "internal": n in internal} for n in names]
+            try:
+                if cluster.wait(futures[name], f"cannot describe topic '{name}'").is_internal:
+                    internal.add(name)
+            except CliError:
+                pass  # deleted since it was listed: shown as listed
+    rows = [{"topic": n, "partitions": len(metadata[n].partitions), "internal": n in internal}
+            for n in names]
     if fmt is Format.json:
         output.print_json(rows)
         return

@@ -1,0 +1,80 @@
+"""The installed `brook` executable (and `python -m brook`): version, and errors as one line on
+stderr with a non-zero exit code and no traceback unless --debug."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from broker_harness import free_port
+from brook import __version__
+from brook.cli.broker import broker_overrides
+
+BROOK = str(Path(sys.executable).with_name("brook"))
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "BROOK_BOOTSTRAP_SERVER"}
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_version_from_the_executable_and_the_module():
+    for cmd in ([BROOK], [sys.executable, "-m", "brook"]):
+        result = run(*cmd, "--version")
+        assert result.returncode == 0
+        assert result.stdout == f"brook {__version__}\n"
+
+
+def test_an_unreachable_broker_fails_fast_in_one_line():
+    port = free_port()
+    started = time.monotonic()
+    result = run(BROOK, "groups", "list", "--bootstrap-server", f"127.0.0.1:{port}")
+    assert time.monotonic() - started < 10
+    assert result.returncode == 1
+    assert result.stderr == (f"brook: cannot connect to a broker at 127.0.0.1:{port}: "
+                             "Connection refused\n")
+    assert result.stdout == ""
+
+
+def test_debug_shows_the_traceback():
+    port = free_port()
+    result = run(BROOK, "--debug", "topics", "list", "-b", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    assert result.stderr.startswith("Traceback (most recent call last):")
+    assert result.stderr.splitlines()[-1] == (
+        f"brook: cannot connect to a broker at 127.0.0.1:{port}: Connection refused")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["groups", "describe"], "brook: Missing argument 'GROUP'. (see 'brook groups describe --help')"),
+    (["topics", "frobnicate"], "brook: No such command 'frobnicate'."),
+    (["groups", "list", "-b", "no-port"], "brook: invalid --bootstrap-server 'no-port': "
+                                          "expected host:port"),
+    (["consume", "t", "--max-messages", "0"], "brook: Invalid value for '--max-messages'"),
+    (["broker", "--metrics-port", "70000"], "brook: Invalid value for '--metrics-port'"),
+    (["broker", "--log-level", "LOUD"], "brook: Invalid value for --log-level: 'LOUD' is not"),
+])
+def test_invalid_arguments_are_one_line_with_exit_code_2(args, message):
+    result = run(BROOK, *args)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(message), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_no_arguments_shows_the_help():
+    result = run(BROOK)
+    assert result.returncode == 2
+    shown = result.stdout + result.stderr
+    assert "Usage: brook" in shown and "groups" in shown and "dump-log" in shown
+
+
+def test_metrics_port_is_the_metrics_port_key():
+    assert broker_overrides(["log.dirs=/x"], 9404) == {"log.dirs": "/x", "metrics.port": "9404"}
+    assert broker_overrides(["metrics.port=1"], None) == {"metrics.port": "1"}
+    assert broker_overrides([], None) == {}

@@ -1,0 +1,111 @@
+"""`brook topics` against a real broker process; effects checked with confluent-kafka's
+AdminClient."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from confluent_kafka import Producer, TopicCollection
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from typer.testing import CliRunner
+
+from brook.cli import app
+from brook.cli.topics import parse_configs, topic_id_text
+
+runner = CliRunner()
+
+
+def brook(broker, *args):
+    return runner.invoke(app, [*args, "--bootstrap-server", broker.bootstrap])
+
+
+def rows(stdout: str) -> list[list[str]]:
+    return [line.split() for line in stdout.splitlines() if line.strip()]
+
+
+def topic_configs(admin, topic: str) -> dict[str, str]:
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(10)
+    return {k: e.value for k, e in entries.items()}
+
+
+def test_create_describe_alter_list_delete(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    result = brook(broker, "topics", "create", topic, "--partitions", "3",
+                   "--config", "retention.ms=3600000", "--config", "cleanup.policy=compact")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"Created topic '{topic}'.\n"
+    desc = admin.describe_topics(TopicCollection([topic]))[topic].result(10)
+    assert len(desc.partitions) == 3
+    assert topic_configs(admin, topic)["retention.ms"] == "3600000"
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(5):
+        producer.produce(topic, key=b"k", value=b"v", partition=1)
+    assert producer.flush(30) == 0
+
+    result = brook(broker, "topics", "describe", topic)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == (f"Topic: {topic}  TopicId: {topic_id_text(desc.topic_id)}  "
+                        "PartitionCount: 3  ReplicationFactor: 1  Internal: no")
+    table = rows("\n".join(lines[1:]))
+    assert table[:4] == [
+        ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "LOG-END-OFFSET"],
+        ["0", "1", "1", "1", "0", "0"], ["1", "1", "1", "1", "0", "5"],
+        ["2", "1", "1", "1", "0", "0"]]
+    assert ["CONFIG", "VALUE"] in table
+    assert ["retention.ms", "3600000"] in table and ["cleanup.policy", "compact"] in table
+    assert not any(r[0] == "segment.bytes" for r in table)  # defaults only with --all-configs
+    doc = json.loads(brook(broker, "topics", "describe", topic, "--all-configs", "--output",
+                           "json").stdout)
+    assert doc[0]["partitions"][1] == {"partition": 1, "leader": 1, "replicas": [1], "isr": [1],
+                                       "log_start_offset": 0, "log_end_offset": 5}
+    assert doc[0]["configs"]["segment.bytes"] == "1073741824"
+
+    result = brook(broker, "topics", "alter-config", topic, "--set", "retention.ms=60000",
+                   "--set", "max.message.bytes=2000", "--delete", "cleanup.policy")
+    assert result.exit_code == 0, result.output
+    configs = topic_configs(admin, topic)
+    assert configs["retention.ms"] == "60000" and configs["max.message.bytes"] == "2000"
+    assert configs["cleanup.policy"] == "delete"  # back to the default
+
+    listed = json.loads(brook(broker, "topics", "list", "--output", "json").stdout)
+    assert {"topic": topic, "partitions": 3, "internal": False} in listed
+    assert rows(brook(broker, "topics", "list").stdout)[0] == ["TOPIC", "PARTITIONS", "INTERNAL"]
+
+    result = brook(broker, "topics", "delete", topic)
+    assert result.exit_code == 0 and result.stdout == f"Deleted topic '{topic}'.\n"
+    assert topic not in admin.list_topics(timeout=10).topics
+
+
+def test_errors_are_one_line(broker):
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    assert brook(broker, "topics", "create", topic).exit_code == 0  # the broker's partitions
+    assert brook(broker, "topics", "create", topic, "--if-not-exists").exit_code == 0
+    cases = [
+        (["topics", "create", topic], 1, f"brook: topic '{topic}' already exists"),
+        (["topics", "create", "bad name!"], 1, "brook: cannot create topic 'bad name!': "),
+        (["topics", "create", "x", "--config", "nokey"], 2, "invalid --config 'nokey'"),
+        (["topics", "describe", "nope"], 1, "brook: unknown topic 'nope'"),
+        (["topics", "delete", "nope"], 1, "brook: unknown topic 'nope'"),
+        (["topics", "alter-config", "nope", "--set", "retention.ms=1"], 1,
+         "brook: unknown topic 'nope'"),
+        (["topics", "alter-config", topic], 2, "nothing to change"),
+        (["topics", "alter-config", topic, "--set", "retention.ms=abc"], 1,
+         f"brook: cannot alter the configs of topic '{topic}': "),
+        (["topics", "create", "y", "--partitions", "0"], 2, "--partitions must be at least 1"),
+    ]
+    for args, code, message in cases:
+        result = brook(broker, *args)
+        assert result.exit_code == code, (args, result.output)
+        assert result.stderr.count("\n") == 1 and message in result.stderr, (args, result.stderr)
+    assert brook(broker, "topics", "delete", "nope", "--if-exists").exit_code == 0
+    described = json.loads(brook(broker, "topics", "describe", topic, "--output", "json").stdout)
+    assert len(described[0]["partitions"]) == 4  # num.partitions of the test broker
+
+
+def test_parse_configs():
+    assert parse_configs(["a=1", "b=x=y", "c="], "--config") == {"a": "1", "b": "x=y", "c": ""}
