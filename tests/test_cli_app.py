@@ -51,7 +51,8 @@ def test_debug_shows_the_traceback():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["groups", "describe"], "brook: Missing argument 'GROUP'. (see 'brook groups describe --help')"),
+    (["groups", "describe"],
+     "brook: Missing argument 'GROUP'. (see 'brook groups describe --help')"),
     (["topics", "frobnicate"], "brook: No such command 'frobnicate'."),
     (["groups", "list", "-b", "no-port"], "brook: invalid --bootstrap-server 'no-port': "
                                           "expected host:port"),

@@ -140,7 +140,8 @@ def test_index_entries_the_log_disagrees_with(tmp_path):
     open(timeindex, "wb").write(bytes(data))
     result = dump(path)
     assert result.exit_code == 1
-    assert f"entry 1 (offset {rel}): position {pos + 1} is not where a batch starts" in result.stdout
+    assert (f"entry 1 (offset {rel}): position {pos + 1} is not where a batch starts"
+            in result.stdout)
     assert (f"entry 0: timestamp {ts - 5} differs from the max timestamp {ts} of the batch "
             f"ending at offset {rel2}") in result.stdout
     assert "2 problem(s)" in result.stdout
@@ -310,4 +311,5 @@ def test_scan_finds_every_batch_and_stops_at_any_tear(sizes, data):
     torn = list(scan_log(buf[:cut]))
     assert len(torn) == len(blobs)
     assert isinstance(torn[-1], InvalidBytes)
-    assert torn[-1].position == len(buf) - len(blobs[-1]) and torn[-1].size == cut - torn[-1].position
+    assert torn[-1].position == len(buf) - len(blobs[-1])
+    assert torn[-1].size == cut - torn[-1].position

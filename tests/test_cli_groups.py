@@ -186,6 +186,13 @@ def test_describe_lag_and_unknown_groups(broker, admin):
         assert result.stderr == "brook: consumer group 'nope-group' does not exist\n"
     result = brook(broker, "groups", "describe", group, "--members", "--state")
     assert result.exit_code == 2 and "choose one of --members and --state" in result.stderr
+    # Offsets of a topic deleted since: shown without a log end offset or lag, as Kafka does.
+    gone = make_topic(broker, admin, 1, {0: [1, 2]})
+    commit(admin, group, {(gone, 0): 1})
+    admin.delete_topics([gone])[gone].result(10)
+    result = brook(broker, "groups", "describe", group)
+    assert result.exit_code == 0, result.output
+    assert [group, gone, "0", "1", "-", "-", "-", "-", "-"] in rows(result.stdout)
     result = brook(broker, "groups", "list", "--state", "Bogus")
     assert result.exit_code == 2 and "unknown group state 'Bogus'" in result.stderr
 

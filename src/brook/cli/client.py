@@ -49,7 +49,8 @@ def _addresses(bootstrap: str) -> list[tuple[str, int]]:
     for item in bootstrap.split(","):
         host, sep, port = item.strip().rpartition(":")
         if not sep or not host or not port.isdigit():
-            raise CliError(f"invalid --bootstrap-server {item.strip()!r}: expected host:port", code=2)
+            raise CliError(f"invalid --bootstrap-server {item.strip()!r}: expected host:port",
+                           code=2)
         out.append((host.strip("[]"), int(port)))
     return out
 
@@ -199,10 +200,13 @@ class Cluster:
                 raise CliError(f"topic '{topic}' has no partition {partition} "
                                f"(it has {len(known[topic])})")
 
-    def log_offsets(self, tps: Iterable[TP], spec: str | int) -> dict[TP, tuple[int, int]]:
+    def log_offsets(self, tps: Iterable[TP], spec: str | int,
+                    missing_ok: bool = False) -> dict[TP, tuple[int, int]]:
         """(offset, timestamp) per partition for "earliest", "latest" or a timestamp in ms.
 
         For a timestamp the offset is that of the first record at or after it, -1 if none.
+        With `missing_ok`, partitions the broker cannot answer for (a deleted topic) are left
+        out instead of failing the command.
         """
         tps = sorted(set(tps))
         if not tps:
@@ -217,7 +221,12 @@ class Cluster:
                                           request_timeout=self.timeout)
         out = {}
         for tp, fut in futures.items():
-            info = self.wait(fut, f"cannot list offsets of {tp.topic}-{tp.partition}")
+            try:
+                info = self.wait(fut, f"cannot list offsets of {tp.topic}-{tp.partition}")
+            except CliError:
+                if missing_ok:
+                    continue
+                raise
             out[(tp.topic, tp.partition)] = (info.offset, info.timestamp)
         return out
 

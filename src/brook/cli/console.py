@@ -118,7 +118,8 @@ def produce(
     partitions = cluster.partitions(topic)
     if partition is not None and partition not in partitions:
         raise CliError(f"topic '{topic}' has no partition {partition}", code=2)
-    producer = Producer(cluster.config(**{"message.timeout.ms": int(max(cluster.timeout, 30) * 1000),
+    delivery_timeout_ms = int(max(cluster.timeout, 30) * 1000)
+    producer = Producer(cluster.config(**{"message.timeout.ms": delivery_timeout_ms,
                                           "linger.ms": 5}))
     failures: list[str] = []
 

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 TP = tuple[str, int]
 
-app = typer.Typer(no_args_is_help=True, help="Consumer groups: list, describe, reset offsets, delete.")
+app = typer.Typer(no_args_is_help=True,
+                  help="Consumer groups: list, describe, reset offsets, delete.")
 
 OFFSET_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                   "CONSUMER-ID", "HOST", "CLIENT-ID")
@@ -59,7 +60,8 @@ def offset_rows(group: "Group", committed: Mapping[TP, int],
 def member_rows(group: "Group") -> list[dict[str, Any]]:
     return [{
         "consumer_id": m.member_id, "group_instance_id": m.group_instance_id, "host": m.host,
-        "client_id": m.client_id, "partitions": [{"topic": t, "partition": p} for t, p in m.partitions],
+        "client_id": m.client_id,
+        "partitions": [{"topic": t, "partition": p} for t, p in m.partitions],
     } for m in group.members]
 
 
@@ -147,7 +149,8 @@ def list_groups(
 @app.command("describe")
 def describe(
     group_id: str = typer.Argument(..., metavar="GROUP"),
-    members: bool = typer.Option(False, "--members", help="The group's members instead of offsets."),
+    members: bool = typer.Option(False, "--members",
+                                 help="The group's members instead of offsets."),
     state: bool = typer.Option(False, "--state", help="The group's state and coordinator."),
     verbose: bool = typer.Option(False, "--verbose", help="With --members: each one's assignment."),
     bootstrap: str = bootstrap_option(),
@@ -189,7 +192,8 @@ def describe(
         return
     committed = {tp: o for tp, (o, _) in cluster.committed(group_id).items()}
     tps = set(committed) | {tp for m in group.members for tp in m.partitions}
-    log_end = {tp: o for tp, (o, _) in cluster.log_offsets(tps, "latest").items()}
+    ends = cluster.log_offsets(tps, "latest", missing_ok=True)
+    log_end = {tp: o for tp, (o, _) in ends.items()}
     rows = offset_rows(group, committed, log_end)
     if fmt is Format.json:
         output.print_json({"group": group_id, "state": group.state, "partitions": rows})
@@ -219,7 +223,8 @@ def reset_offsets(
     shift_by: Optional[int] = typer.Option(None, "--shift-by",
                                            help="Move the committed offset by N (may be < 0)."),
     to_datetime: Optional[str] = typer.Option(
-        None, "--to-datetime", help="To the first record at or after YYYY-MM-DDTHH:mm:SS.sss[zone]."),
+        None, "--to-datetime",
+        help="To the first record at or after YYYY-MM-DDTHH:mm:SS.sss[zone]."),
     by_duration: Optional[str] = typer.Option(
         None, "--by-duration", help="To the first record at or after now minus PnDTnHnMnS."),
     execute: bool = typer.Option(False, "--execute", help="Apply the change (default: dry run)."),

@@ -75,7 +75,7 @@ def parse_duration(text: str) -> int:
 
 
 def parse_topic_arg(arg: str) -> tuple[str, list[int] | None]:
-    """`topic` (all its partitions: None) or `topic:0,1,2` (those partitions), as Kafka takes them."""
+    """`topic` (all its partitions: None) or `topic:0,1,2` (those partitions), as Kafka does."""
     if ":" not in arg:
         if not arg.strip():
             raise CliError("empty topic name", code=2)

@@ -115,7 +115,8 @@ def check_offset_index(data: bytes, base_offset: int, log: LogSummary) -> IndexC
         last_offset, last_position = offset, position
         j = bisect_left(log.positions, position)
         if j == len(log.positions) or log.positions[j] != position:
-            where = "past the end of the log" if position >= log.size else "not where a batch starts"
+            where = ("past the end of the log" if position >= log.size
+                     else "not where a batch starts")
             problems.append(f"entry {i} (offset {offset}): position {position} is {where}")
         elif not log.base_offsets[j] <= offset <= log.last_offsets[j]:
             problems.append(f"entry {i}: offset {offset} is not in the batch at position "

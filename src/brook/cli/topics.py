@@ -15,7 +15,8 @@ from .output import Format, output_option
 if TYPE_CHECKING:
     from .client import Cluster
 
-app = typer.Typer(no_args_is_help=True, help="Topics: list, describe, create, delete, alter-config.")
+app = typer.Typer(no_args_is_help=True,
+                  help="Topics: list, describe, create, delete, alter-config.")
 
 
 def parse_configs(items: list[str], option: str) -> dict[str, str]:
@@ -185,7 +186,8 @@ def create(
 @app.command("delete")
 def delete(
     topics: list[str] = typer.Argument(..., metavar="TOPIC..."),
-    if_exists: bool = typer.Option(False, "--if-exists", help="Succeed for topics that do not exist."),
+    if_exists: bool = typer.Option(False, "--if-exists",
+                                   help="Succeed for topics that do not exist."),
     bootstrap: str = bootstrap_option(),
 ) -> None:
     """Delete topics and their data."""
