@@ -80,6 +80,16 @@ _CLIENT = AppendOrigin.CLIENT
 _REPLICATION = AppendOrigin.REPLICATION
 
 
+class _AppendLimits(NamedTuple):
+    """What append needs of a config, computed when the config is set."""
+
+    max_batch_size: int  # the smaller of max.message.bytes and segment.bytes
+    log_append_time: bool  # message.timestamp.type=LogAppendTime
+    before_max_ms: int  # message.timestamp.before.max.ms (or the deprecated difference key)
+    after_max_ms: int  # message.timestamp.after.max.ms (likewise)
+    flush_messages: int
+
+
 class LogAppendInfo(NamedTuple):
     """The outcome of an append. For a duplicate (an idempotent producer's retry of a batch
     already in the log) nothing was written: the offsets and timestamps are those of the
@@ -135,7 +145,7 @@ class Log:
                  had_clean_shutdown: bool = False) -> None:
         self.directory = directory
         self.topic, self.partition = parse_topic_partition(directory)
-        self.config = config
+        self.config = config  # also computes _limits
         self.clock = clock
         self.recovery_point = recovery_point
         self.log_start_offset = log_start_offset
@@ -147,7 +157,6 @@ class Log:
         self._segments: tuple[LogSegment, ...] = ()
         self._bases: list[int] = []
         self.producer_state = ProducerStateManager(config.producer_id_expiration_ms)
-        self._timestamp_bounds: tuple[LogConfig, int, int] | None = None
         self._load(had_clean_shutdown)
         self._load_producer_state()
 
@@ -331,6 +340,19 @@ class Log:
 
     # ------------------------------------------------------------ append
 
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        """Replace the config (the log manager does on a topic config change)."""
+        self._config = config
+        self._limits = _AppendLimits(
+            min(config.max_message_bytes, config.segment_bytes),
+            config.message_timestamp_type == "LogAppendTime",
+            config.timestamp_before_max_ms, config.timestamp_after_max_ms, config.flush_messages)
+
     def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int | None = None,
                assign_offsets: bool = True, origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
         """Validate batches (header, CRC, sizes, timestamps, producer state), assign offsets
@@ -354,18 +376,44 @@ class Log:
         """
         view = memoryview(records)
         end = len(view)
-        config = self.config
         now = self.clock.milliseconds()
-        append_time = config.message_timestamp_type == "LogAppendTime"
+        max_size, append_time, before_max_ms, after_max_ms, flush_messages = self._limits
+        if assign_offsets and origin is _CLIENT and not append_time and end >= HEADER_SIZE:
+            # The common Produce, in fewer steps: one batch without a producer id, with
+            # timestamps, passing every check of the general path below. Anything else
+            # (including every error) takes the general path.
+            (base, length, epoch, magic, crc, attrs, delta, base_ts, max_ts, pid, _, _, count) = \
+                _HEADER.unpack_from(view)
+            if (length + LOG_OVERHEAD == end and magic == MAGIC_V2 and base == 0 and pid < 0
+                    and count == delta + 1 and delta >= 0 and not attrs & CONTROL_BIT
+                    and end <= max_size and 0 <= max_ts <= now + after_max_ms
+                    and (base_ts >= now - before_max_ms or base_ts == NO_TIMESTAMP)
+                    and crc32c(view[ATTRIBUTES_OFFSET:]) == crc):
+                segment = self._segments[-1]
+                first = segment.next_offset
+                last = first + delta
+                if segment.should_roll(end, last, now, max_ts):
+                    segment = self.roll(now)
+                if leader_epoch is not None:
+                    epoch = leader_epoch
+                segment.append_batch(_PREFIX.pack(first, length, epoch), view[16:], end, first, last,
+                                     max_ts)
+                self.unflushed_messages += count
+                if self.unflushed_messages >= flush_messages:
+                    self.flush()
+                # tuple.__new__ skips the NamedTuple's Python-level constructor
+                return _new_tuple(LogAppendInfo, (first, last, max_ts, last, -1, count, end, False))
+        return self._append(view, now, leader_epoch, assign_offsets, origin)
+
+    def _append(self, view: memoryview, now: int, leader_epoch: int | None, assign_offsets: bool,
+                origin: AppendOrigin) -> LogAppendInfo:
+        """append() in general: any number of batches, any origin, every check."""
+        end = len(view)
+        config = self._config
+        max_size, append_time, before_max_ms, after_max_ms, flush_messages = self._limits
         client = assign_offsets and origin is _CLIENT
         check_timestamps = assign_offsets and not append_time
-        if check_timestamps:
-            bounds = self._timestamp_bounds
-            if bounds is None or bounds[0] is not config:  # the config may be replaced
-                bounds = self._timestamp_bounds = (config, config.timestamp_before_max_ms,
-                                                   config.timestamp_after_max_ms)
-            earliest = now - bounds[1]
-            latest = now + bounds[2]
+        earliest, latest = now - before_max_ms, now + after_max_ms
         pieces: list = []
         entries: list[tuple[int, int, int, int, int]] = []
         producer_batches: list[ProducerBatch] = []
@@ -375,17 +423,20 @@ class Log:
         while pos < end:
             if end - pos < HEADER_SIZE:
                 read_header(view, pos)  # raises the precise error
-            (base, length, epoch, magic, crc, attrs, delta, base_ts, batch_max_ts, pid, pepoch, bseq, count) = \
-                _HEADER.unpack_from(view, pos)
+            (base, length, epoch, magic, crc, attrs, delta, base_ts, batch_max_ts, pid, pepoch, bseq,
+             count) = _HEADER.unpack_from(view, pos)
             size = length + LOG_OVERHEAD
-            if magic != MAGIC_V2 or length < MIN_BATCH_LENGTH or delta < 0 or count < 0 or pos + size > end:
+            stop = pos + size
+            if magic != MAGIC_V2 or length < MIN_BATCH_LENGTH or delta < 0 or count < 0 or stop > end:
                 read_header(view, pos)  # raises the precise error
-            if crc32c(view[pos + ATTRIBUTES_OFFSET: pos + size]) != crc:
+            if crc32c(view[pos + ATTRIBUTES_OFFSET:stop]) != crc:
                 raise CorruptRecordError(f"batch at position {pos} of the append has a bad CRC")
-            if size > config.max_message_bytes:
-                raise RecordTooLargeError(f"batch of {size} bytes is over max.message.bytes {config.max_message_bytes}")
-            if size > config.segment_bytes:
-                raise RecordBatchTooLargeError(f"batch of {size} bytes is over segment.bytes {config.segment_bytes}")
+            if size > max_size:
+                if size > config.max_message_bytes:
+                    raise RecordTooLargeError(
+                        f"batch of {size} bytes is over max.message.bytes {config.max_message_bytes}")
+                raise RecordBatchTooLargeError(
+                    f"batch of {size} bytes is over segment.bytes {config.segment_bytes}")
             if assign_offsets:
                 if count != delta + 1:
                     raise InvalidRecordError(f"batch has {count} records but last offset delta {delta}")
@@ -411,22 +462,23 @@ class Log:
             if leader_epoch is not None:
                 epoch = leader_epoch
             if append_time:
-                batch = bytearray(view[pos: pos + size])
+                batch = bytearray(view[pos:stop])
                 _stamp_log_append_time(batch, attrs, now, size)
                 _PREFIX.pack_into(batch, 0, base, length, epoch)
                 pieces.append(batch)
                 batch_max_ts = now
             else:
                 pieces.append(_PREFIX.pack(base, length, epoch))
-                pieces.append(view[pos + 16: pos + size])
+                pieces.append(view[pos + 16:stop])
             last = base + delta
             if batch_max_ts > max_ts:
                 max_ts, offset_of_max_ts = batch_max_ts, last
             if pid >= 0:
-                producer_batches.append(_new_tuple(ProducerBatch, (pid, pepoch, bseq, base, last, batch_max_ts, attrs)))
+                producer_batches.append(
+                    _new_tuple(ProducerBatch, (pid, pepoch, bseq, base, last, batch_max_ts, attrs)))
             entries.append((pos, base, last, batch_max_ts, size))  # a BatchEntry, built cheaply
             next_offset = last + 1
-            pos += size
+            pos = stop
         if not entries:
             raise CorruptRecordError("no record batch in the appended data")
         if not assign_offsets:
@@ -452,9 +504,8 @@ class Log:
             self.producer_state.apply(plan)
         count = next_offset - first_offset
         self.unflushed_messages += count
-        if self.unflushed_messages >= config.flush_messages:
+        if self.unflushed_messages >= flush_messages:
             self.flush()
-        # tuple.__new__ skips the NamedTuple's Python-level constructor (a third of a µs)
         return _new_tuple(LogAppendInfo, (first_offset, next_offset - 1, max_ts, offset_of_max_ts,
                                           now if append_time else -1, count, end, False))
 
