@@ -4,7 +4,9 @@ Two kinds, each with its own cost:
 
 - **Counted as it happens** (Produce, Fetch, every request): bytes and messages in and bytes
   out per topic, requests and their total time per API. The hot path pays one dict lookup and
-  a few counter increments; the counters' children are made once per API and per topic.
+  a few integer increments on plain objects written by the event loop alone; the collector
+  turns them into Prometheus counters and a histogram when scraped. (prometheus_client's own
+  Counter and Histogram take a lock per increment and cost several times as much.)
 - **Read when scraped** (`BrokerCollector`, nothing per append): the partitions' offsets and
   sizes, consumer group lag, groups per state, rebalances, the offsets cache and the load of the
   ``__consumer_offsets`` partitions. Scrapes run on the HTTP server's threads while the event
@@ -19,11 +21,13 @@ from __future__ import annotations
 
 import logging
 import struct
+from bisect import bisect_left
 from time import perf_counter
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.utils import floatToGoString
 
 from ..coordinator.group import GroupState
 
@@ -33,32 +37,39 @@ log = logging.getLogger(__name__)
 # long-polling Fetch waits up to its max_wait_ms (500 ms by default in clients).
 REQUEST_TIME_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                         0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_BUCKET_LABELS = tuple(floatToGoString(b) for b in REQUEST_TIME_BUCKETS) + ("+Inf",)
+
+
+class RequestStats:
+    """One API's answered requests: how many, their total time, and a count per time bucket
+    (index i counts times <= REQUEST_TIME_BUCKETS[i]; the last one the rest)."""
+
+    __slots__ = ("count", "time_sum", "buckets")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.time_sum = 0.0
+        self.buckets = [0] * (len(REQUEST_TIME_BUCKETS) + 1)
+
+
+class TopicStats:
+    __slots__ = ("bytes_in", "messages_in", "bytes_out")
+
+    def __init__(self) -> None:
+        self.bytes_in = self.messages_in = self.bytes_out = 0
 
 
 class BrokerMetrics:
-    """The metrics of one broker: its registry, the hot-path counters and the HTTP server."""
+    """The metrics of one broker: its registry, the hot-path counts and the HTTP server."""
 
     def __init__(self, broker) -> None:
         self.broker = broker
-        self.registry = registry = CollectorRegistry(auto_describe=False)
-        # First: a scrape forgets deleted topics before the topic counters below are read.
-        registry.register(BrokerCollector(broker, self))
-        self.bytes_in = Counter("brook_topic_bytes_in", "Record bytes appended by Produce requests.",
-                                ["topic"], registry=registry)
-        self.messages_in = Counter("brook_topic_messages_in", "Records appended by Produce requests.",
-                                   ["topic"], registry=registry)
-        self.bytes_out = Counter("brook_topic_bytes_out", "Record bytes sent in Fetch responses.",
-                                 ["topic"], registry=registry)
-        self.requests = Counter("brook_requests", "Requests answered, by API.", ["request"],
-                                registry=registry)
-        self.request_time = Histogram(
-            "brook_request_total_time_seconds",
-            "Time from a request's frame received to its response written, by API.",
-            ["request"], buckets=REQUEST_TIME_BUCKETS, registry=registry)
-        ProcessCollector(registry=registry)
-        self._apis = {key: (self.requests.labels(api.name), self.request_time.labels(api.name))
-                      for key, api in broker.apis.items()}
-        self._topics: dict[str, tuple] = {}  # topic -> (bytes in, messages in, bytes out)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.collector = BrokerCollector(broker, self)
+        self.registry.register(self.collector)
+        ProcessCollector(registry=self.registry)
+        self.requests = {key: RequestStats() for key in broker.apis}
+        self.topics: dict[str, TopicStats] = {}
         self._server = None
         self._thread = None
 
@@ -66,38 +77,27 @@ class BrokerMetrics:
 
     def request_done(self, api_key: int, received: float) -> None:
         """A request was answered; `received` is `perf_counter()` when its frame arrived."""
-        count, total_time = self._apis[api_key]
-        count.inc()
-        total_time.observe(perf_counter() - received)
+        elapsed = perf_counter() - received
+        stats = self.requests[api_key]
+        stats.count += 1
+        stats.time_sum += elapsed
+        stats.buckets[bisect_left(REQUEST_TIME_BUCKETS, elapsed)] += 1
 
     def produced(self, topic: str, nbytes: int, messages: int) -> None:
-        counters = self._topics.get(topic) or self._topic(topic)
-        counters[0].inc(nbytes)
-        counters[1].inc(messages)
+        stats = self.topics.get(topic) or self._topic(topic)
+        stats.bytes_in += nbytes
+        stats.messages_in += messages
 
     def fetched(self, results) -> None:
         """Count the record bytes of a Fetch response's partitions (`TopicResult`s)."""
         for tr in results:
             nbytes = sum(pr.records_size for pr in tr.partitions if pr.records)
             if nbytes:
-                (self._topics.get(tr.name) or self._topic(tr.name))[2].inc(nbytes)
+                (self.topics.get(tr.name) or self._topic(tr.name)).bytes_out += nbytes
 
-    def _topic(self, topic: str) -> tuple:
-        counters = self._topics[topic] = (self.bytes_in.labels(topic), self.messages_in.labels(topic),
-                                          self.bytes_out.labels(topic))
-        return counters
-
-    # --- scrape time (HTTP threads) ------------------------------------------------------
-
-    def forget_deleted_topics(self) -> None:
-        """Drop the counters of topics that no longer exist, as Kafka removes a deleted topic's
-        metrics (a topic created again under the name starts from zero)."""
-        metadata = self.broker.metadata
-        for topic in list(self._topics):
-            if metadata.get(topic) is None:
-                self._topics.pop(topic, None)
-                for counter in (self.bytes_in, self.messages_in, self.bytes_out):
-                    counter.remove(topic)
+    def _topic(self, topic: str) -> TopicStats:
+        stats = self.topics[topic] = TopicStats()
+        return stats
 
     # --- serving ---------------------------------------------------------------------------
 
@@ -131,14 +131,57 @@ class BrokerCollector:
         self.metrics = metrics
 
     def collect(self):
-        self.metrics.forget_deleted_topics()
-        yield from self._partitions()
         runtime = self.broker.groups
         shards = list(runtime.shards) if runtime is not None else []
-        yield from self._groups(shards)
-        yield from self._lag(shards)
+        for name, section in (("topic", self._topics), ("request", self._requests),
+                              ("partitions", self._partitions), ("groups", self._groups),
+                              ("lag", self._lag)):
+            try:
+                families = list(section(shards))
+            except Exception:  # a bug here must not cost the scrape its other metrics
+                log.exception("collecting the %s metrics failed", name)
+                continue
+            yield from families
 
-    def _partitions(self):
+    def _topics(self, shards):
+        labels = ["topic"]
+        bytes_in = CounterMetricFamily("brook_topic_bytes_in",
+                                       "Record bytes appended by Produce requests.", labels=labels)
+        messages_in = CounterMetricFamily("brook_topic_messages_in",
+                                          "Records appended by Produce requests.", labels=labels)
+        bytes_out = CounterMetricFamily("brook_topic_bytes_out",
+                                        "Record bytes sent in Fetch responses.", labels=labels)
+        topics = self.metrics.topics
+        metadata = self.broker.metadata
+        for topic, stats in list(topics.items()):
+            if metadata.get(topic) is None:
+                # Deleted: its counts go, as Kafka removes a deleted topic's metrics.
+                topics.pop(topic, None)
+                continue
+            bytes_in.add_metric([topic], stats.bytes_in)
+            messages_in.add_metric([topic], stats.messages_in)
+            bytes_out.add_metric([topic], stats.bytes_out)
+        return bytes_in, messages_in, bytes_out
+
+    def _requests(self, shards):
+        labels = ["request"]
+        count = CounterMetricFamily("brook_requests", "Requests answered, by API.", labels=labels)
+        total_time = HistogramMetricFamily(
+            "brook_request_total_time_seconds",
+            "Time from a request's frame received to its response written, by API.",
+            labels=labels)
+        apis = self.broker.apis
+        for key, stats in self.metrics.requests.items():
+            name = apis[key].name
+            count.add_metric([name], stats.count)
+            cumulative, buckets = 0, []
+            for bound, n in zip(_BUCKET_LABELS, list(stats.buckets)):
+                cumulative += n
+                buckets.append((bound, cumulative))
+            total_time.add_metric([name], buckets, stats.time_sum)
+        return count, total_time
+
+    def _partitions(self, shards):
         labels = ["topic", "partition"]
         end = GaugeMetricFamily("brook_log_end_offset", "The offset of the next record appended.",
                                 labels=labels)
@@ -172,21 +215,17 @@ class BrokerCollector:
             labels=["partition"])
         for shard in shards:
             core = shard.core
-            groups = dict(core.groups)
-            for group in list(groups.values()):
+            for group in list(core.groups.values()):  # simple consumers' groups too (Empty)
                 states[group.state.value] += 1
-            rebalances += getattr(core, "rebalances", 0)
+            rebalances += core.rebalances
             manager = shard.offsets
             if manager is not None:
-                # Groups known only by their offsets (simple consumers) are Empty, as ListGroups says.
-                states[GroupState.EMPTY.value] += sum(1 for g in manager.cache.groups()
-                                                      if g not in groups)
-                offsets += len(manager.cache)
+                offsets += manager.cached_offsets
                 cache_bytes += _cache_bytes(manager)
-            load_time_ms = getattr(shard, "load_time_ms", None)
+            load_time_ms = shard.load_time_ms
             if load_time_ms is not None:
                 load_time.add_metric([str(shard.index)], load_time_ms / 1000)
-                loaded.add_metric([str(shard.index)], getattr(shard, "records_loaded", 0))
+                loaded.add_metric([str(shard.index)], shard.records_loaded)
         per_state = GaugeMetricFamily("brook_coordinator_groups",
                                       "Consumer groups of this coordinator, by state.",
                                       labels=["state"])
@@ -215,8 +254,7 @@ class BrokerCollector:
             if manager is None:
                 continue
             for group in manager.cache.groups():
-                for committed in _group_offsets(manager, group):
-                    topic, index, offset = committed
+                for topic, index, offset in _group_offsets(manager, group):
                     values = [group, topic, str(index)]
                     current.add_metric(values, offset)
                     partition = partitions.get((topic, index))
@@ -239,5 +277,11 @@ def _group_offsets(manager, group: str) -> list[tuple[str, int, int]]:
 
 
 def _cache_bytes(manager) -> int:
-    estimate = getattr(manager.cache, "memory_bytes", None)
-    return estimate() if estimate is not None else 0
+    """The offsets cache's estimate of its memory; it walks the cache's dicts, which the event
+    loop may resize meanwhile: tried again, then left out (0) of this scrape."""
+    for _ in range(2):
+        try:
+            return manager.cache_bytes()
+        except (RuntimeError, AttributeError, TypeError):  # e.g. a dict resized under it
+            continue
+    return 0
