@@ -243,11 +243,11 @@ class BrokerCollector:
         yield loaded
 
     def _lag(self, shards):
-        labels = ["group", "topic", "partition"]
-        current = GaugeMetricFamily("brook_consumergroup_current_offset",
-                                    "The group's committed offset.", labels=labels)
+        # One series per committed offset: a scrape's cost grows with them (formatting them is
+        # most of it), so the committed offset itself is left to brook_log_end_offset - lag.
         lag = GaugeMetricFamily("brook_consumergroup_lag",
-                                "High watermark minus the group's committed offset.", labels=labels)
+                                "High watermark minus the group's committed offset.",
+                                labels=["group", "topic", "partition"])
         partitions = self.broker.partitions
         for shard in shards:
             manager = shard.offsets
@@ -255,12 +255,10 @@ class BrokerCollector:
                 continue
             for group in manager.cache.groups():
                 for topic, index, offset in _group_offsets(manager, group):
-                    values = [group, topic, str(index)]
-                    current.add_metric(values, offset)
                     partition = partitions.get((topic, index))
                     if partition is not None:
-                        lag.add_metric(values, partition.high_watermark - offset)
-        return current, lag
+                        lag.add_metric([group, topic, str(index)], partition.high_watermark - offset)
+        return (lag,)
 
 
 def _group_offsets(manager, group: str) -> list[tuple[str, int, int]]:
