@@ -6,7 +6,8 @@ against brook without, in interleaved rounds, plus the per-call cost of the hot-
 Two workloads through confluent-kafka, acks=1, one partition, 100-byte values:
 - batched: large batches (linger.ms=5), the broker's throughput case;
 - one record per request (batch.num.messages=1): the per-request hooks' worst case.
-Printed: the median of the rounds' records/s and the broker's CPU time per record.
+Printed: the median of the rounds' records/s and the broker's CPU time per record; then
+what one scrape costs with 10,000 and 100,000 committed offsets (one lag series each).
 Not a test and not part of `make bench`: a measurement to read.
 """
 
@@ -110,6 +111,50 @@ def hook_costs() -> dict[str, float]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def scrape_cost(groups: int) -> tuple[int, float, int]:
+    """(committed offsets, seconds, bytes) of one scrape of an in-process broker whose
+    coordinator holds `groups` groups with 100 committed offsets each (10 topics of 10
+    partitions), replayed as the runtime replays commits."""
+    import asyncio
+
+    from prometheus_client import generate_latest
+
+    from brook.broker.broker import Broker as InProcessBroker
+    from brook.broker.config import BrokerConfig
+    from brook.broker.metrics import BrokerMetrics
+    from brook.coordinator.records import OffsetCommitKey, OffsetCommitValue
+
+    work = Path(tempfile.mkdtemp(prefix="metrics-scrape-", dir=WORK_ROOT))
+    broker = InProcessBroker(BrokerConfig.from_props({"log.dirs": str(work)}))
+
+    async def run() -> tuple[int, float, int]:
+        broker.open()
+        metrics = BrokerMetrics(broker)
+        for t in range(10):
+            broker.create_topic(f"t{t}", 10)
+        broker.ensure_offsets_topic()
+        rt = broker.groups
+        rt.start()
+        await rt.wait_loaded()
+        try:
+            for g in range(groups):
+                shard = rt.shards[rt.partition_for(f"g{g}")]
+                for t in range(10):
+                    for p in range(10):
+                        shard.replay(OffsetCommitKey(f"g{g}", f"t{t}", p), OffsetCommitValue(5), 0)
+            t0 = time.perf_counter()
+            body = generate_latest(metrics.registry)
+            return groups * 100, time.perf_counter() - t0, len(body)
+        finally:
+            await rt.stop()
+
+    try:
+        return asyncio.run(run())
+    finally:
+        broker.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -158,6 +203,10 @@ def main() -> None:
               f"on: {', '.join(f'{x[0]:,.0f}' for x in on)}")
     for name, ns in hook_costs().items():
         print(f"hook {name}: {ns:,.0f} ns per call")
+    for groups in (100, 1000):
+        offsets, seconds, size = scrape_cost(groups)
+        print(f"one scrape with {offsets:,} committed offsets: {seconds:.2f} s, "
+              f"{size / 1e6:.1f} MB of text")
 
 
 if __name__ == "__main__":
