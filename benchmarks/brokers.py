@@ -35,7 +35,7 @@ __all__ = [
     "machine_busy_seconds",
     "own_cpu_seconds",
     "process_cpu_seconds",
-    "process_cpu_seconds_fine",
+    "process_schedstat",
     "tansu_binary",
     "tansu_broker",
 ]
@@ -63,17 +63,20 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def process_cpu_seconds_fine(pid: int) -> float:
-    """As `process_cpu_seconds`, in nanoseconds rather than clock ticks (10 ms), for short
-    measurements: the sum of the scheduler's run time of every thread (/proc/<pid>/task/*)."""
-    total = 0
+def process_schedstat(pid: int) -> tuple[float, float]:
+    """Seconds a process's threads have run on a CPU and seconds they have waited, runnable, for
+    one, summed over its threads (/proc/<pid>/task/*/schedstat): nanosecond resolution, where
+    `process_cpu_seconds` counts 10 ms clock ticks."""
+    running = waiting = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as f:
-                total += int(f.read().split()[0])
+                run, wait = f.read().split()[:2]
         except (FileNotFoundError, ProcessLookupError):
-            pass  # a thread that ended meanwhile
-    return total / 1e9
+            continue  # a thread that ended meanwhile
+        running += int(run)
+        waiting += int(wait)
+    return running / 1e9, waiting / 1e9
 
 
 def own_cpu_seconds() -> float:
