@@ -894,3 +894,16 @@ def test_rebalances_after_the_initial_delay_and_a_rebalance_timeout():
     h.heartbeat(b, 1)
     h.advance(30_000)  # b never rejoins: the rebalance timeout ends the join phase without it
     assert list(h.group.members) == [a] and h.core.rebalances == 2
+
+
+def test_a_run_of_loaded_commits_creates_the_group_as_single_commits_do():
+    core = ClassicGroupCoordinator()
+    core.replay_commits("simple", "t", [], 1)  # nothing in the run: nothing happens
+    assert core.groups == {}
+    core.replay_commits("simple", "t", [(0, 5, -1, 0), (1, 7, -1, 0)], 2)
+    group = core.groups["simple"]
+    assert group.state is S.EMPTY and group.protocol_type is None and group.state_timestamp == 2
+    h = Harness()
+    a, b = h.stable("a", "b")
+    h.core.replay_commits("g", "t", [(0, 5, -1, 0)], 3)
+    assert h.group.state is S.STABLE and list(h.group.members) == [a, b]
