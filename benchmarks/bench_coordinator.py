@@ -169,10 +169,12 @@ The clients run in the benchmark's process on the same 2-core machine.
   stated in the project's issue (not measured here).
 
 Noise: other engineers' test runs (brokers, Spark's JVM) share the 2 cores while these
-figures are taken, often with a load average of 8 to 12. Rounds of one case within a run
-differ by up to a factor of 2 for throughputs and several-fold for the larger rebalances (the
-notes list them); read the CPU-time figures first, and treat brook/Tansu ratios within about
-±25 % of 1 as a tie.
+figures are taken, with a load average of 11 to 14 when this was written, so each broker and
+the driver often wait for a core. In two consecutive runs then, medians of commits/s moved by
+up to 3×, and the 50-member rebalance median from 93 to 214 ms with single rounds up to 1.5 s,
+while brook's broker CPU time per commit moved by less than 25 % and the load rate per CPU
+second by 1 %; bytes per offset do not depend on the machine's load. Read the CPU-time
+figures first, and brook/Tansu ratios of throughputs within about ±25 % of 1 as a tie.
 """
 
 
