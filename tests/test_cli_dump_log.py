@@ -110,6 +110,25 @@ def test_a_bad_crc_is_reported_and_fails(tmp_path):
     assert result.stderr == "brook: 1 problem(s) found in 1 file(s)\n"
 
 
+def test_a_damaged_compressed_batch_is_reported(tmp_path):
+    path, _ = known_log(tmp_path)
+    data = bytearray(open(path, "rb").read())
+    pos = 0
+    for _ in range(3):  # the fourth batch is the gzip'ed one
+        pos += read_header(data, pos).size
+    end = pos + read_header(data, pos).size
+    data[pos + 61:end] = bytes(end - pos - 61)  # its compressed records, zeroed
+    open(path, "wb").write(bytes(data))
+    result = dump(path)
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    batch = next(i for i, line in enumerate(lines) if line.startswith("baseOffset: 9 "))
+    assert "compresscodec: gzip" in lines[batch] and lines[batch].endswith("isvalid: false")
+    assert lines[batch + 1].startswith("  records cannot be decoded: cannot decompress GZIP data")
+    assert lines[batch + 2].startswith("baseOffset: 12 ")  # the scan goes on
+    assert lines[-1].endswith("; 2 problem(s)")
+
+
 def test_a_torn_tail_is_reported(tmp_path):
     path, _ = known_log(tmp_path)
     data = open(path, "rb").read()

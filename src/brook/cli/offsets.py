@@ -100,8 +100,8 @@ def import_(
         if not dry_run:
             cluster.commit(group_id, new, {tp: o.metadata for tp, o in offsets.items()})
         rows += [{"group": group_id, "topic": t, "partition": p,
-                  "current_offset": current.get((t, p), (None,))[0], "new_offset": o}
-                 for (t, p), o in new.items()]
+                  "current_offset": current[(t, p)][0] if (t, p) in current else None,
+                  "new_offset": o} for (t, p), o in new.items()]
     if fmt is Format.json:
         output.print_json({"executed": not dry_run, "partitions": rows, "warnings": warnings})
         return
