@@ -998,3 +998,48 @@ def test_any_byte_of_a_run_changed_reads_as_record_by_record_decoding_reads_it(g
         for byte in (0x00, 0x01, 0x30, 0x7F, 0x80, 0xFF, body[at] ^ 0x01):
             damaged = body[:at] + bytes((byte,)) + body[at + 1 :]
             assert _fast_or_none(damaged, count) == _general_or_none(damaged, count), (at, byte)
+
+
+# --------------------------------------------------------------------------------------------
+# Writing: encode_commit_batch writes what encode_batch writes
+
+from brook.coordinator.classic import Record as CoordinatorRecord  # noqa: E402
+from brook.coordinator.records import encode_commit_batch  # noqa: E402
+
+
+def batch_as_encode_batch_writes(records, timestamp):
+    return encode_batch([
+        BatchRecord(i, timestamp, encode_key(r.key),
+                    None if r.value is None else encode_value(r.value))
+        for i, r in enumerate(records)], base_offset=0)
+
+
+plain_values = st.builds(OffsetCommitValue, int64s, int32s, st.just(""), int64s)
+
+
+@given(st.lists(st.tuples(groups_, topics_, int32s, plain_values), min_size=1, max_size=150),
+       int64s)
+def test_a_batch_of_plain_commits_is_written_as_encode_batch_writes_it(commits, timestamp):
+    records = [CoordinatorRecord(OffsetCommitKey(g, t, p), v) for g, t, p, v in commits]
+    assert encode_commit_batch(records, timestamp) == batch_as_encode_batch_writes(
+        records, timestamp)
+
+
+def test_a_batch_of_more_than_8192_commits_is_written_as_encode_batch_writes_it():
+    records = [CoordinatorRecord(OffsetCommitKey("g", "t", p), OffsetCommitValue(p, 1, "", 2))
+               for p in range(8300)]
+    assert encode_commit_batch(records, 5) == batch_as_encode_batch_writes(records, 5)
+
+
+@pytest.mark.parametrize("odd", [
+    CoordinatorRecord(OffsetCommitKey("g", "t", 0), OffsetCommitValue(1, 2, "meta", 3)),
+    CoordinatorRecord(OffsetCommitKey("g", "t", 0), OffsetCommitValue(1, -1, "", 3, 4)),
+    CoordinatorRecord(OffsetCommitKey("g", "t", 0), None),
+    CoordinatorRecord(GroupMetadataKey("g"), GroupMetadataValue("", 0, None, None, 1, ())),
+    CoordinatorRecord(OffsetCommitKey("g", "t", 0), OffsetCommitValue(2**63, 2, "", 3)),
+    CoordinatorRecord(OffsetCommitKey("g" * 40000, "t", 0), OffsetCommitValue(1, 2, "", 3)),
+])
+def test_other_batches_are_left_to_encode_batch(odd):
+    plain_one = CoordinatorRecord(OffsetCommitKey("g", "t", 1), OffsetCommitValue(1, 2, "", 3))
+    assert encode_commit_batch([plain_one, odd], 0) is None
+    assert encode_commit_batch([], 0) is None

@@ -1,0 +1,600 @@
+"""Loading __consumer_offsets in a real broker process, over the wire: a million offset
+commits (overwritten, deleted by DeleteGroups and OffsetDelete, expired) reload exactly; a log
+compacted by the broker's cleaner reloads to the same answers; offsets committed with a
+retention time expire into tombstones that stay gone; an Empty group whose offsets expired is
+gone too; a partition with a record that cannot be read answers NOT_COORDINATOR alone.
+
+``OffsetsWire`` speaks the offset and group APIs on a ``WireClient`` (kio entities, a real
+socket), committing many partitions per request and pipelining the requests."""
+
+from __future__ import annotations
+
+import datetime
+import queue
+import re
+import struct
+import threading
+import time
+from collections.abc import Iterable
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from brook.broker.group_runtime import read_batches
+from brook.coordinator.partitioner import partition_for
+from brook.coordinator.records import (
+    GroupMetadataKey,
+    OffsetCommitKey,
+    decode_key,
+    decode_value,
+    encode_key,
+)
+from brook.protocol.messages import make
+from brook.records import Record as BatchRecord
+from brook.records import decode_batch, encode_batch
+from brook.records.batch import read_header
+from brook.storage.config import LogConfig
+from brook.storage.log import Log
+from brook.storage.producer_state import AppendOrigin
+from kafka_wire import WireClient, request_class
+
+OFFSET_COMMIT, OFFSET_FETCH, DELETE_GROUPS, OFFSET_DELETE = 8, 9, 42, 47
+JOIN_GROUP, SYNC_GROUP, LEAVE_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 14, 13, 15, 16
+
+#: group -> {(topic, partition): (offset, leader epoch, metadata)}
+Offsets = dict[str, dict[tuple[str, int], tuple[int, int, str]]]
+
+
+def _module(cls):
+    return __import__(cls.__module__, fromlist=["x"])
+
+
+class OffsetsWire:
+    def __init__(self, bootstrap: str, timeout: float = 60.0) -> None:
+        self.client = WireClient(bootstrap, timeout=timeout)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> OffsetsWire:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- OffsetCommit ------------------------------------------------------------------------
+
+    def commit_request(self, group: str, offsets: dict[str, list[tuple[int, int, int, str]]],
+                       version: int = 9, retention_ms: int = -1, generation: int = -1,
+                       member_id: str = ""):
+        """An OffsetCommit of ``{topic: [(partition, offset, leader epoch, metadata)]}``."""
+        cls = request_class(OFFSET_COMMIT, version)
+        m = _module(cls)
+        topics = tuple(
+            m.OffsetCommitRequestTopic(name=topic, partitions=tuple(
+                make(m.OffsetCommitRequestPartition, partition_index=p, committed_offset=o,
+                     committed_leader_epoch=e, committed_metadata=meta)
+                for p, o, e, meta in partitions))
+            for topic, partitions in offsets.items())
+        return make(cls, group_id=group, generation_id_or_member_epoch=generation,
+                    member_id=member_id, group_instance_id=None, topics=topics,
+                    retention_time=datetime.timedelta(milliseconds=retention_ms))
+
+    def commit(self, *args, **kwargs) -> None:
+        self.commit_all([self.commit_request(*args, **kwargs)])
+
+    def commit_all(self, requests: Iterable) -> int:
+        """Send the requests back to back on the one connection: a thread encodes and writes
+        them (consuming ``requests`` as it goes) while this one reads the answers, in order;
+        every partition must be accepted. Returns how many requests there were."""
+        client = self.client
+        versions: queue.Queue = queue.Queue()
+        errors: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                for request in requests:
+                    frame = client.encode(request)
+                    versions.put(type(request).__version__)
+                    client.send_raw(frame)
+            except BaseException as exc:  # noqa: BLE001 - reported by the reader below
+                errors.append(exc)
+            finally:
+                versions.put(None)
+
+        writer = threading.Thread(target=send, daemon=True)
+        writer.start()
+        count = 0
+        try:
+            while (version := versions.get()) is not None:
+                answer = client.recv(OFFSET_COMMIT, version)
+                bad = [(t.name, p.partition_index, p.error_code) for t in answer.topics
+                       for p in t.partitions if p.error_code != ErrorCode.none]
+                assert not bad, bad[:5]
+                count += 1
+        finally:
+            writer.join()
+        assert not errors, errors
+        return count
+
+    # --- OffsetFetch -------------------------------------------------------------------------
+
+    def fetch_groups(self, groups: list[str], per_request: int = 50) -> tuple[Offsets, dict]:
+        """Every committed offset of each group (OffsetFetch v8, all partitions), and the
+        groups answered with an error."""
+        cls = request_class(OFFSET_FETCH, 8)
+        m = _module(cls)
+        out: Offsets = {}
+        errors: dict[str, ErrorCode] = {}
+        for i in range(0, len(groups), per_request):
+            answer = self.client.request(make(cls, require_stable=False, groups=tuple(
+                m.OffsetFetchRequestGroup(group_id=g, topics=None)
+                for g in groups[i:i + per_request])))
+            for g in answer.groups:
+                if g.error_code != ErrorCode.none:
+                    errors[g.group_id] = g.error_code
+                    continue
+                out[g.group_id] = {
+                    (t.name, p.partition_index): (p.committed_offset, p.committed_leader_epoch,
+                                                  p.metadata)
+                    for t in g.topics for p in t.partitions}
+        return out, errors
+
+    def fetch_partitions(self, group: str, topic: str, partitions: list[int]):
+        """[(partition, offset, leader epoch, metadata, error)] of the named partitions."""
+        cls = request_class(OFFSET_FETCH, 8)
+        m = _module(cls)
+        answer = self.client.request(make(cls, require_stable=False, groups=(
+            m.OffsetFetchRequestGroup(group_id=group, topics=(
+                m.OffsetFetchRequestTopics(name=topic, partition_indexes=tuple(partitions)),)),)))
+        [g] = answer.groups
+        assert g.error_code == ErrorCode.none, g.error_code
+        return [(p.partition_index, p.committed_offset, p.committed_leader_epoch, p.metadata,
+                 p.error_code) for t in g.topics for p in t.partitions]
+
+    def wait_loaded(self, groups: list[str], timeout: float = 60.0) -> Offsets:
+        """OffsetFetch until no group answers COORDINATOR_LOAD_IN_PROGRESS; the offsets then."""
+        deadline = time.monotonic() + timeout
+        while True:
+            offsets, errors = self.fetch_groups(groups)
+            if not errors:
+                return offsets
+            assert set(errors.values()) == {ErrorCode.coordinator_load_in_progress}, errors
+            assert time.monotonic() < deadline, f"still loading: {len(errors)} group(s)"
+            time.sleep(0.05)
+
+    # --- deleting ----------------------------------------------------------------------------
+
+    def delete_groups(self, groups: list[str]) -> dict[str, ErrorCode]:
+        answer = self.client.request(make(request_class(DELETE_GROUPS, 2),
+                                          groups_names=tuple(groups)))
+        return {r.group_id: r.error_code for r in answer.results}
+
+    def delete_offsets(self, group: str, topic: str, partitions: list[int]) -> None:
+        cls = request_class(OFFSET_DELETE, 0)
+        m = _module(cls)
+        answer = self.client.request(make(cls, group_id=group, topics=(
+            m.OffsetDeleteRequestTopic(name=topic, partitions=tuple(
+                m.OffsetDeleteRequestPartition(partition_index=p) for p in partitions)),)))
+        assert answer.error_code == ErrorCode.none, answer.error_code
+        assert {p.error_code for t in answer.topics for p in t.partitions} == {ErrorCode.none}
+
+    # --- groups ------------------------------------------------------------------------------
+
+    def list_groups(self) -> dict[str, tuple[str, str]]:
+        """group -> (state, protocol type)."""
+        answer = self.client.request(make(request_class(LIST_GROUPS, 4), states_filter=()))
+        assert answer.error_code == ErrorCode.none
+        return {g.group_id: (g.group_state, g.protocol_type) for g in answer.groups}
+
+    def describe_groups(self, groups: list[str]) -> dict:
+        """group -> (error, state, protocol type, protocol, members (id, assignment))."""
+        answer = self.client.request(make(request_class(DESCRIBE_GROUPS, 5), groups=tuple(groups),
+                                          include_authorized_operations=False))
+        return {g.group_id: (g.error_code, g.group_state, g.protocol_type, g.protocol_data,
+                             tuple((m.member_id, m.member_assignment) for m in g.members))
+                for g in answer.groups}
+
+    def join_and_sync(self, group: str, subscription: bytes, assignment: bytes,
+                      session_timeout_ms: int = 30_000) -> tuple[str, int]:
+        """One member joins (KIP-394: twice) and syncs as leader; (member id, generation)."""
+        join_cls = request_class(JOIN_GROUP, 9)
+        jm = _module(join_cls)
+
+        def join(member_id: str):
+            return self.client.request(make(
+                join_cls, group_id=group, session_timeout=datetime.timedelta(
+                    milliseconds=session_timeout_ms),
+                rebalance_timeout=datetime.timedelta(milliseconds=session_timeout_ms),
+                member_id=member_id, group_instance_id=None, protocol_type="consumer",
+                protocols=(jm.JoinGroupRequestProtocol(name="range", metadata=subscription),),
+                reason=None))
+
+        for _ in range(5):
+            first = join("")
+            assert first.error_code == ErrorCode.member_id_required, first.error_code
+            joined = join(first.member_id)
+            # As in Kafka, an expiry check between the two joins may remove the Empty group the
+            # first made (it has no offsets); clients then join again from the start.
+            if joined.error_code != ErrorCode.unknown_member_id:
+                break
+        assert joined.error_code == ErrorCode.none, joined.error_code
+        sync_cls = request_class(SYNC_GROUP, 5)
+        sm = _module(sync_cls)
+        synced = self.client.request(make(
+            sync_cls, group_id=group, generation_id=joined.generation_id,
+            member_id=joined.member_id, group_instance_id=None, protocol_type="consumer",
+            protocol_name="range", assignments=(sm.SyncGroupRequestAssignment(
+                member_id=joined.member_id, assignment=assignment),)))
+        assert synced.error_code == ErrorCode.none, synced.error_code
+        return joined.member_id, joined.generation_id
+
+    def leave(self, group: str, member_id: str) -> None:
+        cls = request_class(LEAVE_GROUP, 4)
+        m = _module(cls)
+        answer = self.client.request(make(cls, group_id=group, members=(
+            m.MemberIdentity(member_id=member_id, group_instance_id=None),)))
+        assert answer.error_code == ErrorCode.none, answer.error_code
+
+
+def load_line(broker) -> str:
+    """The broker's last "loaded ... records" line (its stderr, appended to across restarts)."""
+    lines = [line for line in broker.stderr_path.read_text().splitlines()
+             if re.search(r"loaded \d+ record\(s\) from \d+ of \d+ partition", line)]
+    assert lines, broker.stderr_tail()
+    return lines[-1]
+
+
+# --- a million offset commits ------------------------------------------------------------------
+
+MILLION_TOPICS = [f"load-topic-{t}" for t in range(4)]
+MILLION_PARTITIONS = 50
+MILLION_GROUPS = [f"load-group-{g:04d}" for g in range(1000)]
+ROUNDS = 5  # 1,000 groups x 4 topics x 50 partitions x 5 rounds = 1,000,000 commit records
+EXPIRES, DELETED_EARLY, DELETED, PART_DELETED, TOPIC_DELETED_EARLY, WITH_METADATA = range(6)
+SHORT_RETENTION_MS = 1500
+
+
+def kind(group_index: int) -> int | None:
+    """Every 100 groups, one of each kind (the rest commit plainly)."""
+    return group_index % 100 if group_index % 100 < 6 else None
+
+
+def million_round(wire: OffsetsWire, round_: int, expected: Offsets):
+    """The OffsetCommit requests of one round (noted in ``expected`` as they are made)."""
+    for i, group in enumerate(MILLION_GROUPS):
+        expiring = round_ == ROUNDS - 1 and kind(i) == EXPIRES
+        epoch = -1 if expiring else round_  # v4 has no leader epoch
+        offsets = {
+            topic: [(p, round_ * 10_000_000 + i * 1000 + t * 100 + p, epoch,
+                     f"r{round_}-{p}" if kind(i) == WITH_METADATA else "")
+                    for p in range(MILLION_PARTITIONS)]
+            for t, topic in enumerate(MILLION_TOPICS)}
+        for topic, partitions in offsets.items():
+            for p, o, e, meta in partitions:
+                expected[group][(topic, p)] = (o, e, meta)
+        yield wire.commit_request(group, offsets, version=4 if expiring else 9,
+                                  retention_ms=SHORT_RETENTION_MS if expiring else -1)
+
+
+def test_a_million_offset_commits_reload_exactly(broker_factory):
+    """1,000 groups commit 200 partitions (4 topics) per request, five rounds, each round new
+    offsets, leader epochs (and for some groups metadata): a million commit records through the
+    wire. Among them, groups deleted (DeleteGroups) and recommitted, deleted for good, offsets
+    deleted (OffsetDelete) for good and recommitted, and a last round committed with a
+    retention time (OffsetCommit v4) left to expire. After a restart OffsetFetch gives exactly
+    the last value of every key and nothing of what was deleted or expired."""
+    broker = broker_factory({"offsets.retention.check.interval.ms": 500})
+    expected: Offsets = {g: {} for g in MILLION_GROUPS}
+    started = time.monotonic()
+    with OffsetsWire(broker.bootstrap, timeout=120) as wire:
+        for round_ in range(ROUNDS):
+            wire.commit_all(million_round(wire, round_, expected))
+            if round_ == 1:
+                early = [g for i, g in enumerate(MILLION_GROUPS) if kind(i) == DELETED_EARLY]
+                assert set(wire.delete_groups(early).values()) == {ErrorCode.none}
+                for group in early:
+                    expected[group] = {}
+                for i, group in enumerate(MILLION_GROUPS):
+                    if kind(i) == TOPIC_DELETED_EARLY:
+                        wire.delete_offsets(group, MILLION_TOPICS[1], list(range(50)))
+                        for p in range(50):
+                            del expected[group][(MILLION_TOPICS[1], p)]
+        gone = [g for i, g in enumerate(MILLION_GROUPS) if kind(i) == DELETED]
+        assert set(wire.delete_groups(gone).values()) == {ErrorCode.none}
+        for group in gone:
+            expected[group] = {}
+        for i, group in enumerate(MILLION_GROUPS):
+            if kind(i) == PART_DELETED:
+                wire.delete_offsets(group, MILLION_TOPICS[0], list(range(25)))
+                for p in range(25):
+                    del expected[group][(MILLION_TOPICS[0], p)]
+        built = time.monotonic() - started
+        expired = [g for i, g in enumerate(MILLION_GROUPS) if kind(i) == EXPIRES]
+        deadline = time.monotonic() + 30
+        while wire.fetch_groups(expired)[0] != {g: {} for g in expired}:
+            assert time.monotonic() < deadline, "offsets committed with a retention never expired"
+            time.sleep(0.2)
+        for group in expired:
+            expected[group] = {}
+        before, errors = wire.fetch_groups(MILLION_GROUPS)
+        assert not errors
+        assert before == expected
+        listed = wire.list_groups()
+    # Deleted and expired groups are gone; the others are simple groups, Empty.
+    assert set(listed) == {g for g in MILLION_GROUPS if expected[g]}
+    assert sum(len(v) for v in expected.values()) == 200 * 1000 - 200 * 20 - 25 * 10
+
+    broker.restart()
+    started_load = time.monotonic()
+    with OffsetsWire(broker.bootstrap, timeout=120) as wire:
+        after = wire.wait_loaded(MILLION_GROUPS)
+        loaded_in = time.monotonic() - started_load
+        assert after == expected
+        assert wire.list_groups() == listed
+        # Partitions named one by one: the deleted and expired ones answer -1.
+        for group in (gone[0], expired[0]):
+            rows = wire.fetch_partitions(group, MILLION_TOPICS[0], [0, 1, 49])
+            assert [(p, o, e) for p, o, e, _, _ in rows] == [(0, -1, -1), (1, -1, -1), (49, -1, -1)]
+        part = next(g for i, g in enumerate(MILLION_GROUPS) if kind(i) == PART_DELETED)
+        rows = wire.fetch_partitions(part, MILLION_TOPICS[0], [0, 24, 25, 49])
+        assert [o for _, o, _, _, _ in rows] == [-1, -1] + [
+            expected[part][(MILLION_TOPICS[0], p)][0] for p in (25, 49)]
+    line = load_line(broker)
+    records = int(re.search(r"loaded (\d+) record", line).group(1))
+    assert records >= 1_000_000
+    print(f"\nbuilt in {built:.1f} s; after the restart every group "
+          f"answered in {loaded_in:.1f} s; the broker: {line.split(': ', 1)[1]}")
+
+
+# --- reading __consumer_offsets ------------------------------------------------------------------
+
+def fetch_log(bootstrap: str, partition: int) -> tuple[list[tuple[int, bytes, bytes | None]], int]:
+    """Every record of a partition of __consumer_offsets, (offset, key, value), read with Fetch
+    requests from offset 0 (what compaction left), and the high watermark: how many records
+    were ever written."""
+    cls = request_class(1, 4)
+    m = _module(cls)
+    out: list[tuple[int, bytes, bytes | None]] = []
+    offset = 0
+    with WireClient(bootstrap) as client:
+        while True:
+            answer = client.request(make(
+                cls, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0,
+                max_bytes=50 * 1024 * 1024, isolation_level=0, topics=(m.FetchTopic(
+                    topic="__consumer_offsets", partitions=(m.FetchPartition(
+                        partition=partition, fetch_offset=offset,
+                        partition_max_bytes=50 * 1024 * 1024),)),)))
+            [data] = answer.responses[0].partitions
+            assert data.error_code == ErrorCode.none, data.error_code
+            records = data.records or b""
+            pos = 0
+            while pos + 61 <= len(records) and pos + read_header(records, pos).size <= len(records):
+                batch = decode_batch(records, pos)
+                pos += read_header(records, pos).size
+                out += [(r.offset, r.key, r.value) for r in batch.records if r.offset >= offset]
+                offset = batch.last_offset + 1
+            if offset >= data.high_watermark or not pos:
+                return out, data.high_watermark
+
+
+def read_offsets_log(broker, partition: int) -> list[tuple[object, object | None]]:
+    """(key, value) of every record of a partition of a stopped broker's __consumer_offsets,
+    through the storage API."""
+    assert not broker.running
+    lg = Log(str(broker.log_dir / f"__consumer_offsets-{partition}"), LogConfig(),
+             had_clean_shutdown=True)
+    try:
+        records = []
+        for data in read_batches(lg):
+            pos = 0
+            while pos < len(data):
+                for r in decode_batch(data, pos).records:
+                    key = decode_key(r.key)
+                    records.append((key, decode_value(key, r.value)))
+                pos += read_header(data, pos).size
+        return records
+    finally:
+        lg.close()
+
+
+def last_values(records) -> dict:
+    """The last value of every key (None: a tombstone)."""
+    return dict(records)
+
+
+def answers(wire: OffsetsWire, groups: list[str]) -> tuple:
+    """What clients can see of the groups: their offsets, ListGroups, DescribeGroups."""
+    offsets, errors = wire.fetch_groups(groups)
+    assert not errors, errors
+    listed = {g: v for g, v in wire.list_groups().items() if g in groups}
+    return offsets, listed, wire.describe_groups(groups)
+
+
+def subscription(*topics: str) -> bytes:
+    """A ConsumerProtocol subscription, version 0."""
+    body = b"".join(struct.pack(">h", len(t)) + t.encode() for t in topics)
+    return struct.pack(">hi", 0, len(topics)) + body + struct.pack(">i", -1)
+
+
+def wait_until(predicate, timeout: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting: {what}"
+        time.sleep(0.1)
+
+
+# --- compaction ------------------------------------------------------------------------------
+
+COMPACTING = {
+    "offsets.topic.num.partitions": 1,
+    "offsets.topic.segment.bytes": 16 * 1024,  # segments roll, so the cleaner has some to clean
+    "log.cleaner.backoff.ms": 100,
+    "log.cleaner.min.cleanable.ratio": 0.01,
+    "log.cleaner.delete.retention.ms": 1000,
+    "offsets.retention.check.interval.ms": 200,
+}
+
+
+def test_a_log_compacted_by_the_broker_reloads_to_the_same_answers(broker_factory):
+    broker = broker_factory(COMPACTING)
+    groups = [f"compact-{g}" for g in range(8)] + ["members", "left", "expiring", "dropped"]
+    with OffsetsWire(broker.bootstrap) as wire:
+        # A Stable consumer group and one whose member left (Empty, protocol type consumer).
+        member, generation = wire.join_and_sync("members", subscription("orders"), b"assigned",
+                                                session_timeout_ms=120_000)
+        left, left_generation = wire.join_and_sync("left", subscription("orders"), b"gone")
+        for round_ in range(20):  # every key overwritten twenty times
+            wire.commit_all(
+                wire.commit_request(group, {"orders": [(p, round_ * 100 + p, round_, "")
+                                                       for p in range(20)],
+                                            "audit": [(p, round_, -1, f"r{round_}")
+                                                      for p in range(3)]})
+                for group in groups[:8] + ["dropped"])
+            wire.commit("members", {"orders": [(0, round_, 1, "")]}, generation=generation,
+                        member_id=member)
+        wire.commit("left", {"orders": [(0, 5, 1, "")]}, generation=left_generation,
+                    member_id=left)
+        wire.leave("left", left)
+        wire.commit("expiring", {"orders": [(0, 1, -1, "")]}, version=4, retention_ms=500)
+        wire.delete_offsets("compact-1", "orders", list(range(10)))
+        wire.delete_offsets("compact-2", "audit", [0, 1, 2])
+        assert wire.delete_groups(["dropped"]) == {"dropped": ErrorCode.none}
+        wait_until(lambda: "expiring" not in wire.list_groups(), what="the expiring group")
+        time.sleep(0.5)  # a few more expiry checks: nothing else may change
+        before = answers(wire, groups)
+    assert set(before[1]) == set(groups) - {"expiring", "dropped"}
+    assert before[2]["members"][1] == "Stable" and before[2]["left"][1] == "Empty"
+
+    # The cleaner runs by itself (it already did while the commits went in); tombstones go once
+    # delete.retention.ms has passed and a later pass (new writes make the log dirty) cleans.
+    tombstoned = {OffsetCommitKey("compact-1", "orders", p) for p in range(10)}
+    tombstoned |= {OffsetCommitKey("compact-2", "audit", p) for p in range(3)}
+    tombstoned |= {OffsetCommitKey("dropped", "orders", p) for p in range(20)}
+    tombstoned |= {OffsetCommitKey("expiring", "orders", 0), GroupMetadataKey("expiring"),
+                   GroupMetadataKey("dropped")}
+
+    def stored_keys():
+        return {decode_key(k) for _, k, _ in fetch_log(broker.bootstrap, 0)[0]}
+
+    assert tombstoned <= stored_keys()
+    # A pass stamps the tombstones with their delete horizon, a pass after it drops them: keep
+    # the log dirty with commits of another group meanwhile.
+    deadline = time.monotonic() + 60
+    with OffsetsWire(broker.bootstrap) as wire:
+        round_ = 0
+        while tombstoned & stored_keys():
+            assert time.monotonic() < deadline, "the tombstones stayed past delete.retention.ms"
+            wire.commit_all(wire.commit_request("filler", {"orders": [(p, round_, 0, "")
+                                                                      for p in range(20)]})
+                            for _ in range(20))
+            round_ += 1
+            time.sleep(0.3)
+    compacted, written = fetch_log(broker.bootstrap, 0)
+    assert len(compacted) < written // 10
+    print(f"\n__consumer_offsets-0: {written} records written, {len(compacted)} left after "
+          "compaction")
+    with OffsetsWire(broker.bootstrap) as wire:
+        assert answers(wire, groups) == before
+
+    broker.restart()
+    with OffsetsWire(broker.bootstrap) as wire:
+        wire.wait_loaded(groups)
+        assert answers(wire, groups) == before
+
+
+# --- expiry ------------------------------------------------------------------------------------
+
+EXPIRING = {"offsets.topic.num.partitions": 1, "offsets.retention.check.interval.ms": 200}
+#: Long enough to see the offsets before they expire on a busy machine.
+RETENTION_MS = 4000
+
+
+def test_a_commit_with_a_retention_time_expires_into_tombstones(broker_factory):
+    """OffsetCommit v2-v4 carry retention_time_ms; Kafka keeps such offsets until the commit
+    time plus that retention. Expired, they answer -1, their tombstones are in the log, the
+    simple groups they made are gone with them, and a restart brings none of it back."""
+    broker = broker_factory(EXPIRING)
+    short = {version: f"short-v{version}" for version in (2, 3, 4)}
+    with OffsetsWire(broker.bootstrap) as wire:
+        for version, group in short.items():
+            wire.commit(group, {"t": [(0, 10, -1, "m"), (1, 11, -1, "")]}, version=version,
+                        retention_ms=RETENTION_MS)
+        wire.commit("long", {"t": [(0, 20, -1, "")]}, version=2, retention_ms=3_600_000)
+        wire.commit("plain", {"t": [(0, 30, 2, "")]})
+        for group in short.values():
+            assert [r[:2] for r in wire.fetch_partitions(group, "t", [0, 1])] == [(0, 10), (1, 11)]
+        wait_until(lambda: wire.fetch_groups(list(short.values()))[0]
+                   == {g: {} for g in short.values()}, what="the offsets to expire")
+        for group in short.values():
+            assert [r[1] for r in wire.fetch_partitions(group, "t", [0, 1])] == [-1, -1]
+        assert wire.fetch_partitions("long", "t", [0])[0][1] == 20
+        assert wire.fetch_partitions("plain", "t", [0])[0][1:3] == (30, 2)
+        wait_until(lambda: set(wire.list_groups()) == {"long", "plain"}, what="the groups to go")
+    broker.stop()
+    stored = last_values(read_offsets_log(broker, 0))
+    for group in short.values():
+        assert stored[OffsetCommitKey(group, "t", 0)] is None
+        assert stored[OffsetCommitKey(group, "t", 1)] is None
+        assert stored[GroupMetadataKey(group)] is None
+    assert stored[OffsetCommitKey("long", "t", 0)].expire_timestamp > 0
+    broker.start()
+    with OffsetsWire(broker.bootstrap) as wire:
+        wire.wait_loaded([*short.values(), "long", "plain"])
+        for group in short.values():
+            assert [r[1] for r in wire.fetch_partitions(group, "t", [0, 1])] == [-1, -1]
+        assert wire.fetch_partitions("long", "t", [0])[0][1] == 20
+        assert set(wire.list_groups()) == {"long", "plain"}
+
+
+def test_an_empty_group_whose_offsets_expired_is_dead_and_its_metadata_tombstoned(
+        broker_factory):
+    broker = broker_factory(EXPIRING)
+    with OffsetsWire(broker.bootstrap) as wire:
+        member, generation = wire.join_and_sync("consumers", subscription("t"), b"a")
+        wire.commit("consumers", {"t": [(0, 5, -1, ""), (1, 6, -1, "")]}, version=4,
+                    retention_ms=RETENTION_MS, generation=generation, member_id=member)
+        wire.leave("consumers", member)
+        assert wire.list_groups()["consumers"] == ("Empty", "consumer")
+        wait_until(lambda: "consumers" not in wire.list_groups(), what="the group to die")
+        assert wire.fetch_groups(["consumers"])[0] == {"consumers": {}}
+        assert wire.describe_groups(["consumers"])["consumers"][1] == "Dead"
+    broker.stop()
+    stored = read_offsets_log(broker, 0)
+    assert stored[-3:] == [(OffsetCommitKey("consumers", "t", 0), None),
+                           (OffsetCommitKey("consumers", "t", 1), None),
+                           (GroupMetadataKey("consumers"), None)]
+    broker.start()
+    with OffsetsWire(broker.bootstrap) as wire:
+        wire.wait_loaded(["consumers"])
+        assert "consumers" not in wire.list_groups()
+        assert wire.fetch_groups(["consumers"])[0] == {"consumers": {}}
+
+
+# --- a record that cannot be read ----------------------------------------------------------------
+
+def test_a_partition_with_a_record_that_cannot_be_read_answers_not_coordinator(broker_factory):
+    """As Kafka's loader: the partition fails to load and its groups get NOT_COORDINATOR (with
+    the reason in the broker's log); the other partitions serve."""
+    broker = broker_factory({"offsets.topic.num.partitions": 3})
+    groups = {partition_for(g, 3): g for g in (f"group-{i}" for i in range(20))}
+    bad, good = groups[0], groups[1]
+    with OffsetsWire(broker.bootstrap) as wire:
+        wire.commit(bad, {"t": [(0, 1, -1, "")]})
+        wire.commit(good, {"t": [(0, 2, -1, "")]})
+    broker.stop()
+    lg = Log(str(broker.log_dir / "__consumer_offsets-0"), LogConfig(), had_clean_shutdown=True)
+    try:  # an offset commit whose value stops after its version
+        lg.append(encode_batch([BatchRecord(0, 0, encode_key(OffsetCommitKey(bad, "t", 1)),
+                                            b"\x00\x03")]), origin=AppendOrigin.COORDINATOR)
+        lg.flush()
+    finally:
+        lg.close()
+    broker.start()
+    with OffsetsWire(broker.bootstrap) as wire:
+        wait_until(lambda: wire.fetch_groups([good])[1] == {}, what="loading")
+        assert wire.fetch_groups([good])[0] == {good: {("t", 0): (2, -1, "")}}
+        assert wire.fetch_groups([bad])[1] == {bad: ErrorCode.not_coordinator}
+    errors = [line for line in broker.stderr_path.read_text().splitlines() if " ERROR " in line]
+    assert any("__consumer_offsets-0: loading failed" in line and "bad OffsetCommitValue" in line
+               for line in errors), errors
