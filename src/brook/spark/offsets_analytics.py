@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.functions import arrow_udf
 from pyspark.sql.pandas.types import to_arrow_type
@@ -337,23 +337,6 @@ def decode_offsets_topic(df: DataFrame) -> DataFrame:
 
 # --- the compacted view and its expiry --------------------------------------------------------
 
-def _log_order() -> Column:
-    return F.struct("source_partition", "source_offset")
-
-
-def _latest(decoded: DataFrame, record_type: str, keys: list[str], columns: list[str]) -> DataFrame:
-    """The latest record of each key of one record type, tombstones dropped."""
-    latest = (
-        decoded.where(F.col("record_type") == record_type)
-        .groupBy(*keys)
-        # A key's records are in one partition of the topic, in offset order.
-        .agg(F.max_by(F.struct("is_tombstone", *columns), _log_order()).alias("last"))
-    )
-    return latest.where(~F.col("last.is_tombstone")).select(
-        *keys, *(F.col(f"last.{c}").alias(c) for c in columns)
-    )
-
-
 _COMMIT_COLUMNS = [
     "committed_offset",
     "leader_epoch",
@@ -363,23 +346,41 @@ _COMMIT_COLUMNS = [
     "source_partition",
     "source_offset",
 ]
+_GROUP_COLUMNS = [
+    "protocol_type",
+    "generation",
+    "current_state_timestamp",
+    "member_count",
+    "subscribed_topics",
+]
+
+
+def _latest_records(decoded: DataFrame, *record_types: str) -> DataFrame:
+    """The latest record of every key of ``record_types`` (tombstones included): one row per
+    record type, group, topic and partition (topic and partition null for group metadata)."""
+    keys = ["record_type", "group_id", "topic", "partition"]
+    columns = ["is_tombstone", *_COMMIT_COLUMNS, *_GROUP_COLUMNS]
+    # A key's records are in one partition of the topic, in offset order.
+    order = F.struct("source_partition", "source_offset")
+    latest = (
+        decoded.where(F.col("record_type").isin(*record_types))
+        .groupBy(*keys)
+        .agg(F.max_by(F.struct(*columns), order).alias("last"))
+    )
+    return latest.select(*keys, *(F.col(f"last.{c}").alias(c) for c in columns))
 
 
 def _latest_commits(decoded: DataFrame) -> DataFrame:
-    return _latest(decoded, OFFSET_COMMIT, ["group_id", "topic", "partition"], _COMMIT_COLUMNS)
+    latest = _latest_records(decoded, OFFSET_COMMIT).where(~F.col("is_tombstone"))
+    return latest.select("group_id", "topic", "partition", *_COMMIT_COLUMNS)
 
 
-def _stored_groups(decoded: DataFrame) -> DataFrame:
-    """Each group as its latest metadata record stores it (deleted groups left out)."""
-    groups = _latest(
-        decoded,
-        GROUP_METADATA,
-        ["group_id"],
-        ["protocol_type", "generation", "current_state_timestamp", "member_count",
-         "subscribed_topics"],
-    )
-    return groups.select(
-        "group_id",
+def _with_stored_groups(latest: DataFrame) -> DataFrame:
+    """The latest commits, each with its group as the group's latest metadata record stores it
+    (null columns when there is none, or when it is a tombstone). A window over the group
+    rather than a join, so that the records are decoded once."""
+    stored = (F.col("record_type") == GROUP_METADATA) & ~F.col("is_tombstone")
+    group = F.struct(
         F.when(F.col("member_count") > 0, F.lit(STABLE)).otherwise(F.lit(EMPTY)).alias(
             "group_state"
         ),
@@ -388,6 +389,14 @@ def _stored_groups(decoded: DataFrame) -> DataFrame:
         F.col("current_state_timestamp").alias("state_timestamp"),
         "subscribed_topics",
     )
+    # At most one row of a group is its metadata: "max" picks it.
+    with_group = latest.withColumn(
+        "group", F.max(F.when(stored, group)).over(Window.partitionBy("group_id"))
+    )
+    commits = with_group.where(
+        (F.col("record_type") == OFFSET_COMMIT) & ~F.col("is_tombstone")
+    )
+    return commits.select("group_id", "topic", "partition", *_COMMIT_COLUMNS, "group.*")
 
 
 def _expires_at(retention_ms: int) -> Column:
@@ -427,7 +436,7 @@ def compacted_offsets(
     under ``offsets.retention.minutes`` given its group as stored (``expires_at``;
     ``expired`` at ``now_ms``, by default the current time)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    view = _latest_commits(decoded).join(_stored_groups(decoded), "group_id", "left")
+    view = _with_stored_groups(_latest_records(decoded, OFFSET_COMMIT, GROUP_METADATA))
     expires_at = _expires_at(retention_minutes * 60_000)
     return view.select(
         "group_id",
