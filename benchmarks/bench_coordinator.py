@@ -12,6 +12,7 @@ import datetime
 import gc
 import importlib.util
 import io
+import os
 import random
 import selectors
 import shutil
@@ -451,6 +452,7 @@ def _answers(pipe: _Pipe, sending: bool) -> None:
 
 
 def commit_throughput(brokers: list[Broker]) -> list[dict]:
+    load = _load_average()
     for b in brokers:
         b.create_topic(COMMIT_TOPIC, 100)
     runs: dict[tuple[str, int, str], list[CommitRun]] = {}
@@ -468,7 +470,7 @@ def commit_throughput(brokers: list[Broker]) -> list[dict]:
                 for b in (brokers if (rnd + flip) % 2 == 0 else brokers[::-1]):
                     base += 10_000_000
                     runs.setdefault((kind, partitions, b.name), []).append(fn(b, partitions, base))
-    results = []
+    results: list[dict] = []
     for kind in ("confluent-kafka", "pipelined"):
         for partitions in COMMIT_PARTITIONS:
             brook, tansu = runs[(kind, partitions, "brook")], runs[(kind, partitions, "Tansu")]
@@ -483,6 +485,8 @@ def commit_throughput(brokers: list[Broker]) -> list[dict]:
                      f"{_pct([r.broker_cpu for r in tansu])} and waited "
                      f"{_pct([r.broker_wait for r in tansu])} (client CPU "
                      f"{_pct([r.client_cpu for r in tansu])})")
+            if not results:
+                notes = f"{load}; {notes}"
             results.append(dict(name=f"{label}, commits/s", value=_median(rate_b),
                                 unit="commits/s", peer="Tansu (memory)", peer_value=_median(rate_t),
                                 command=COMMAND, notes=notes))
@@ -778,6 +782,7 @@ async def _rebalances(broker: Broker, rounds: int, tag: str,
 
 
 def rebalance_times(brooks: Broker, tansu: Broker) -> list[dict]:
+    load = _load_average()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         print("   rebalances: brook", file=sys.stderr, flush=True)
         mine = runner.run(_rebalances(brooks, REBALANCE_ROUNDS, "brook"))
@@ -797,6 +802,8 @@ def rebalance_times(brooks: Broker, tansu: Broker) -> list[dict]:
         notes = (f"rounds {_list(stable, 1)} ms; medians: {told}all JoinGroup answers (end of "
                  f"the join phase) after {ms('joined')}; CPU used meanwhile by the broker "
                  f"{ms('broker_cpu')}, by the driver {ms('driver_cpu')}")
+        if not results:
+            notes = f"{load}; {notes}"
         other = theirs.get(size, "not measured")
         if isinstance(other, list) and other:
             notes += (f"; Tansu (its join wait, see above) "
@@ -880,6 +887,7 @@ def _value(rng: random.Random, partition: int) -> OffsetCommitValue:
 
 
 def cache_memory() -> dict:
+    load = _load_average()
     # The records are encoded before tracing (tracemalloc slows every allocation); decoding and
     # replaying them, as loading does, is what is traced.
     rng = random.Random(SEED + 1)
@@ -917,7 +925,7 @@ def cache_memory() -> dict:
         peer_value=TARGET_BYTES_PER_OFFSET, higher_is_better=False, command=COMMAND,
         notes=(f"{used / 1e6:.1f} MB for {offsets:,} offsets of {groups:,} groups, {topics:,} "
                f"(group, topic) pairs, {offsets / groups:.0f} partitions per group on average; "
-               f"decoded and replayed in {fill:.1f} s under tracemalloc"))
+               f"decoded and replayed in {fill:.1f} s under tracemalloc; {load}"))
 
 
 # ---------------------------------------------------------------- 4. load rate
@@ -935,6 +943,7 @@ def own_load_rate(records: int) -> tuple[float, float, str]:
     """Write `records` offset commits into a one-partition __consumer_offsets of a real brook
     Broker (in this process, through the runtime's own writer), reopen it, and time the group
     runtime's loading of the partition. Returns (records/s, records per CPU second, notes)."""
+    load = _load_average()
     WORK_ROOT.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="load-", dir=WORK_ROOT))
     try:
@@ -990,7 +999,7 @@ def own_load_rate(records: int) -> tuple[float, float, str]:
              f"in this process; the broker is reopened and its `GroupRuntime` started, timed until "
              f"`wait_loaded()` (reading the log, decoding batches and records, replaying into the "
              f"classic coordinator and the offsets cache) in {elapsed:.2f} s, using {cpu:.2f} s "
-             f"of CPU; page cache warm")
+             f"of CPU; page cache warm; {load}")
     return records / elapsed, records / cpu, notes
 
 
@@ -1019,6 +1028,10 @@ def load_rate() -> list[dict]:
 
 
 # ---------------------------------------------------------------- driver
+
+
+def _load_average() -> str:
+    return f"machine load average {os.getloadavg()[0]:.1f} when this part started"
 
 
 def _median(xs: list[float]) -> float:
