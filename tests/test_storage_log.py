@@ -207,3 +207,22 @@ def test_flush_ms_policy(tmp_path):
     assert not lg.flush_if_due(clock.milliseconds() + 999)
     assert lg.flush_if_due(clock.milliseconds() + 1000)
     assert lg.recovery_point == 3
+
+
+def test_batches_without_timestamps_add_no_time_index_entries(tmp_path):
+    # As Kafka: an empty time index takes no entry without a timestamp (once one was written
+    # with offset -1, which does not fit the file's relative offsets far from offset 0).
+    base = 3_000_000_000
+    lg = open_log(tmp_path, LogConfig(index_interval_bytes=0), log_start_offset=base)
+    for _ in range(3):
+        lg.append(encode_batch([Record(0, -1, None, b"v"), Record(1, -1, None, b"w")]))
+    seg = lg.active_segment
+    assert len(seg.index) == 2 and len(seg.time_index) == 0
+    assert seg.time_index.last_entry == (-1, base)
+    lg.append(make_batch(2, 5000))  # the first timestamp is indexed
+    assert seg.time_index.last_entry == (5000 + 1, base + 7)
+    lg.close()
+    lg = open_log(tmp_path, LogConfig(index_interval_bytes=0), log_start_offset=base, had_clean_shutdown=True)
+    assert lg.active_segment.load_indexes()  # the files written at close are sane
+    assert lg.fetch_offset_by_timestamp(5001) == (base + 7, 5001)
+    lg.close()

@@ -103,6 +103,7 @@ class OffsetIndex(_Index):
         super().__init__(path, base_offset, max_index_size)
         self._offsets = array("q")  # absolute offsets, for bisect without arithmetic
         self._positions = array("q")
+        self._last_offset = -1  # the last entry's, kept to check appends cheaply
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -112,9 +113,10 @@ class OffsetIndex(_Index):
 
     def append(self, offset: int, position: int) -> bool:
         """Add an entry; return True when the index is now full (the segment must roll)."""
+        if offset <= self._last_offset:
+            raise ValueError(f"index entry {offset} is not after {self._last_offset}")
+        self._last_offset = offset
         offsets = self._offsets
-        if offsets and offset <= offsets[-1]:
-            raise ValueError(f"index entry {offset} is not after {offsets[-1]}")
         offsets.append(offset)
         self._positions.append(position)
         return len(offsets) >= self.max_entries
@@ -139,6 +141,7 @@ class OffsetIndex(_Index):
     def truncate_entries(self, n: int) -> None:
         del self._offsets[n:]
         del self._positions[n:]
+        self._last_offset = self._offsets[-1] if self._offsets else -1
         self._mark_truncated(n)
 
     def load(self, segment_size: int) -> None:
@@ -154,6 +157,7 @@ class OffsetIndex(_Index):
             positions.append(pos)
             last_off, last_pos = off, pos
         self._offsets, self._positions = offsets, positions
+        self._last_offset = last_off
         self._flushed = len(offsets)
 
 
@@ -166,6 +170,8 @@ class TimeIndex(_Index):
         super().__init__(path, base_offset, max_index_size)
         self._timestamps = array("q")
         self._offsets = array("q")
+        # The last entry, or what Kafka takes for it in an empty index: (no timestamp, base).
+        self._last_timestamp, self._last_offset = -1, base_offset
 
     def __len__(self) -> int:
         return len(self._timestamps)
@@ -174,13 +180,14 @@ class TimeIndex(_Index):
         return _TIME_ENTRY.pack(self._timestamps[i], self._offsets[i] - self.base_offset)
 
     def maybe_append(self, timestamp: int, offset: int) -> bool:
-        """Add an entry if the timestamp is larger than the last one (entries only grow);
-        return True when the index is full."""
-        timestamps = self._timestamps
-        if (not timestamps or timestamp > timestamps[-1]) and (not self._offsets or offset >= self._offsets[-1]):
-            timestamps.append(timestamp)
+        """Add an entry if the timestamp is larger than the last one (entries only grow; as in
+        Kafka, an empty index takes no entry without a timestamp); return True when the
+        index is full."""
+        if timestamp > self._last_timestamp and offset >= self._last_offset:
+            self._timestamps.append(timestamp)
             self._offsets.append(offset)
-        return len(timestamps) >= self.max_entries
+            self._last_timestamp, self._last_offset = timestamp, offset
+        return len(self._timestamps) >= self.max_entries
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """The last entry whose timestamp is < `timestamp`: (timestamp, offset); or (-1, base).
@@ -207,6 +214,7 @@ class TimeIndex(_Index):
     def truncate_entries(self, n: int) -> None:
         del self._timestamps[n:]
         del self._offsets[n:]
+        self._last_timestamp, self._last_offset = self.last_entry
         self._mark_truncated(n)
 
     def load(self, next_offset: int) -> None:
@@ -221,4 +229,5 @@ class TimeIndex(_Index):
             offsets.append(off)
             last_ts, last_off = ts, off
         self._timestamps, self._offsets = timestamps, offsets
+        self._last_timestamp, self._last_offset = self.last_entry
         self._flushed = len(timestamps)

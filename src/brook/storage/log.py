@@ -80,16 +80,6 @@ _CLIENT = AppendOrigin.CLIENT
 _REPLICATION = AppendOrigin.REPLICATION
 
 
-class _AppendLimits(NamedTuple):
-    """What append needs of a config, computed when the config is set."""
-
-    max_batch_size: int  # the smaller of max.message.bytes and segment.bytes
-    log_append_time: bool  # message.timestamp.type=LogAppendTime
-    before_max_ms: int  # message.timestamp.before.max.ms (or the deprecated difference key)
-    after_max_ms: int  # message.timestamp.after.max.ms (likewise)
-    flush_messages: int
-
-
 class LogAppendInfo(NamedTuple):
     """The outcome of an append. For a duplicate (an idempotent producer's retry of a batch
     already in the log) nothing was written: the offsets and timestamps are those of the
@@ -145,7 +135,7 @@ class Log:
                  had_clean_shutdown: bool = False) -> None:
         self.directory = directory
         self.topic, self.partition = parse_topic_partition(directory)
-        self.config = config  # also computes _limits
+        self.config = config  # the setter also derives what append needs
         self.clock = clock
         self.recovery_point = recovery_point
         self.log_start_offset = log_start_offset
@@ -348,10 +338,11 @@ class Log:
     def config(self, config: LogConfig) -> None:
         """Replace the config (the log manager does on a topic config change)."""
         self._config = config
-        self._limits = _AppendLimits(
-            min(config.max_message_bytes, config.segment_bytes),
-            config.message_timestamp_type == "LogAppendTime",
-            config.timestamp_before_max_ms, config.timestamp_after_max_ms, config.flush_messages)
+        # What append needs of it, derived once.
+        self._max_batch_size = min(config.max_message_bytes, config.segment_bytes)
+        self._log_append_time = config.message_timestamp_type == "LogAppendTime"
+        self._before_max_ms = config.timestamp_before_max_ms
+        self._after_max_ms = config.timestamp_after_max_ms
 
     def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int | None = None,
                assign_offsets: bool = True, origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
@@ -377,43 +368,43 @@ class Log:
         view = memoryview(records)
         end = len(view)
         now = self.clock.milliseconds()
-        max_size, append_time, before_max_ms, after_max_ms, flush_messages = self._limits
-        if assign_offsets and origin is _CLIENT and not append_time and end >= HEADER_SIZE:
-            # The common Produce, in fewer steps: one batch without a producer id, with
-            # timestamps, passing every check of the general path below. Anything else
-            # (including every error) takes the general path.
-            (base, length, epoch, magic, crc, attrs, delta, base_ts, max_ts, pid, _, _, count) = \
-                _HEADER.unpack_from(view)
-            if (length + LOG_OVERHEAD == end and magic == MAGIC_V2 and base == 0 and pid < 0
-                    and count == delta + 1 and delta >= 0 and not attrs & CONTROL_BIT
-                    and end <= max_size and 0 <= max_ts <= now + after_max_ms
-                    and (base_ts >= now - before_max_ms or base_ts == NO_TIMESTAMP)
-                    and crc32c(view[ATTRIBUTES_OFFSET:]) == crc):
-                segment = self._segments[-1]
-                first = segment.next_offset
-                last = first + delta
-                if segment.should_roll(end, last, now, max_ts):
-                    segment = self.roll(now)
-                if leader_epoch is not None:
-                    epoch = leader_epoch
-                segment.append_batch(_PREFIX.pack(first, length, epoch), view[16:], end, first, last,
-                                     max_ts)
-                self.unflushed_messages += count
-                if self.unflushed_messages >= flush_messages:
-                    self.flush()
-                # tuple.__new__ skips the NamedTuple's Python-level constructor
-                return _new_tuple(LogAppendInfo, (first, last, max_ts, last, -1, count, end, False))
-        return self._append(view, now, leader_epoch, assign_offsets, origin)
+        # The common Produce takes a short path: one batch without a producer id, with
+        # timestamps, passing every check of the general path. Anything else, errors
+        # included, takes the general path. (Failed checks return at once: CPython 3.11
+        # specializes a comparison only when it is followed by a short jump.)
+        if not assign_offsets or origin is not _CLIENT or self._log_append_time or end < HEADER_SIZE:
+            return self._append(view, now, leader_epoch, assign_offsets, origin)
+        (base, length, epoch, magic, crc, attrs, delta, base_ts, max_ts, pid, _, _, count) = \
+            _HEADER.unpack_from(view)
+        if not (length + LOG_OVERHEAD == end and magic == MAGIC_V2 and base == 0 and pid < 0
+                and count == delta + 1 and delta >= 0 and not attrs & CONTROL_BIT
+                and end <= self._max_batch_size and 0 <= max_ts <= now + self._after_max_ms
+                and (base_ts >= now - self._before_max_ms or base_ts == NO_TIMESTAMP)
+                and crc32c(view[ATTRIBUTES_OFFSET:]) == crc):
+            return self._append(view, now, leader_epoch, assign_offsets, origin)
+        segment = self._segments[-1]
+        first = segment.next_offset
+        last = first + delta
+        if segment.should_roll(end, last, now, max_ts):
+            segment = self.roll(now)
+        if leader_epoch is not None:
+            epoch = leader_epoch
+        segment.append_batch(_PREFIX.pack(first, length, epoch), view[16:], end, first, last, max_ts)
+        self.unflushed_messages += count
+        if self.unflushed_messages >= self._config.flush_messages:
+            self.flush()
+        # tuple.__new__ skips the NamedTuple's Python-level constructor
+        return _new_tuple(LogAppendInfo, (first, last, max_ts, last, -1, count, end, False))
 
     def _append(self, view: memoryview, now: int, leader_epoch: int | None, assign_offsets: bool,
                 origin: AppendOrigin) -> LogAppendInfo:
         """append() in general: any number of batches, any origin, every check."""
         end = len(view)
         config = self._config
-        max_size, append_time, before_max_ms, after_max_ms, flush_messages = self._limits
+        append_time = self._log_append_time
         client = assign_offsets and origin is _CLIENT
         check_timestamps = assign_offsets and not append_time
-        earliest, latest = now - before_max_ms, now + after_max_ms
+        earliest, latest = now - self._before_max_ms, now + self._after_max_ms
         pieces: list = []
         entries: list[tuple[int, int, int, int, int]] = []
         producer_batches: list[ProducerBatch] = []
@@ -431,7 +422,7 @@ class Log:
                 read_header(view, pos)  # raises the precise error
             if crc32c(view[pos + ATTRIBUTES_OFFSET:stop]) != crc:
                 raise CorruptRecordError(f"batch at position {pos} of the append has a bad CRC")
-            if size > max_size:
+            if size > self._max_batch_size:
                 if size > config.max_message_bytes:
                     raise RecordTooLargeError(
                         f"batch of {size} bytes is over max.message.bytes {config.max_message_bytes}")
@@ -504,7 +495,7 @@ class Log:
             self.producer_state.apply(plan)
         count = next_offset - first_offset
         self.unflushed_messages += count
-        if self.unflushed_messages >= flush_messages:
+        if self.unflushed_messages >= config.flush_messages:
             self.flush()
         return _new_tuple(LogAppendInfo, (first_offset, next_offset - 1, max_ts, offset_of_max_ts,
                                           now if append_time else -1, count, end, False))
