@@ -163,19 +163,24 @@ The clients run in the benchmark's process on the same 2-core machine.
   300, 6-64 partitions a topic, 1 % of commits with metadata, varied offsets, leader epochs and
   commit timestamps. All the cache holds counts: group ids, interned topic names, containers,
   rows. The peer is the target of the offset storage requirements (lower is better).
-- **Load rate**: offset records replayed per second when a partition of `__consumer_offsets` is
-  loaded; the rows' notes say how it was measured. Per second of wall clock, and per second of
-  CPU time used by the loading process: loading is one thread's work, so the second figure is
-  what a core of its own would give and the one to hold against Apache Kafka's, the goal
-  stated in the project's issue (not measured here).
+- **Load rate**: records replayed per second when a partition of `__consumer_offsets` holding
+  {LOAD_RECORDS:,} records is loaded, per second of CPU time of the loading process: loading is
+  one thread's work, so this is what a core of its own gives, and the figure to hold against
+  Apache Kafka's (the goal stated in the project's issue, not measured here). The loader's own
+  benchmark, `benchmarks/load_rate.py`, measures it when present; without it this module
+  writes a partition through a brook `Broker` and times its `GroupRuntime` loading it, per
+  wall-clock second too. The row's notes say which ran.
 
 Noise: other engineers' test runs (brokers, Spark's JVM) share the 2 cores while these
-figures are taken, with a load average of 11 to 14 when this was written, so each broker and
-the driver often wait for a core. In two consecutive runs then, medians of commits/s moved by
-up to 3×, and the 50-member rebalance median from 93 to 214 ms with single rounds up to 1.5 s,
-while brook's broker CPU time per commit moved by less than 25 % and the load rate per CPU
-second by 1 %; bytes per offset do not depend on the machine's load. Read the CPU-time
-figures first, and brook/Tansu ratios of throughputs within about ±25 % of 1 as a tie.
+figures are taken; each part's notes give the machine's load average when it started. In four
+runs made while this text was written (load averages 11 to 20), one case's median commits/s
+differed up to 8× between runs (brook, pipelined, 1 partition: 468 to 3,680), brook's broker
+CPU time per commit up to 2× (1 partition: 117 to 238 µs, the most at the highest load: CPU
+time too grows when other work shares the cores and their caches), the 50-member rebalance
+median from 93 to 235 ms with single rounds up to 1.5 s, and the load rate per CPU second of
+the same method by under 10 %; bytes per offset do not depend on the load. Read the CPU-time
+figures first, ratios of throughputs within about ±25 % of 1 as a tie, and every time and rate
+as what a busy machine gave: an idle one gives more.
 """
 
 
@@ -452,7 +457,7 @@ def _answers(pipe: _Pipe, sending: bool) -> None:
 
 
 def commit_throughput(brokers: list[Broker]) -> list[dict]:
-    load = _load_average()
+    load_avg = _load_average()
     for b in brokers:
         b.create_topic(COMMIT_TOPIC, 100)
     runs: dict[tuple[str, int, str], list[CommitRun]] = {}
@@ -486,7 +491,7 @@ def commit_throughput(brokers: list[Broker]) -> list[dict]:
                      f"{_pct([r.broker_wait for r in tansu])} (client CPU "
                      f"{_pct([r.client_cpu for r in tansu])})")
             if not results:
-                notes = f"{load}; {notes}"
+                notes = f"{load_avg}; {notes}"
             results.append(dict(name=f"{label}, commits/s", value=_median(rate_b),
                                 unit="commits/s", peer="Tansu (memory)", peer_value=_median(rate_t),
                                 command=COMMAND, notes=notes))
@@ -782,7 +787,7 @@ async def _rebalances(broker: Broker, rounds: int, tag: str,
 
 
 def rebalance_times(brooks: Broker, tansu: Broker) -> list[dict]:
-    load = _load_average()
+    load_avg = _load_average()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         print("   rebalances: brook", file=sys.stderr, flush=True)
         mine = runner.run(_rebalances(brooks, REBALANCE_ROUNDS, "brook"))
@@ -803,7 +808,7 @@ def rebalance_times(brooks: Broker, tansu: Broker) -> list[dict]:
                  f"the join phase) after {ms('joined')}; CPU used meanwhile by the broker "
                  f"{ms('broker_cpu')}, by the driver {ms('driver_cpu')}")
         if not results:
-            notes = f"{load}; {notes}"
+            notes = f"{load_avg}; {notes}"
         other = theirs.get(size, "not measured")
         if isinstance(other, list) and other:
             notes += (f"; Tansu (its join wait, see above) "
@@ -887,7 +892,7 @@ def _value(rng: random.Random, partition: int) -> OffsetCommitValue:
 
 
 def cache_memory() -> dict:
-    load = _load_average()
+    load_avg = _load_average()
     # The records are encoded before tracing (tracemalloc slows every allocation); decoding and
     # replaying them, as loading does, is what is traced.
     rng = random.Random(SEED + 1)
@@ -925,7 +930,7 @@ def cache_memory() -> dict:
         peer_value=TARGET_BYTES_PER_OFFSET, higher_is_better=False, command=COMMAND,
         notes=(f"{used / 1e6:.1f} MB for {offsets:,} offsets of {groups:,} groups, {topics:,} "
                f"(group, topic) pairs, {offsets / groups:.0f} partitions per group on average; "
-               f"decoded and replayed in {fill:.1f} s under tracemalloc; {load}"))
+               f"decoded and replayed in {fill:.1f} s under tracemalloc; {load_avg}"))
 
 
 # ---------------------------------------------------------------- 4. load rate
@@ -943,7 +948,7 @@ def own_load_rate(records: int) -> tuple[float, float, str]:
     """Write `records` offset commits into a one-partition __consumer_offsets of a real brook
     Broker (in this process, through the runtime's own writer), reopen it, and time the group
     runtime's loading of the partition. Returns (records/s, records per CPU second, notes)."""
-    load = _load_average()
+    load_avg = _load_average()
     WORK_ROOT.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="load-", dir=WORK_ROOT))
     try:
@@ -999,7 +1004,7 @@ def own_load_rate(records: int) -> tuple[float, float, str]:
              f"in this process; the broker is reopened and its `GroupRuntime` started, timed until "
              f"`wait_loaded()` (reading the log, decoding batches and records, replaying into the "
              f"classic coordinator and the offsets cache) in {elapsed:.2f} s, using {cpu:.2f} s "
-             f"of CPU; page cache warm; {load}")
+             f"of CPU; page cache warm; {load_avg}")
     return records / elapsed, records / cpu, notes
 
 
@@ -1011,11 +1016,16 @@ def load_rate() -> list[dict]:
     if importlib.util.find_spec("load_rate") is not None:
         from load_rate import measure_load_rate
 
+        load_avg = _load_average()
         rate = measure_load_rate(LOAD_RECORDS)
-        return [dict(name="load rate, offset records replayed per second", value=rate,
+        return [dict(name="load rate, offset records replayed per CPU second", value=rate,
                      unit="records/s", command=COMMAND, **peer,
-                     notes=f"{LOAD_RECORDS:,} records, measured by `benchmarks/load_rate.py`"
-                           + reference)]
+                     notes=f"`benchmarks/load_rate.py`'s `measure_load_rate({LOAD_RECORDS:,})`: "
+                           "a realistic partition written into a `Log` by the runtime's encoder "
+                           "(offset commits with group metadata rewrites and OffsetDelete "
+                           "tombstones), loaded by `Shard.load` from the log's batches; best of "
+                           "three loads, records per CPU second of the process, page cache warm; "
+                           + load_avg + reference)]
     rate, cpu_rate, notes = own_load_rate(LOAD_RECORDS)
     return [
         dict(name="load rate, offset records replayed per second (wall clock)", value=rate,
