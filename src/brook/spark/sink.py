@@ -96,52 +96,64 @@ class _Deliveries:
 
 def produce(batches: Iterator[pa.RecordBatch], options: SinkOptions) -> SinkCommit:
     """Produce every row, flush, and fail unless every record was acknowledged."""
-    producer: Producer | None = None
+    producer: Producer | None = None  # created for the first row: many tasks have none
     deliveries = _Deliveries()
     sent = 0
-    for batch in batches:
-        n = batch.num_rows
-        if n == 0:
-            continue
-        if producer is None:
-            producer = Producer({"partitioner": "murmur2_random", **options.client,
-                                 "logger": log})
-        names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
-
-        def column(name: str) -> list:
-            i = names.get(name)
-            return batch.column(i).to_pylist() if i is not None else [None] * n
-
-        values, keys = column("value"), column("key")
-        topics = [options.topic] * n if options.topic else column("topic")
-        partitions = column("partition")
-        headers = column("headers")
-        for i in range(n):
-            topic = topics[i]
-            if topic is None:
-                raise ValueError("a row has a null topic: set the option topic, or give every "
-                                 "row a topic")
-            p = partitions[i]
-            h = headers[i]
-            kwargs = {"headers": [(x["key"], x["value"]) for x in h]} if h else {}
-            while True:
-                try:
-                    producer.produce(topic, values[i], keys[i], -1 if p is None else p,
-                                     on_delivery=deliveries, **kwargs)
-                    break
-                except BufferError:  # the producer's queue is full: let it send
-                    producer.poll(0.1)
-            sent += 1
-        producer.poll(0)
-    if producer is not None:
-        while producer.flush(1.0) > 0:
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            if producer is None:
+                producer = Producer({"partitioner": "murmur2_random", **options.client,
+                                     "logger": log})
+            sent += _produce_batch(producer, batch, options.topic, deliveries)
+            producer.poll(0)
+        while producer is not None and producer.flush(1.0) > 0:
             pass
+    except BaseException:
+        if producer is not None:
+            producer.purge()  # the task fails: do not wait for what is still queued
+        raise
+    finally:
+        if producer is not None:
+            producer.close()  # Spark reuses Python workers: leave no client running in them
     if deliveries.failed or deliveries.acked != sent:
         unanswered = sent - deliveries.acked - deliveries.failed
         raise DeliveryError(f"{deliveries.failed} of {sent} records were not delivered"
                             f"{f', {unanswered} never answered' if unanswered else ''}; first "
                             f"errors: {'; '.join(deliveries.errors)}")
     return SinkCommit(rows=sent)
+
+
+def _produce_batch(producer: Producer, batch: pa.RecordBatch, topic_option: str | None,
+                   deliveries: _Deliveries) -> int:
+    n = batch.num_rows
+    names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
+
+    def column(name: str) -> list:
+        i = names.get(name)
+        return batch.column(i).to_pylist() if i is not None else [None] * n
+
+    values, keys = column("value"), column("key")
+    topics = [topic_option] * n if topic_option else column("topic")
+    partitions = column("partition")
+    headers = column("headers")
+    for i in range(n):
+        topic = topics[i]
+        if topic is None:
+            raise ValueError("a row has a null topic: set the option topic, or give every "
+                             "row a topic")
+        p = partitions[i]
+        h = headers[i]
+        kwargs = {"headers": [(x["key"], x["value"]) for x in h]} if h else {}
+        while True:
+            try:
+                producer.produce(topic, values[i], keys[i], -1 if p is None else p,
+                                 on_delivery=deliveries, **kwargs)
+                break
+            except BufferError:  # the producer's queue is full: let it send
+                producer.poll(0.1)
+    return n
 
 
 class BrookWriter(DataSourceArrowWriter):
