@@ -557,7 +557,6 @@ def fetch_served_offsets(
         ServedOffset(group, tp.topic, tp.partition, om.offset, om.leader_epoch, om.metadata or "")
         for group, offsets in sorted(answers.items())
         for tp, om in sorted(offsets.items())
-        if om.offset >= 0
     ]
 
 
@@ -632,35 +631,34 @@ def audit_offsets(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m brook.spark.offsets_analytics lag|audit --bootstrap-server HOST:PORT``: print
-    every group's lag, or the audit's differences (exit status 1 when there are any)."""
+    """Print every group's lag, then the audit: how many offsets the log holds, how many are
+    past their retention, and where the broker's answers differ (exit status 1 if anywhere)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m brook.spark.offsets_analytics",
                                      description=main.__doc__)
-    parser.add_argument("job", choices=["lag", "audit"])
     parser.add_argument("--bootstrap-server", default="127.0.0.1:9092")
     parser.add_argument("--retention-minutes", type=int, default=DEFAULT_RETENTION_MINUTES,
-                        help="offsets.retention.minutes for the audit's expiry columns")
+                        help="offsets.retention.minutes for the expiry of the audit")
     args = parser.parse_args(argv)
     from brook.spark import local_session
 
     spark = local_session("brook-offsets-analytics")
     decoded = decode_offsets_topic(read_offsets_topic(spark, args.bootstrap_server)).cache()
-    order = ["group_id", "topic", "partition"]
-    if args.job == "lag":
+    try:
+        order = ["group_id", "topic", "partition"]
         lag = consumer_lag(decoded, bootstrap_servers=args.bootstrap_server)
         lag.orderBy(*order).show(1_000_000, truncate=False)
-        return 0
-    audit = audit_offsets(decoded, args.bootstrap_server,
-                          retention_minutes=args.retention_minutes)
-    differences = audit.differences.orderBy(*order).collect()
-    counts = audit.view.agg(F.count("*"), F.count_if(F.col("expired"))).first()
-    offsets, expired = counts[0], counts[1]
+        audit = audit_offsets(decoded, args.bootstrap_server,
+                              retention_minutes=args.retention_minutes)
+        differences = audit.differences.orderBy(*order).collect()
+        offsets, expired = audit.view.agg(F.count("*"), F.count_if(F.col("expired"))).first()
+    finally:
+        decoded.unpersist()
     print(f"{offsets} committed offsets in the log, {expired} past their retention; "
           f"{len(differences)} differences from what the broker serves")
-    if differences:
-        audit.differences.orderBy(*order).show(1_000_000, truncate=False)
+    for row in differences:
+        print("  " + ", ".join(f"{k}={v!r}" for k, v in row.asDict().items()))
     return 1 if differences else 0
 
 
