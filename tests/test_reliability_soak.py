@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 SOAK_SECONDS = float(os.environ.get("SOAK_SECONDS", "60"))
+ASSIGNOR = os.environ.get("SOAK_ASSIGNOR", "roundrobin")
 PARTITIONS = 6
 REBALANCE_ERRORS = {confluent_kafka.KafkaError.ILLEGAL_GENERATION,
                     confluent_kafka.KafkaError.REBALANCE_IN_PROGRESS,
@@ -48,7 +49,7 @@ class Member(threading.Thread):
             "bootstrap.servers": bootstrap, "group.id": group,
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-            "partition.assignment.strategy": "roundrobin",
+            "partition.assignment.strategy": ASSIGNOR,
         })
         self.topic = topic
         self.leave = threading.Event()
