@@ -62,7 +62,7 @@ from ..coordinator.records import (
 from ..records import Record as BatchRecord
 from ..records import encode_batch
 from ..records.batch import CONTROL_BIT, HEADER_SIZE, HEADER_STRUCT, LOG_OVERHEAD
-from ..records.compression import codec_of, decompress
+from ..records.compression import CODEC_MASK, codec_of, decompress
 from ..storage.producer_state import AppendOrigin
 from .errors import error_code_for
 
@@ -282,9 +282,8 @@ class Shard:
                 if attributes & CONTROL_BIT:
                     continue  # transaction markers: brook writes no transactional offsets
                 try:
-                    codec = codec_of(attributes)
-                    if codec:
-                        body = decompress(codec, body)
+                    if attributes & CODEC_MASK:
+                        body = decompress(codec_of(attributes), body)
                     for item in decoder.decode(body, records):
                         if type(item) is CommitRun:
                             self.replay_commits(item, now)

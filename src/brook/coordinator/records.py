@@ -755,6 +755,9 @@ class RecordsDecoder:
                 continue
             stride = shape.stride
             n = min(count - index, (end - pos) // stride)
+            prefix = body[key_at : key_at + key_len - 4]
+            if n > 1:
+                n = _run_bound(body, key_at, stride, prefix, n)
             run = body[pos : pos + n * stride]
             if n > 1:
                 mask = self._mask(shape, n - 1)
@@ -764,7 +767,7 @@ class RecordsDecoder:
                 n = _same_delta_sizes(run, shape, n)
                 if n * stride != len(run):
                     run = run[: n * stride]
-            group, topic = self._prefixes[body[key_at : key_at + key_len - 4]]  # type: ignore[misc]
+            group, topic = self._prefixes[prefix]  # type: ignore[misc]
             yield CommitRun(group, topic, shape.rows.iter_unpack(run))
             pos += n * stride
             index += n
@@ -841,6 +844,23 @@ def _new_shape(lengths: tuple[int, int, int], stride: int, delta_size: int) -> _
     mask[value_at + 16 : value_at + 24] = bytes(8)  # commit timestamp
     rows = struct.Struct(f">{partition_at}xi3xqi2xqx")
     return _Shape(lengths, stride, delta_at, delta_size, rows, bytes(mask))
+
+
+def _run_bound(body: bytes, key_at: int, stride: int, prefix: bytes, n: int) -> int:
+    """How many of the ``n`` records from the one whose key is at ``key_at`` may be in its run:
+    every record of a run has the key's ``prefix`` (group and topic) where the first has it.
+    A binary search, so a batch of several topics costs a few probes; never less than the run
+    (the records of a run all match), perhaps more (other bytes may match by chance)."""
+    if body.startswith(prefix, key_at + (n - 1) * stride):
+        return n
+    matches, misses = 0, n - 1
+    while misses - matches > 1:
+        mid = (matches + misses) // 2
+        if body.startswith(prefix, key_at + mid * stride):
+            matches = mid
+        else:
+            misses = mid
+    return misses
 
 
 def _same_delta_sizes(run: bytes, shape: _Shape, n: int) -> int:
