@@ -4,14 +4,16 @@ stderr with a non-zero exit code and no traceback unless --debug."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import urllib.request
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from broker_harness import free_port
+from broker_harness import free_port, port_accepts
 from brook import __version__
 from brook.cli.broker import broker_overrides
 
@@ -79,3 +81,21 @@ def test_metrics_port_is_the_metrics_port_key():
     assert broker_overrides(["log.dirs=/x"], 9404) == {"log.dirs": "/x", "metrics.port": "9404"}
     assert broker_overrides(["metrics.port=1"], None) == {"metrics.port": "1"}
     assert broker_overrides([], None) == {}
+
+
+def test_broker_serves_metrics_on_the_metrics_port(tmp_path):
+    port, metrics_port = free_port(), free_port()
+    proc = subprocess.Popen([BROOK, "broker", "--metrics-port", str(metrics_port),
+                             "-o", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                             "-o", f"log.dirs={tmp_path / 'logs'}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while not port_accepts(port) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.05)
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+            assert b"brook_" in r.read()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
