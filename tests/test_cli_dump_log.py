@@ -129,6 +129,19 @@ def test_a_damaged_compressed_batch_is_reported(tmp_path):
     assert lines[-1].endswith("; 2 problem(s)")
 
 
+def test_a_legacy_message_set_is_reported_not_decoded(tmp_path):
+    from brook.records import LegacyMessage, encode_message_set
+
+    path = tmp_path / "old-0" / "00000000000000000000.log"
+    path.parent.mkdir()
+    data = encode_message_set([LegacyMessage(0, 1, timestamp=T0, key=b"k", value=b"v")], 1)
+    path.write_bytes(data)
+    result = dump(path)
+    assert result.exit_code == 1
+    assert (f"Found {len(data)} invalid bytes at position 0 of {path.name}: "
+            "unsupported record batch magic 1") in result.stdout
+
+
 def test_a_torn_tail_is_reported(tmp_path):
     path, _ = known_log(tmp_path)
     data = open(path, "rb").read()
