@@ -28,8 +28,10 @@ tools:
 test: venv tools
 	$(PY) -m pytest -q
 
+# The main job end to end: the broker with real clients, then a Spark streaming pipeline.
 demo: venv
 	$(PY) -m brook.demo
+	$(PY) -m brook.demo_spark
 
 bench: $(BENCH_STAMP)
 	$(PY) benchmarks/run_all.py
