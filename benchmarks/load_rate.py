@@ -30,6 +30,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,7 +62,7 @@ TOPICS = [f"orders-events-{i:03d}" for i in range(200)]
 OFFSETS_LOG = LogConfig(cleanup_policy="compact", segment_bytes=100 * 1024 * 1024)
 
 
-def realistic_partition(records: int, seed: int = SEED) -> list[list[Record]]:
+def realistic_partition(records: int, seed: int = SEED) -> Iterator[list[Record]]:
     """Batches of ``classic.Record``s, as a coordinator writes them, ``records`` in all."""
     rng = random.Random(seed)
     groups = []
@@ -77,7 +78,6 @@ def realistic_partition(records: int, seed: int = SEED) -> list[list[Record]]:
             "members": [f"consumer-{g}-{m}-{rng.getrandbits(64):016x}"
                         for m in range(rng.randint(1, 5))],
         })
-    batches: list[list[Record]] = []
     now = T0
     written = 0
     while written < records:
@@ -87,7 +87,7 @@ def realistic_partition(records: int, seed: int = SEED) -> list[list[Record]]:
             now += rng.randint(1, 50)
             if group["commits"] % 10 == 0:
                 group["generation"] += 1
-                batches.append([Record(GroupMetadataKey(group["id"]), _metadata(group, now))])
+                yield [Record(GroupMetadataKey(group["id"]), _metadata(group, now))]
                 written += 1
             group["commits"] += 1
             group["offset"] += rng.randint(100, 5000)
@@ -98,14 +98,13 @@ def realistic_partition(records: int, seed: int = SEED) -> list[list[Record]]:
                     metadata = f"checkpoint-{group['commits']}" if group["metadata"] else ""
                     value = OffsetCommitValue(group["offset"] + p * 7, epoch, metadata, now)
                     batch.append(Record(OffsetCommitKey(group["id"], topic, p), value))
-            batches.append(batch)
+            yield batch
             written += len(batch)
             if rng.random() < 0.01:
                 topic, partitions = rng.choice(group["topics"])
-                batches.append([Record(OffsetCommitKey(group["id"], topic, p), None)
-                                for p in range(partitions)])
+                yield [Record(OffsetCommitKey(group["id"], topic, p), None)
+                       for p in range(partitions)]
                 written += partitions
-    return batches
 
 
 def _metadata(group: dict, now: int) -> GroupMetadataValue:

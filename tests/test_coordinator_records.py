@@ -801,7 +801,8 @@ def batch_body(pairs, timestamps=None, base_offset=0):
     """The records section of a batch of (key, value) byte pairs."""
     timestamps = timestamps or [1_700_000_000_000] * len(pairs)
     batch = encode_batch(
-        [BatchRecord(base_offset + i, ts, k, v) for i, ((k, v), ts) in enumerate(zip(pairs, timestamps))],
+        [BatchRecord(base_offset + i, ts, k, v)
+         for i, ((k, v), ts) in enumerate(zip(pairs, timestamps))],
         base_offset=base_offset,
     )
     return batch[HEADER_SIZE:], read_header(batch).record_count
@@ -869,7 +870,8 @@ def test_everything_else_is_decoded_record_by_record():
         (key + b"\x00", encode_value(OffsetCommitValue(5, 5, "", 7))),  # bytes after the key
         (key, encode_value(OffsetCommitValue(6, 5, "", 7)) + b"\x00"),  # after the value
         (encode_key(OffsetCommitKey("g", "t", 1), 0), encode_value(OffsetCommitValue(7, 5, "", 7))),
-        (encode_key(GroupMetadataKey("g")), encode_value(GroupMetadataValue("", 0, None, None, 1, ()))),
+        (encode_key(GroupMetadataKey("g")),
+         encode_value(GroupMetadataValue("", 0, None, None, 1, ()))),
         (encode_key(GroupMetadataKey("g")), None),
         (b"\x00\x05\x00\x01g", b"\x00\x00"),  # unknown record type
         plain("g", "t", 2, 8),

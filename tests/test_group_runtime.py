@@ -18,9 +18,6 @@ from brook.broker.group_runtime import (
     append_error,
     encode_records,
 )
-from brook.records import Record as BatchRecord
-from brook.records import encode_batch
-from brook.records.batch import read_header
 from brook.clock import SYSTEM_CLOCK, FakeClock
 from brook.coordinator import classic
 from brook.coordinator.classic import ClassicGroupCoordinator, GroupConfig
@@ -32,6 +29,9 @@ from brook.coordinator.records import (
     encode_key,
     encode_value,
 )
+from brook.records import Record as BatchRecord
+from brook.records import encode_batch
+from brook.records.batch import read_header
 from brook.storage.errors import KafkaStorageError
 
 PROTOCOLS = (("range", b"sub"),)

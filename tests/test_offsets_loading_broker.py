@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Iterable
 
-import pytest
 from kio.schema.errors import ErrorCode
 
 from brook.broker.group_runtime import read_batches
