@@ -366,3 +366,32 @@ def test_a_failed_delivery_fails_the_write(spark, kafka):
         bad_partition.write.format("brook").mode("append") \
             .option("kafka.bootstrap.servers", kafka.bootstrap) \
             .option("topic", "small-records").save()
+
+
+def test_a_null_topic_fails_the_write(spark, kafka):
+    df = spark.createDataFrame([("route-a", "1"), (None, "2")], "topic string, value string")
+    with pytest.raises(Exception, match="a row has a null topic"):
+        df.write.format("brook").mode("append") \
+            .option("kafka.bootstrap.servers", kafka.bootstrap).save()
+
+
+# ------------------------------------------------------------------------ pickling
+
+
+def test_readers_travel_to_executors_without_clients():
+    # Spark pickles readers (cloudpickle) into the tasks that call read(); a client holds
+    # threads and sockets, so it must be left behind and made again where it is needed.
+    from pyspark import cloudpickle
+
+    from brook.spark.options import SourceOptions
+    from brook.spark.source import BrookBatchReader, BrookStreamReader
+
+    options = SourceOptions.parse({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
+                                   "group.id": "g"}, streaming=True)
+    for reader in (BrookStreamReader(options), BrookBatchReader(options)):
+        assert reader.planner.admin.client is not None  # a live client on the driver
+        copy = cloudpickle.loads(cloudpickle.dumps(reader))
+        assert copy.planner.admin._client is None
+        assert copy.planner.options == options
+    stream = cloudpickle.loads(cloudpickle.dumps(BrookStreamReader(options)))
+    assert stream.committer is None and stream._initial is None

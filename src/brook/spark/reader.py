@@ -58,6 +58,8 @@ def read_range(r: OffsetRange, clock=time.monotonic) -> Iterator[pa.RecordBatch]
         return
     schema = arrow_schema(r.include_headers)
     consumer = Consumer({
+        # Large fetches: a range is read start to end, and each fetch costs the broker a request.
+        "max.partition.fetch.bytes": 10_485_760,
         **r.client,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
