@@ -276,6 +276,7 @@ def run() -> list[dict]:
     try:
         # ---- append: a warm-up round faults in page-cache memory, then measured rounds;
         # the last round's files are kept for the reads
+        load_before = os.getloadavg()[0]  # the machine may be shared: say how busy it was
         _append_round(work, batch, BATCHES, "w")
         tags = (str(i) for i in range(1000))
         for per_call in (1, BIG_APPEND):
@@ -296,7 +297,8 @@ def run() -> list[dict]:
             notes = (f"{BATCHES:,} batches of {size:,} B ({total / MB:.0f} MB) per side per round; "
                      f"rounds brook {_list(mb_b)} MB/s, os.write {_list(mb_o)} MB/s; "
                      f"per call brook {_median(tb) / calls * 1e6:.1f} µs, "
-                     f"os.write {_median(to) / calls * 1e6:.1f} µs")
+                     f"os.write {_median(to) / calls * 1e6:.1f} µs; load average "
+                     f"{load_before:.1f} before the append rounds, {os.getloadavg()[0]:.1f} after")
             if per_call == 1:
                 results.append(dict(name="append (16 KiB batches of 1 KiB records)", value=b_mb,
                                     unit="MB/s", peer=peer_append, peer_value=o_mb, command=COMMAND,
