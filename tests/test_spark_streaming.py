@@ -159,7 +159,7 @@ def produce_values(kafka, topic, values, partition=None):
 
 def test_restarts_while_producing_lose_and_duplicate_nothing(spark, kafka, tmp_path):
     create_topic_confluent(kafka.bootstrap, "clicks", partitions=3)
-    records = make_records(6000, seed=11)
+    records = make_records(4000, seed=11)
     positions: list = [None] * len(records)
     errors: list = []
 
@@ -370,8 +370,11 @@ def test_available_now_respects_max_offsets_per_trigger(spark, kafka, tmp_path):
                     .option("checkpointLocation", str(tmp_path / "ck"))
                     .trigger(availableNow=True), tmp_path / "ck")
     assert query.awaitTermination(120)
-    sizes = [p["numInputRows"] for p in progress(query) if p["numInputRows"] > 0]
-    assert sizes == [300, 300, 300, 100]
+    batches = [p for p in progress(query) if p["numInputRows"] > 0]
+    assert [p["numInputRows"] for p in batches] == [300, 300, 300, 100]
+    # the source reports the offsets the run aims at (reportLatestOffset) in every batch
+    assert {json.dumps(offsets_of(p["sources"][0]["latestOffset"]), sort_keys=True)
+            for p in batches} == {json.dumps({"capped": {"0": 500, "1": 500}}, sort_keys=True)}
     assert spark.table("capped").count() == 1000
 
 
