@@ -4,8 +4,9 @@ Starts a brook broker on a free port with a temporary data dir, produces a strea
 views (user, URL, event time) while a PySpark query counts views per URL per minute of event
 time, with ``group.id`` set so that the broker sees the query's progress as a consumer group.
 Each micro-batch's updated counts go to a compacted brook topic and to a Parquet directory.
-The demo prints the group's lag as the query catches up (it falls to zero), then reads the
-counts back from the topic, checks them against what was produced, and stops everything.
+The demo prints the group's lag as the query catches up (it falls to zero) and what
+`brook groups describe` says of the group, then reads the counts back from the topic, checks
+them against what was produced, and stops everything.
 """
 
 from __future__ import annotations
@@ -221,6 +222,12 @@ def run() -> None:
         if views.errors:
             raise RuntimeError(f"{len(views.errors)} page views were not delivered")
         print(f"  lag 0: the group's committed offsets are the end of {VIEWS}")
+        describe = subprocess.run([sys.executable, "-m", "brook", "groups", "describe", GROUP,
+                                   "--bootstrap-server", broker.bootstrap],
+                                  capture_output=True, text=True, timeout=60)
+        print(f"  $ brook groups describe {GROUP}")
+        for line in (describe.stdout or describe.stderr).splitlines():
+            print(f"  {line}")
 
         say(f"the counts, read back from {COUNTS} (the latest value per key)")
         latest = (spark.read.format("brook").option("kafka.bootstrap.servers", broker.bootstrap)
