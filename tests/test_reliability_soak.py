@@ -183,7 +183,10 @@ def test_soak_memory_flat_no_fd_leak_lag_back_to_zero(tmp_path):
     rss_late = max(s[1] for s in late)
     assert rss_late < rss_early * 1.25 + (16 << 20), \
         f"RSS grew from {rss_early >> 20} MiB to {rss_late >> 20} MiB"
+    # Descriptors move with segments rolled, deleted after file.delete.delay.ms, and client
+    # connections; a leak grows without bound, so allow a margin, not a trend.
     fds_early = max(s[2] for s in early)
-    assert max(s[2] for s in late) <= fds_early + 24, [s[2] for s in samples]
-    assert final_fds <= fds_early + 24
+    limit = fds_early * 3 // 2 + 32
+    assert max(s[2] for s in late) <= limit, [s[2] for s in samples]
+    assert final_fds <= limit
     assert table_dir.exists()
