@@ -233,8 +233,7 @@ class Shard:
         self.tasks: list[asyncio.Task] = []
         self.load_time_ms: float | None = None
         self.records_loaded = 0
-        #: Cores that read runs of offset commits (``replay_commits``) and cores that read
-        #: offset commits one record at a time.
+        #: Every record is replayed into each of these, in this order.
         self._cores = [c for c in (core, offsets) if c is not None]
 
     def unload(self) -> None:
