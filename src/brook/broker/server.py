@@ -44,10 +44,11 @@ class BrokerServer:
         self.broker.open()
         self.broker.groups.start()
         try:
-            for listener in self.config.listeners:
-                self.sockets.append((_listen(listener), listener))
+            # Metrics first: once a listener accepts, everything the broker serves is up.
             if self.broker.metrics is not None:
                 self.broker.metrics.start(self.config.listeners[0].host, self.config.metrics_port)
+            for listener in self.config.listeners:
+                self.sockets.append((_listen(listener), listener))
             for sig in (signal.SIGINT, signal.SIGTERM):
                 try:
                     loop.add_signal_handler(sig, self.stop)
