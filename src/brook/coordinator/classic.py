@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -305,14 +305,6 @@ class ClassicGroupCoordinator:
         """``replay`` of a run of offset commits of one group (the loader reads plain commits
         in runs): for this coordinator, that the group exists."""
         if rows and group not in self.groups:
-            self.groups[group] = ClassicGroup(group, now)
-
-    def replay_commits(
-        self, group: str, topic: str, rows: Iterable[tuple[int, int, int, int]], now: int
-    ) -> None:
-        """``replay`` of a run of offset commits of one group and topic (the loader's batched
-        form, all with values): the group exists afterwards, as after any one of them."""
-        if group not in self.groups and any(True for _ in rows):
             self.groups[group] = ClassicGroup(group, now)
 
     def loaded(self, now: int) -> Result:
