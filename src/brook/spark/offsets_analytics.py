@@ -400,7 +400,7 @@ def _with_stored_groups(latest: DataFrame) -> DataFrame:
 
 
 def _expires_at(retention_ms: int) -> Column:
-    """When an offset of the joined view expires, as ``OffsetsManager.expire`` decides."""
+    """When an offset of the view expires, as ``OffsetsManager.expire`` decides."""
     has_protocol = F.col("group_state").isNotNull() & (F.col("protocol_type") != "")
     stable = has_protocol & (F.col("group_state") == STABLE)
     subscribed = F.col("subscribed_topics")
