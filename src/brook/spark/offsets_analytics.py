@@ -360,12 +360,11 @@ def _latest_records(decoded: DataFrame, *record_types: str) -> DataFrame:
     record type, group, topic and partition (topic and partition null for group metadata)."""
     keys = ["record_type", "group_id", "topic", "partition"]
     columns = ["is_tombstone", *_COMMIT_COLUMNS, *_GROUP_COLUMNS]
-    # A key's records are in one partition of the topic, in offset order.
-    order = F.struct("source_partition", "source_offset")
+    # A key's records are in one partition of the topic (the group's), in offset order.
     latest = (
         decoded.where(F.col("record_type").isin(*record_types))
         .groupBy(*keys)
-        .agg(F.max_by(F.struct(*columns), order).alias("last"))
+        .agg(F.max_by(F.struct(*columns), F.col("source_offset")).alias("last"))
     )
     return latest.select(*keys, *(F.col(f"last.{c}").alias(c) for c in columns))
 
@@ -436,7 +435,10 @@ def compacted_offsets(
     under ``offsets.retention.minutes`` given its group as stored (``expires_at``;
     ``expired`` at ``now_ms``, by default the current time)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    view = _with_stored_groups(_latest_records(decoded, OFFSET_COMMIT, GROUP_METADATA))
+    # Partitioned by group once: both the latest records and the window over each group's
+    # rows then read it without another shuffle.
+    by_group = decoded.repartition("group_id")
+    view = _with_stored_groups(_latest_records(by_group, OFFSET_COMMIT, GROUP_METADATA))
     expires_at = _expires_at(retention_minutes * 60_000)
     return view.select(
         "group_id",
