@@ -18,6 +18,9 @@ from kio.index import load_payload_module, load_request_schema, load_response_sc
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from . import bounds
+from .nulls import first_null
+
 _KEY_VERSION = struct.Struct(">hh")
 _SIZE = struct.Struct(">i")
 
@@ -92,14 +95,26 @@ def parse_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Reques
         raise MalformedRequestError(f"unknown api key {api_key}")
     if not versions[0] <= api_version <= versions[1]:
         raise UnsupportedVersionError(api_key, api_version, correlation_id)
+    cls = request_class(api_key, api_version)
+    header_cls = cls.__header_schema__
     try:
-        cls = request_class(api_key, api_version)
-        header, offset = _reader(cls.__header_schema__)(frame, 0)
+        # Before kio reads it: kio reserves memory for an array from its count alone.
+        bounds.check(cls, frame, bounds.check_header(header_cls.__flexible__, frame))
+    except bounds.BoundsError as exc:
+        raise MalformedRequestError(
+            f"malformed request (api key {api_key} v{api_version}): {exc}") from None
+    try:
+        header, offset = _reader(header_cls)(frame, 0)
         body, _ = _reader(cls)(frame, offset)
     except Exception as exc:  # kio raises several types for bad bytes; all mean the same
         raise MalformedRequestError(
             f"malformed request (api key {api_key} v{api_version}): {type(exc).__name__}: {exc}"
         ) from None
+    null = first_null(body)
+    if null is not None:
+        raise MalformedRequestError(
+            f"malformed request (api key {api_key} v{api_version}): null {null}, which its "
+            f"schema does not allow")
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
 
 
