@@ -21,9 +21,11 @@ the input as a ``crash-*`` file.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import io
 import logging
 import os
+import shutil
 import socket
 import struct
 import sys
@@ -81,6 +83,7 @@ class Target:
 
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="brook-fuzz-")
+        atexit.register(shutil.rmtree, self.dir, True)
         config = BrokerConfig.from_props({
             "log.dirs": self.dir,
             "listeners": "PLAINTEXT://127.0.0.1:9092",
