@@ -171,7 +171,8 @@ class TimeIndex(_Index):
         self._timestamps = array("q")
         self._offsets = array("q")
         # The last entry, or what Kafka takes for it in an empty index: (no timestamp, base).
-        self._last_timestamp, self._last_offset = -1, base_offset
+        # Appenders read last_timestamp to skip calls that would not add an entry.
+        self.last_timestamp, self._last_offset = -1, base_offset
 
     def __len__(self) -> int:
         return len(self._timestamps)
@@ -183,10 +184,10 @@ class TimeIndex(_Index):
         """Add an entry if the timestamp is larger than the last one (entries only grow; as in
         Kafka, an empty index takes no entry without a timestamp); return True when the
         index is full."""
-        if timestamp > self._last_timestamp and offset >= self._last_offset:
+        if timestamp > self.last_timestamp and offset >= self._last_offset:
             self._timestamps.append(timestamp)
             self._offsets.append(offset)
-            self._last_timestamp, self._last_offset = timestamp, offset
+            self.last_timestamp, self._last_offset = timestamp, offset
         return len(self._timestamps) >= self.max_entries
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
@@ -214,7 +215,7 @@ class TimeIndex(_Index):
     def truncate_entries(self, n: int) -> None:
         del self._timestamps[n:]
         del self._offsets[n:]
-        self._last_timestamp, self._last_offset = self.last_entry
+        self.last_timestamp, self._last_offset = self.last_entry
         self._mark_truncated(n)
 
     def load(self, next_offset: int) -> None:
@@ -229,5 +230,5 @@ class TimeIndex(_Index):
             offsets.append(off)
             last_ts, last_off = ts, off
         self._timestamps, self._offsets = timestamps, offsets
-        self._last_timestamp, self._last_offset = self.last_entry
+        self.last_timestamp, self._last_offset = self.last_entry
         self._flushed = len(timestamps)

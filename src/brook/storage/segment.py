@@ -209,10 +209,15 @@ class LogSegment:
         if self.rolling_base_ms is None:
             self.rolling_base_ms = max_timestamp
         if self.bytes_since_last_index > self.config.index_interval_bytes:
-            full = self.index.append(base_offset, position)
-            self.index_full = self.time_index.maybe_append(
-                self.max_timestamp_so_far, self.offset_of_max_timestamp) or full
             self.bytes_since_last_index = size
+            if self.index.append(base_offset, position):
+                self.index_full = True  # until a truncation, as an index only grows
+            # Batches larger than index.interval.bytes get here on every append: the time
+            # index is not called unless the largest timestamp grew (it would add nothing).
+            time_index, largest = self.time_index, self.max_timestamp_so_far
+            if largest > time_index.last_timestamp and \
+                    time_index.maybe_append(largest, self.offset_of_max_timestamp):
+                self.index_full = True
         else:
             self.bytes_since_last_index += size
 
