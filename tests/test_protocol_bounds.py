@@ -54,7 +54,7 @@ def requests(draw):
 def test_every_valid_request_of_every_api_and_version_passes(body):
     frame = request_frame(body)
     offset = bounds.check_header(type(body).__header_schema__.__flexible__, frame)
-    bounds.check(type(body), frame, offset)  # and it ends exactly at the end of the frame
+    bounds.check(type(body), frame, offset)
     assert first_null(body) is None
     assert parse_request(frame, SUPPORTED).body == body
 
@@ -70,10 +70,10 @@ def test_a_cut_frame_never_passes(body, data):
 
 @SETTINGS
 @given(body=requests(), data=st.data())
-def test_extra_bytes_after_the_request_never_pass(body, data):
-    extra = data.draw(st.binary(min_size=1, max_size=8))
-    with pytest.raises(bounds.BoundsError):
-        bounds.check(type(body), encode(body) + extra, 0)
+def test_bytes_after_the_request_are_ignored_as_kafka_ignores_them(body, data):
+    # librdkafka's Metadata v12 requests carry three such bytes.
+    frame = request_frame(body) + data.draw(st.binary(min_size=1, max_size=8))
+    assert parse_request(frame, SUPPORTED).body == body
 
 
 def topics_request(version: int, count: bytes) -> bytes:

@@ -9,7 +9,7 @@ lengths and counts and skips everything else. The walk is compiled once per requ
 from the same schema kio parses with.
 
 `check(cls, frame, offset)` raises `BoundsError` for the first length or count that does not
-fit; a frame it accepts ends exactly where the request does.
+fit.
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ def check(cls: type, frame: bytes, offset: int) -> None:
         pos = _walker(cls)(frame, offset, end)
     except (IndexError, struct.error):
         raise BoundsError("a length or count runs past the end of the frame") from None
-    if pos != end:
-        raise BoundsError(f"{end - pos} bytes after the end of the request")
+    if pos > end:
+        raise BoundsError(f"the request runs {pos - end} bytes past the end of the frame")
+    # Bytes after the request are ignored, as Kafka ignores them (librdkafka sends some).
 
 
 def check_header(flexible: bool, frame: bytes) -> int:
