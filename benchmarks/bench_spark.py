@@ -46,7 +46,10 @@ bytes, values of {VALUE_BYTES} random bytes, LZ4 batches), written once before t
   range into input partitions of at most 250,000 records (the default `maxRecordsPerPartition`),
   read by 2 tasks at a time into Arrow record batches with all the source's columns.
 - **Direct reader**: one Python process with a confluent-kafka `Consumer` assigned to every
-  partition from the beginning, `consume(10,000)` in a loop until it has every record, touching
+  partition from the beginning, with the fetch settings of the source's readers (10 MiB per
+  partition, `fetch.queue.backoff.ms=10`: with librdkafka's default of 1 s, a consumer that
+  has 100,000 messages queued stops fetching for a second, which halves the rate of either
+  side), `consume(10,000)` in a loop until it has every record, touching
   each message's key, value, offset and timestamp (what a row of the source holds). Timed from
   `assign()` to the last record.
 - Rounds alternate which side goes first; the table gives medians of {ROUNDS} rounds. CPU use is
@@ -100,9 +103,11 @@ def fill(broker: Broker, topic: str) -> None:
 
 
 def direct(broker: Broker, topic: str) -> Run:
+    # The fetch settings the source's readers use, so that both sides fetch alike.
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench-direct",
                          "enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
-                         "max.partition.fetch.bytes": 10_485_760})
+                         "max.partition.fetch.bytes": 10_485_760,
+                         "fetch.queue.backoff.ms": 10})
     try:
         consumer.list_topics(topic, timeout=30)
         clock = _Clock(broker)
