@@ -25,6 +25,7 @@ it is not stored and is lost with the coordinator.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,9 @@ from brook.coordinator.timer import Timers
 
 S = GroupState
 
+
+
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class GroupConfig:
@@ -64,6 +68,7 @@ class JoinGroup:
     client_id: str = ""
     client_host: str = ""
     version: int = 9
+    reason: str | None = None  # the client's, JoinGroup v8+ (KIP-800)
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,7 @@ class HeartbeatResponse:
 class LeavingMember:
     member_id: str
     group_instance_id: str | None = None
+    reason: str | None = None  # the client's, LeaveGroup v5+ (KIP-800)
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,14 @@ class Result:
         self.records += other.records
         self.completions += other.completions
         return self
+
+
+def _client_reason(reason: str | None) -> str:
+    return f"; client reason: {reason}" if reason else ""
+
+
+def _with_client_reason(reason: str, client_reason: str | None) -> str:
+    return reason + _client_reason(client_reason)
 
 
 def join_key(group_id: str, member_id: str) -> str:
@@ -415,7 +429,10 @@ class ClassicGroupCoordinator:
         # A new member that never rejoins is dropped after the new-member timeout.
         self._schedule_heartbeat(group, member, now, self.config.new_member_join_timeout_ms)
         result = Result(parked=join_key(group.group_id, member_id))
-        return result.merge(self._prepare_rebalance_or_complete_join(group, now))
+        reason = _with_client_reason(
+            f"adding new member {member_id} with group instance id "
+            f"{request.group_instance_id}", request.reason)
+        return result.merge(self._prepare_rebalance_or_complete_join(group, now, reason))
 
     def _update_static_member_and_rebalance(
         self, group: ClassicGroup, request: JoinGroup, new_member_id: str, now: int
@@ -472,7 +489,10 @@ class ClassicGroupCoordinator:
             return result
         member.awaiting_join = True
         if group.is_in(S.STABLE, S.COMPLETING_REBALANCE):
-            return result.merge(self._prepare_rebalance(group, now))
+            reason = _with_client_reason(
+                f"static member {new_member_id} with group instance id {iid} rejoined with "
+                f"changed metadata", request.reason)
+            return result.merge(self._prepare_rebalance(group, now, reason))
         return result.merge(self._maybe_complete_join(group, now))
 
     def _update_member_and_rebalance(
@@ -481,16 +501,22 @@ class ClassicGroupCoordinator:
         group.update_member(
             member, request.protocols, request.rebalance_timeout_ms, request.session_timeout_ms
         )
+        state = group.state.value  # before the rebalance
         member.awaiting_join = True
         result = Result(parked=join_key(group.group_id, member.member_id))
-        return result.merge(self._prepare_rebalance_or_complete_join(group, now))
+        reason = _with_client_reason(
+            f"updating metadata for member {member.member_id} during {state}", request.reason)
+        return result.merge(self._prepare_rebalance_or_complete_join(group, now, reason))
 
-    def _prepare_rebalance_or_complete_join(self, group: ClassicGroup, now: int) -> Result:
+    def _prepare_rebalance_or_complete_join(self, group: ClassicGroup, now: int,
+                                            reason: str) -> Result:
         if group.can_rebalance():
-            return self._prepare_rebalance(group, now)
+            return self._prepare_rebalance(group, now, reason)
         return self._maybe_complete_join(group, now)
 
-    def _prepare_rebalance(self, group: ClassicGroup, now: int) -> Result:
+    def _prepare_rebalance(self, group: ClassicGroup, now: int, reason: str) -> Result:
+        log.info("Preparing to rebalance group %s in state %s with old generation %d "
+                 "(reason: %s)", group.group_id, group.state.value, group.generation, reason)
         result = Result()
         if group.is_in(S.COMPLETING_REBALANCE):
             result.completions += self._fail_parked_syncs(group, ErrorCode.rebalance_in_progress)
@@ -554,6 +580,7 @@ class ClassicGroupCoordinator:
         group.init_next_generation(now)
         self.rebalances += 1
         if group.is_in(S.EMPTY):
+            log.info("Group %s with generation %d is now empty", group_id, group.generation)
             key = GroupMetadataKey(group_id)
             return Result(records=[Record(key, group.to_metadata_value({}))])
         result = Result()
@@ -570,6 +597,9 @@ class ClassicGroupCoordinator:
             group.pending_sync.add(member.member_id)
             self._schedule_heartbeat(group, member, now)
         generation = group.generation
+        log.info("Completed the join phase of group %s: generation %d, %d members, protocol %s, "
+                 "leader %s", group_id, generation, len(group.members), group.protocol,
+                 group.leader_id)
         self.timers.schedule(
             sync_deadline_key(group_id),
             now + group.rebalance_timeout_ms(),
@@ -589,12 +619,14 @@ class ClassicGroupCoordinator:
         ):
             return Result()
         result = Result()
-        for member_id in list(group.pending_sync):
+        late = sorted(group.pending_sync)
+        for member_id in late:
             if group.has_member(member_id):
                 result.completions += self._fence_parked(group, member_id)
                 group.remove(member_id)
             self.timers.cancel(heartbeat_key(group_id, member_id))
-        return result.merge(self._prepare_rebalance(group, now))
+        reason = f"removing members {', '.join(late)} on pending sync request expiration"
+        return result.merge(self._prepare_rebalance(group, now, reason))
 
     def _fence_parked(self, group: ClassicGroup, member_id: str) -> list[Completion]:
         """UNKNOWN_MEMBER_ID for a member's parked replies, as it is about to be removed."""
@@ -666,6 +698,9 @@ class ClassicGroupCoordinator:
         result = Result(parked=sync_key(group.group_id, request.member_id))
         if not group.is_leader(request.member_id):
             return result
+        log.info("Assignment received from leader %s for group %s for generation %d; the group "
+                 "has %d members", request.member_id, group.group_id, group.generation,
+                 len(group.members))
         given = dict(request.assignments)
         assignments = {mid: given.get(mid, b"") for mid in group.members}
         value = group.to_metadata_value(assignments)
@@ -762,14 +797,19 @@ class ClassicGroupCoordinator:
         if member.heartbeat_satisfied():
             self._schedule_heartbeat(group, member, now)
             return Result()
-        return self._remove_member_and_rebalance(group, member_id, now)
+        log.info("Member %s in group %s has failed (no heartbeat within its session timeout of "
+                 "%d ms), removing it from the group", member_id, group_id,
+                 member.session_timeout_ms)
+        return self._remove_member_and_rebalance(
+            group, member_id, now, f"removing member {member_id} on heartbeat expiration")
 
-    def _remove_member_and_rebalance(self, group: ClassicGroup, member_id: str, now: int) -> Result:
+    def _remove_member_and_rebalance(self, group: ClassicGroup, member_id: str, now: int,
+                                     reason: str) -> Result:
         result = Result(completions=self._fence_parked(group, member_id))
         group.remove(member_id)
         self.timers.cancel(heartbeat_key(group.group_id, member_id))
         if group.is_in(S.STABLE, S.COMPLETING_REBALANCE):
-            return result.merge(self._prepare_rebalance(group, now))
+            return result.merge(self._prepare_rebalance(group, now, reason))
         if group.is_in(S.PREPARING_REBALANCE):
             return result.merge(self._maybe_complete_join(group, now))
         return result
@@ -793,7 +833,12 @@ class ClassicGroupCoordinator:
                     answers.append((mid, iid, ErrorCode.unknown_member_id))
                     continue
                 answers.append((mid, iid, ErrorCode.none))
-                result.merge(self._remove_member_and_rebalance(group, current, now))
+                log.info("Static member %s with group instance id %s removed from group %s by "
+                         "an administrative LeaveGroup%s", current, iid, group.group_id,
+                         _client_reason(leaving.reason))
+                result.merge(self._remove_member_and_rebalance(
+                    group, current, now, f"removing static member {current} with group "
+                    f"instance id {iid} on LeaveGroup"))
             elif mid in group.pending_members:
                 group.pending_members.discard(mid)
                 self.timers.cancel(heartbeat_key(group.group_id, mid))
@@ -803,7 +848,10 @@ class ClassicGroupCoordinator:
                 error = group.validate_member(mid, iid)
                 answers.append((mid, iid, error))
                 if error is ErrorCode.none:
-                    result.merge(self._remove_member_and_rebalance(group, mid, now))
+                    log.info("Member %s has left group %s through explicit LeaveGroup%s", mid,
+                             group.group_id, _client_reason(leaving.reason))
+                    result.merge(self._remove_member_and_rebalance(
+                        group, mid, now, f"removing member {mid} on LeaveGroup"))
         result.response = LeaveGroupResponse(ErrorCode.none, tuple(answers))
         return result
 
@@ -852,7 +900,9 @@ class ClassicGroupCoordinator:
             for member in group.members.values():
                 member.assignment = b""
             result.completions += self._fail_parked_syncs(group, error)
-            result.merge(self._prepare_rebalance_or_complete_join(group, now))
+            reason = (f"the assignment of generation {group.generation} could not be written "
+                      f"({error.name})")
+            result.merge(self._prepare_rebalance_or_complete_join(group, now, reason))
         return result
 
     def _undo_replacement(

@@ -93,6 +93,7 @@ async def handle_join_group(broker, request, connection):
         client_id=request.client_id or "",
         client_host=client_host(connection),
         version=version,
+        reason=getattr(body, "reason", None),
     )
     if not body.group_id:
         resp = classic.JoinGroupResponse(error=ErrorCode.invalid_group_id, member_id=body.member_id)
@@ -166,7 +167,9 @@ async def handle_heartbeat(broker, request, connection):
 async def handle_leave_group(broker, request, connection):
     body, version = request.body, request.api_version
     if version >= 3:
-        leaving = tuple(classic.LeavingMember(m.member_id, m.group_instance_id) for m in body.members)
+        leaving = tuple(classic.LeavingMember(m.member_id, m.group_instance_id,
+                                                getattr(m, "reason", None))
+                        for m in body.members)
     else:
         leaving = (classic.LeavingMember(body.member_id),)
     req = classic.LeaveGroup(group_id=body.group_id, members=leaving)
