@@ -60,6 +60,7 @@ def test_debug_shows_the_traceback():
                                           "expected host:port"),
     (["consume", "t", "--max-messages", "0"], "brook: Invalid value for '--max-messages'"),
     (["broker", "--metrics-port", "70000"], "brook: Invalid value for '--metrics-port'"),
+    (["broker", "--metrics-port", "0"], "brook: Invalid value for '--metrics-port'"),
     (["broker", "--log-level", "LOUD"], "brook: Invalid value for --log-level: 'LOUD' is not"),
 ])
 def test_invalid_arguments_are_one_line_with_exit_code_2(args, message):

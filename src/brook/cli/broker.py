@@ -34,7 +34,7 @@ def broker(
     override: list[str] = typer.Option([], "--override", "-o",
                                        help="key=value, overriding the file; repeatable."),
     metrics_port: Optional[int] = typer.Option(
-        None, "--metrics-port", min=0, max=65535,
+        None, "--metrics-port", min=1, max=65535,
         help="Serve Prometheus metrics on this port (the metrics.port key)."),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
 ) -> None:
