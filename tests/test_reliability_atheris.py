@@ -6,7 +6,9 @@ valid request per API and version, and must find nothing. Longer runs:
     .venv/bin/python tests/fuzz_requests.py -max_total_time=3600 <corpus dir> <seed dir>
 
 The inputs it found are kept below as requests to a real broker process: each one either
-killed the broker or failed a handler with a traceback before the fix that goes with it.
+killed the broker or failed a handler with a traceback before the fix that goes with it. So is
+invalid UTF-8, which kio refuses while parsing (Kafka's parser decodes it with replacement
+characters instead; closing the connection is the answer here).
 """
 
 from __future__ import annotations
@@ -118,3 +120,23 @@ def test_a_null_where_the_schema_allows_none_closes_the_connection(broker):
     log = broker.stderr_path.read_text()
     assert "Traceback" not in log, log[-3000:]
     assert "null topics[0].partitions" in log
+
+
+@pytest.mark.parametrize("where", ["client id", "topic name"])
+def test_invalid_utf8_closes_only_that_connection(broker, where):
+    bad = b"\xff\xfe\xc3"
+    if where == "client id":
+        head = struct.pack(">hhih", 3, 1, 7, len(bad)) + bad
+        body = struct.pack(">i", 0)  # Metadata v1, no topics
+    else:
+        head = header(3, 1, False)
+        body = struct.pack(">ih", 1, len(bad)) + bad
+    with WireClient(broker.bootstrap) as bystander:
+        assert send_and_read(broker, frame(head, body)) == b""
+        from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+        resp = bystander.request(ApiVersionsRequest(client_software_name="t",
+                                                    client_software_version="1"))
+        assert resp.error_code == 0  # a connection opened before is still served
+    still_serving(broker)
+    assert "malformed request (api key 3 v1)" in broker.stderr_path.read_text()
