@@ -140,3 +140,27 @@ def test_invalid_utf8_closes_only_that_connection(broker, where):
         assert resp.error_code == 0  # a connection opened before is still served
     still_serving(broker)
     assert "malformed request (api key 3 v1)" in broker.stderr_path.read_text()
+
+
+@pytest.mark.parametrize("name, topic_id", [(None, "00000000-0000-0000-0000-000000000000"),
+                                            ("t", "5b3c3d1e-0000-4000-8000-000000000001")],
+                         ids=["null-name", "topic-id"])
+def test_metadata_v11_by_topic_id_closes_the_connection(broker, name, topic_id):
+    # Versions 10 and 11 have a topic id field but no lookups by id (Kafka refuses such a
+    # request as invalid); a null name could not even be answered in v11, whose response names
+    # are not nullable: the handler answered it and encoding the response failed.
+    import uuid
+
+    from kio.schema.metadata.v11.request import MetadataRequest, MetadataRequestTopic
+
+    body = MetadataRequest(topics=(MetadataRequestTopic(topic_id=uuid.UUID(topic_id),
+                                                        name=name),),
+                           allow_auto_topic_creation=False,
+                           include_topic_authorized_operations=False)
+    encoder = WireClient.__new__(WireClient)
+    encoder.correlation_id = 0
+    assert send_and_read(broker, encoder.encode(body)) == b""
+    still_serving(broker)
+    log = broker.stderr_path.read_text()
+    assert "invalid Metadata v11 request: topic ids are not supported" in log
+    assert "Traceback" not in log, log[-3000:]

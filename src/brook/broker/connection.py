@@ -25,6 +25,7 @@ from ..protocol.messages import (
 )
 from .handlers import RawResponse
 from .handlers.api_versions import build_response as api_versions_response
+from .handlers.common import InvalidRequest
 from .handlers.produce import CloseConnection
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,10 @@ class Connection:
                 response = encode_response(request.api_key, request.api_version,
                                            request.correlation_id, response)
         except CloseConnection:
+            return False
+        except InvalidRequest as exc:
+            log.warning("closing connection from %s: invalid %s v%d request: %s", self.peer,
+                        api.name, request.api_version, exc)
             return False
         except Exception:
             self.busy = False

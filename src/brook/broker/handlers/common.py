@@ -7,6 +7,13 @@ from datetime import timedelta
 from kio.schema.errors import ErrorCode
 
 NO_THROTTLE = timedelta(0)
+
+
+class InvalidRequest(Exception):
+    """A request Kafka refuses as invalid (its InvalidRequestException) that has no answer in
+    its version: the connection is closed with one warning line."""
+
+
 INT32_MIN = -(2**31)  # "authorized operations not requested"
 
 

@@ -16,7 +16,7 @@ from ..errors import error_code_for
 from ..group_runtime import OFFSETS_TOPIC
 from ..metadata import MetadataError
 from . import Api
-from .common import INT32_MIN, NO_THROTTLE
+from .common import INT32_MIN, NO_THROTTLE, InvalidRequest
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,10 @@ async def handle(broker, request, connection):
         for t in requested:
             name = t if isinstance(t, str) else t.name
             topic_id = getattr(t, "topic_id", None)
+            if version < 12 and (name is None or (topic_id and topic_id != ZERO_UUID)):
+                # Versions 10 and 11 carry a topic id field but do not support lookups by id.
+                raise InvalidRequest(f"topic ids are not supported in Metadata v{version}: "
+                                     f"a topic of name {name} and id {topic_id}")
             if name is None:
                 tm = broker.metadata.by_id.get(topic_id) if topic_id else None
                 if tm is None:
