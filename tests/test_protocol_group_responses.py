@@ -4,16 +4,19 @@ generated writer: the same bytes for every version brook serves and any contents
 from __future__ import annotations
 
 import io
+import sys
 from datetime import timedelta
 
 import pytest
 from hypothesis import given, strategies as st
 
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
+from kio.serial import entity_reader, entity_writer
 
 from brook.protocol import group_responses as gr
-from brook.protocol.messages import make, response_class, response_module
+from brook.protocol.messages import make, request_class, response_class, response_module
+from broker_harness import create_topic_confluent
+from kafka_wire import WireClient
 
 OFFSET_COMMIT, OFFSET_FETCH, HEARTBEAT = 8, 9, 12
 
@@ -163,3 +166,82 @@ def test_heartbeat_response_is_kios(version, correlation_id, error_code, throttl
 def test_versions_brook_does_not_serve_are_refused(encode, version):
     with pytest.raises(ValueError):
         encode(version)
+
+
+# --- a real broker's answers ----------------------------------------------------------------
+
+
+def _answer(client: WireClient, body) -> tuple[bytes, object]:
+    """The answer's frame (with its size prefix) and kio's reading of it."""
+    corr = client.send(body)
+    frame = client.recv_frame()
+    cls = response_class(type(body).__api_key__, type(body).__version__)
+    header, offset = entity_reader(cls.__header_schema__)(frame, 0)
+    assert header.correlation_id == corr
+    answer, end = entity_reader(cls)(frame, offset)
+    assert offset + end == len(frame)  # kio gives the size it read: nothing is left over
+    return len(frame).to_bytes(4, "big") + frame, answer
+
+
+def _commit_request(version: int, group: str, offsets: dict):
+    cls = request_class(OFFSET_COMMIT, version)
+    mod = sys.modules[cls.__module__]
+    by_topic: dict[str, list] = {}
+    for (topic, partition), (offset, meta) in offsets.items():
+        by_topic.setdefault(topic, []).append(make(
+            mod.OffsetCommitRequestPartition, partition_index=partition, committed_offset=offset,
+            committed_leader_epoch=-1, committed_metadata=meta, commit_timestamp=-1))
+    return make(cls, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                group_instance_id=None, retention_time=timedelta(milliseconds=-1),
+                topics=tuple(make(mod.OffsetCommitRequestTopic, name=t, partitions=tuple(ps))
+                             for t, ps in by_topic.items()))
+
+
+def _fetch_request(version: int, groups: list[str], topics: dict[str, list[int]]):
+    cls = request_class(OFFSET_FETCH, version)
+    mod = sys.modules[cls.__module__]
+    if version < 8:
+        return make(cls, group_id=groups[0], require_stable=False, topics=tuple(
+            make(mod.OffsetFetchRequestTopic, name=t, partition_indexes=tuple(ps))
+            for t, ps in topics.items()))
+    return make(cls, require_stable=False, groups=tuple(
+        make(mod.OffsetFetchRequestGroup, group_id=g, member_id=None, member_epoch=-1, topics=tuple(
+            make(mod.OffsetFetchRequestTopics, name=t, partition_indexes=tuple(ps))
+            for t, ps in topics.items()))
+        for g in groups))
+
+
+def test_a_brokers_commit_fetch_and_heartbeat_answers_are_kios_bytes(broker):
+    """Every version through a real broker: the answer reads back to what was committed, and
+    kio writes the answer it read to the very bytes the broker sent."""
+    create_topic_confluent(broker.bootstrap, "answers", partitions=3)
+    with WireClient(broker.bootstrap) as client:
+        for version in gr.OFFSET_COMMIT_VERSIONS:
+            group = f"answers-{version}"
+            offsets = {("answers", 0): (10 * version, "plain"), ("answers", 2): (5, "ünïcødé ✓"),
+                       ("answers", 1): (7, None), ("no-such-topic", 0): (1, "")}
+            frame, answer = _answer(client, _commit_request(version, group, offsets))
+            assert frame == kio_frame(client.correlation_id, answer)
+            assert {(t.name, p.partition_index) for t in answer.topics for p in t.partitions} == \
+                set(offsets)
+            assert all(p.error_code == ErrorCode.none for t in answer.topics if t.name == "answers"
+                       for p in t.partitions)
+        for version in gr.OFFSET_FETCH_VERSIONS:
+            groups = ["answers-9", "answers-8", "never-committed"]
+            frame, answer = _answer(client, _fetch_request(version, groups,
+                                                           {"answers": [0, 1, 2], "other": [0]}))
+            assert frame == kio_frame(client.correlation_id, answer)
+            groups_topics = [g.topics for g in answer.groups] if version >= 8 else [answer.topics]
+            got = {(t.name, p.partition_index): (p.committed_offset, p.metadata)
+                   for t in groups_topics[0] for p in t.partitions}
+            assert got == {("answers", 0): (90, "plain"), ("answers", 1): (7, ""),
+                           ("answers", 2): (5, "ünïcødé ✓"), ("other", 0): (-1, "")}
+            if version >= 8:
+                assert [g.group_id for g in answer.groups] == groups
+                assert answer.groups[1].topics[0].partitions[0].committed_offset == 80
+        for version in gr.HEARTBEAT_VERSIONS:
+            cls = request_class(HEARTBEAT, version)
+            frame, answer = _answer(client, make(cls, group_id="answers-9", generation_id=1,
+                                                 member_id="nobody", group_instance_id=None))
+            assert frame == kio_frame(client.correlation_id, answer)
+            assert answer.error_code == ErrorCode.unknown_member_id

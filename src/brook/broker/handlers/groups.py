@@ -8,9 +8,10 @@ from kio.schema.errors import ErrorCode
 
 from ...coordinator import classic
 from ...coordinator.group import GroupState
+from ...protocol.group_responses import heartbeat_response
 from ...protocol.messages import make, response_class, response_module
 from ..group_runtime import CoordinatorError, CoordinatorNotAvailable
-from . import Api
+from . import Api, RawResponse
 from .common import INT32_MIN, NO_THROTTLE, message, ms
 
 FIND_COORDINATOR = 10
@@ -158,7 +159,8 @@ async def handle_heartbeat(broker, request, connection):
             code = resp.error
         except CoordinatorError as exc:
             code = exc.code
-    return make(response_class(HEARTBEAT, version), throttle_time=NO_THROTTLE, error_code=code)
+    frame = heartbeat_response(version, request.correlation_id, code)  # members send it often
+    return RawResponse([frame], len(frame))
 
 
 # --- LeaveGroup -----------------------------------------------------------------------------

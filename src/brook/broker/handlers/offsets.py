@@ -15,9 +15,14 @@ from ...coordinator.classic import Record, Result
 from ...coordinator.group import GroupState
 from ...coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
 from ...coordinator.records import GroupMetadataKey
+from ...protocol.group_responses import (
+    offset_commit_response,
+    offset_fetch_groups_response,
+    offset_fetch_response,
+)
 from ...protocol.messages import make, response_class, response_module
 from ..group_runtime import CoordinatorError, CoordinatorNotAvailable, offset_commit_append_error
-from . import Api
+from . import Api, RawResponse
 from .common import NO_THROTTLE, ms
 
 OFFSET_COMMIT = 8
@@ -33,6 +38,12 @@ def _runtime(broker):
     if broker.groups is None or not broker.ensure_offsets_topic():
         raise CoordinatorNotAvailable("the offsets topic is not available")
     return broker.groups
+
+
+def _raw(frame: bytes) -> RawResponse:
+    """A response the hand encoders of ``protocol.group_responses`` wrote: the hot answers of
+    the coordinator skip kio's generic writer."""
+    return RawResponse([frame], len(frame))
 
 
 # --- OffsetCommit ---------------------------------------------------------------------------
@@ -66,24 +77,22 @@ async def handle_offset_commit(broker, request, connection):
                                             append_error=offset_commit_append_error)
     except CoordinatorError as exc:
         errors = [(t.name, p.partition, exc.code) for t in req.topics for p in t.partitions]
-    mod = response_module(OFFSET_COMMIT, version)
     by_topic: dict[str, list] = {}
     for topic, partition, code in errors:
-        by_topic.setdefault(topic, []).append(
-            make(mod.OffsetCommitResponsePartition, partition_index=partition, error_code=code))
-    return make(response_class(OFFSET_COMMIT, version), throttle_time=NO_THROTTLE,
-                topics=tuple(make(mod.OffsetCommitResponseTopic, name=t, partitions=tuple(ps))
-                             for t, ps in by_topic.items()))
+        by_topic.setdefault(topic, []).append((partition, code))
+    return _raw(offset_commit_response(version, request.correlation_id, by_topic.items()))
 
 
 # --- OffsetFetch ----------------------------------------------------------------------------
 
 
 def _fetch(shard, group_id: str, topics):
-    """[(topic, [(partition, offset, leader epoch, metadata)])] for ``topics`` (None: all)."""
+    """[(topic, [(partition, offset, leader epoch, metadata, error)])] for ``topics`` (None:
+    all)."""
     out: dict[str, list] = {}
     for f in shard.offsets.fetch(group_id, topics):
-        out.setdefault(f.topic, []).append((f.partition, f.offset, f.leader_epoch, f.metadata))
+        out.setdefault(f.topic, []).append(
+            (f.partition, f.offset, f.leader_epoch, f.metadata, ErrorCode.none))
     return list(out.items())
 
 
@@ -103,36 +112,20 @@ def _topics_of(requested):
     return [(t.name, list(t.partition_indexes)) for t in requested]
 
 
-def _entities(topic_cls, partition_cls, topics):
-    return tuple(
-        make(topic_cls, name=name, partitions=tuple(
-            make(partition_cls, partition_index=row[0], committed_offset=row[1],
-                 committed_leader_epoch=row[2], metadata=row[3],
-                 error_code=row[4] if len(row) > 4 else ErrorCode.none)
-            for row in rows))
-        for name, rows in topics)
-
-
 async def handle_offset_fetch(broker, request, connection):
     body, version = request.body, request.api_version
-    mod = response_module(OFFSET_FETCH, version)
-    cls = response_class(OFFSET_FETCH, version)
     if version >= 8:
         groups = []
         for g in body.groups:
             code, topics = await fetch_group(broker, g.group_id, _topics_of(g.topics))
-            groups.append(make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=code,
-                               topics=_entities(mod.OffsetFetchResponseTopics,
-                                                mod.OffsetFetchResponsePartitions, topics or [])))
-        return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
+            groups.append((g.group_id, topics or [], code))
+        return _raw(offset_fetch_groups_response(version, request.correlation_id, groups))
     requested = _topics_of(body.topics)
     code, topics = await fetch_group(broker, body.group_id, requested)
     if code != ErrorCode.none and version < 2:
         # v1 has no top-level error: each partition asked for carries it.
         topics = [(t, [(p, NO_OFFSET, NO_EPOCH, "", code) for p in ps]) for t, ps in requested or []]
-    return make(cls, throttle_time=NO_THROTTLE, error_code=code,
-                topics=_entities(mod.OffsetFetchResponseTopic, mod.OffsetFetchResponsePartition,
-                                 topics or []))
+    return _raw(offset_fetch_response(version, request.correlation_id, topics or [], code))
 
 
 # --- DeleteGroups ---------------------------------------------------------------------------
