@@ -45,6 +45,7 @@ from brook.protocol.messages import make
 
 MAX_REQUEST = 1 << 20
 RAW = 0xFF  # a first byte of 0xFF: the rest is sent as it is
+SEEDS_PER_API = 4
 SETTLE_S = 0.05  # how long one input may keep the connection busy (a Fetch may long-poll)
 
 
@@ -151,8 +152,9 @@ class Target:
 
 
 def write_seeds(directory: str) -> None:
-    """One structurally valid request body per API and version (hypothesis's simplest
-    example of the request entity), each as an input the fuzzer reads."""
+    """A few structurally valid request bodies per API and version (hypothesis's simplest
+    example of the request entity, then random ones with arrays filled), each an input the
+    fuzzer reads."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
     from kio.static.primitive import Records
@@ -164,7 +166,7 @@ def write_seeds(directory: str) -> None:
         cls = request_class(key, version)
         bodies: list[bytes] = []
 
-        @settings(max_examples=1, derandomize=True, database=None,
+        @settings(max_examples=SEEDS_PER_API, derandomize=True, database=None,
                   suppress_health_check=list(HealthCheck))
         @given(st.from_type(cls))
         def collect(entity) -> None:
@@ -173,8 +175,9 @@ def write_seeds(directory: str) -> None:
             bodies.append(buf.getvalue())
 
         collect()
-        with open(os.path.join(directory, f"{key:03d}-v{version:02d}"), "wb") as f:
-            f.write(index.to_bytes(2, "big") + bodies[0])
+        for n, body in enumerate(dict.fromkeys(bodies)):
+            with open(os.path.join(directory, f"{key:03d}-v{version:02d}-{n}"), "wb") as f:
+                f.write(index.to_bytes(2, "big") + body)
 
 
 def main() -> None:
