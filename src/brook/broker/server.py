@@ -44,6 +44,7 @@ class BrokerServer:
         self.broker.open()
         self.broker.groups.start()
         try:
+            self.broker.log_manager.start_cleaner()  # compaction off the event loop; close() stops it
             # Metrics first: once a listener accepts, everything the broker serves is up.
             if self.broker.metrics is not None:
                 self.broker.metrics.start(self.config.listeners[0].host, self.config.metrics_port)

@@ -15,6 +15,11 @@ A compacted log has a clean head and a dirty tail. The cleaner checkpoints, per 
    segment) that `Log.replace_segments` swaps in crash-safely;
 4. returns the end of the mapped range, the next first dirty offset.
 
+Steps 2 and 3 only read closed segments from a snapshot taken when the pass is planned
+(`plan_clean`), so they may run on the cleaner thread (`CleanerThread`). The swaps are then
+handed back to the thread owning the log, which swaps a cleaned segment in only if the
+segments it replaces are still the log's (`apply_swap`).
+
 A record is kept unless a later record of the same key is in the map, or it is a tombstone
 (null value) whose delete horizon has passed. Tombstones follow KIP-534: the first pass
 that keeps a batch holding tombstones rewrites it with the delete-horizon bit and
@@ -42,11 +47,17 @@ as Kafka keeps them:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import queue
 import struct
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..records.batch import (
     LOG_APPEND_TIME,
@@ -60,7 +71,7 @@ from ..records.batch import (
 )
 from ..records.compression import Codec
 from ..records.errors import RecordsError
-from .config import LONG_MAX
+from .config import LONG_MAX, LogConfig
 from .log import Log
 from .segment import CLEANED_SUFFIX, INT32_MAX, BatchEntry, LogSegment
 
@@ -211,6 +222,7 @@ class CleanResult:
     batches_rewritten: int = 0
     segments_replaced: int = 0  # old segments swapped out
     groups_cleaned: int = 0  # new segments swapped in
+    swaps_aborted: int = 0  # cleaned segments dropped: their old segments changed meanwhile
 
 
 def build_offset_map(log_: Log, start: int, end: int,
@@ -221,16 +233,22 @@ def build_offset_map(log_: Log, start: int, end: int,
     batch would take the map over `max_entries` keys, the map stops before that batch,
     unless it is still empty (a pass must make progress: it then holds one batch more).
     """
+    return _build_offset_map(log_.segments, start, end, max_entries, _NEVER)
+
+
+def _build_offset_map(segments: Sequence[LogSegment], start: int, end: int, max_entries: int | None,
+                      cancelled: threading.Event) -> tuple[dict[bytes, int], int, bool]:
     offsets: dict[bytes, int] = {}
     if end <= start:
         return offsets, start, False
-    segments = log_.segments
     for seg, nxt in zip(segments, _next_bases(segments)):
         if seg.base_offset >= end:
             break
         if nxt <= start:
             continue
         for _, raw in seg.batches():
+            if cancelled.is_set():
+                raise CleanAborted()
             h = read_header(raw)
             if h.last_offset < start:
                 continue
@@ -282,34 +300,116 @@ def group_segments(segments: Sequence[LogSegment], next_bases: Sequence[int], ma
     return groups
 
 
-def clean_log(log_: Log, first_dirty_offset: int | None, now_ms: int, *,
-              max_map_entries: int | None = None) -> CleanResult:
-    """Compact `log_` from its start to the end of its dirty range (no dirty-ratio check:
-    that is the caller's, see `cleanable_stats`). Returns the new first dirty offset."""
+class CleanAborted(Exception):
+    """The pass was abandoned: the broker shuts down, or the log is being deleted."""
+
+
+_NEVER = threading.Event()  # the cancel flag of a pass nobody cancels
+
+
+@dataclass(slots=True, eq=False)
+class CleanJob:
+    """One pass over one log, planned by the thread that owns the log (Kafka's LogToClean
+    with its offsets). It holds a snapshot of everything the pass reads of the log's live
+    state, so `run_clean` may run on another thread; only the swaps touch the log again.
+    """
+
+    log: Log
+    segments: tuple[LogSegment, ...]
+    config: LogConfig
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    now_ms: int
+    producer_last_offsets: Mapping[int, int]
+    max_map_entries: int | None = None
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    # Cleaned segments waiting for their swap, (cleaned, group), when the pass runs on the
+    # cleaner thread.
+    swaps: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    result: CleanResult | None = None
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return self.log.topic, self.log.partition
+
+
+def plan_clean(log_: Log, first_dirty_offset: int | None, now_ms: int, *,
+               max_map_entries: int | None = None) -> CleanJob:
+    """The pass `clean_log` makes, as a job (run it with `run_clean`)."""
     config = log_.config
     if not config.compact:
         raise ValueError(f"{log_}: cleanup.policy {config.cleanup_policy!r} does not compact")
     stats = cleanable_stats(log_, first_dirty_offset, now_ms)
-    start = stats.first_dirty_offset
-    upper = max(stats.first_uncleanable_offset, start)
-    offset_map, end, full = build_offset_map(log_, start, upper, max_map_entries)
-    result = CleanResult(log_.topic, log_.partition, start, end, stats.first_uncleanable_offset,
-                         map_entries=len(offset_map), map_full=full)
+    return CleanJob(log_, log_.segments, config, stats.first_dirty_offset, stats.first_uncleanable_offset,
+                    now_ms, log_.producer_state.last_data_offsets(), max_map_entries)
 
-    segments = log_.segments
+
+def clean_log(log_: Log, first_dirty_offset: int | None, now_ms: int, *,
+              max_map_entries: int | None = None) -> CleanResult:
+    """Compact `log_` from its start to the end of its dirty range (no dirty-ratio check:
+    that is the caller's, see `cleanable_stats`). Returns the new first dirty offset."""
+    job = plan_clean(log_, first_dirty_offset, now_ms, max_map_entries=max_map_entries)
+    return run_clean(job, functools.partial(apply_swap, job))
+
+
+def run_clean(job: CleanJob, swap: Callable[[LogSegment, tuple[LogSegment, ...]], object]) -> CleanResult:
+    """The heavy part of a pass: read the job's segments, build the offset map and write
+    each group's cleaned segment (durably, still `.cleaned`), handing it to `swap`:
+    `apply_swap` at once when the caller owns the log, or a hand-back to its owner.
+
+    Raises CleanAborted soon after `job.cancelled` is set; its unswapped files go with it.
+    """
+    started = time.monotonic()
+    start = job.first_dirty_offset
+    upper = max(job.first_uncleanable_offset, start)
+    log.info("%s: cleaning from offset %d", job.log, start)
+    segments = job.segments
+    offset_map, end, full = _build_offset_map(segments, start, upper, job.max_map_entries, job.cancelled)
+    result = job.result = CleanResult(job.log.topic, job.log.partition, start, end,
+                                      job.first_uncleanable_offset, map_entries=len(offset_map),
+                                      map_full=full)
     nexts = _next_bases(segments)
     count = 0  # segments below `end`, never the active one
     while count < len(segments) - 1 and segments[count].base_offset < end:
         count += 1
-    groups = group_segments(segments[:count], nexts[:count], config.segment_bytes,
-                            config.segment_index_bytes)
-    producer_last_offsets = log_.producer_state.last_data_offsets()
+    groups = group_segments(segments[:count], nexts[:count], job.config.segment_bytes,
+                            job.config.segment_index_bytes)
     for group in groups:
-        _clean_group(log_, group, offset_map, end, now_ms, result, producer_last_offsets)
-    log.info("%s: cleaned up to offset %d: %d records kept, %d removed, %d -> %d bytes",
-             log_, end, result.records_kept, result.records_removed, result.bytes_read,
-             result.bytes_written)
+        cleaned = _clean_group(job, group, offset_map, end, result)
+        if cleaned is not None:
+            swap(cleaned, tuple(group))
+    log.info("%s: cleaned up to offset %d: %d records kept, %d removed, %d -> %d bytes in %d ms",
+             job.log, end, result.records_kept, result.records_removed, result.bytes_read,
+             result.bytes_written, (time.monotonic() - started) * 1000)
     return result
+
+
+def apply_swap(job: CleanJob, cleaned: LogSegment, group: tuple[LogSegment, ...]) -> bool:
+    """Swap a cleaned segment into the job's log; run by the thread that owns the log.
+
+    False, and the cleaned files are dropped, when `group` is no longer exactly a run of
+    the log's segments (retention deleted some meanwhile): the next pass cleans again.
+    """
+    swapped = not job.cancelled.is_set() and job.log.holds_segments(group)
+    try:
+        if swapped:
+            job.log.replace_segments(cleaned, group)
+    except BaseException:
+        if cleaned.suffix == CLEANED_SUFFIX:  # not yet part of the swap: nothing refers to it
+            cleaned.delete_files()
+        else:  # mid-swap: leave the files for the swap completion on the next load
+            cleaned.close_without_index()
+        raise
+    result = job.result
+    if not swapped:
+        cleaned.delete_files()
+        result.swaps_aborted += 1
+        log.info("%s: segments %d..%d changed while they were cleaned; dropping the cleaned copy",
+                 job.log, group[0].base_offset, group[-1].base_offset)
+        return False
+    result.segments_replaced += len(group)
+    result.groups_cleaned += 1
+    return True
 
 
 def _batches_with_last(group: Sequence[LogSegment]) -> Iterator[tuple[int, bytes, bool]]:
@@ -324,10 +424,14 @@ def _batches_with_last(group: Sequence[LogSegment]) -> Iterator[tuple[int, bytes
         yield pending[0], pending[1], True
 
 
-def _clean_group(log_: Log, group: list[LogSegment], offset_map: dict[bytes, int], end: int,
-                 now_ms: int, result: CleanResult, producer_last_offsets: Mapping[int, int]) -> None:
-    config = log_.config
-    cleaned = LogSegment.create(log_.directory, group[0].base_offset, config, now_ms, suffix=CLEANED_SUFFIX)
+def _clean_group(job: CleanJob, group: list[LogSegment], offset_map: dict[bytes, int], end: int,
+                 result: CleanResult) -> LogSegment | None:
+    """Write the cleaned copy of `group` as a flushed `.cleaned` segment; None if nothing
+    in it changes."""
+    config = job.config
+    now_ms = job.now_ms
+    producer_last_offsets = job.producer_last_offsets
+    cleaned = LogSegment.create(job.log.directory, group[0].base_offset, config, now_ms, suffix=CLEANED_SUFFIX)
     changed = len(group) > 1
     try:
         out = bytearray()
@@ -342,6 +446,8 @@ def _clean_group(log_: Log, group: list[LogSegment], offset_map: dict[bytes, int
             entries.clear()
 
         for seg_index, raw, is_last in _batches_with_last(group):
+            if job.cancelled.is_set():
+                raise CleanAborted()
             if seg_index != current:  # one append per source segment, as Kafka does
                 write_out()
                 current = seg_index
@@ -362,20 +468,16 @@ def _clean_group(log_: Log, group: list[LogSegment], offset_map: dict[bytes, int
         write_out()
         if not changed:  # a lone segment with nothing to remove: leave it be
             cleaned.delete_files()
-            return
+            return None
         cleaned.on_become_inactive()
         # Keep the old modification time: retention of a segment without timestamps uses it.
         mtime_ns = os.fstat(group[-1].fd).st_mtime_ns
         os.utime(cleaned.log_path, ns=(mtime_ns, mtime_ns))
-        log_.replace_segments(cleaned, tuple(group))
+        cleaned.flush()  # here, so that the swap's own flush finds nothing left to write
     except BaseException:
-        if cleaned.suffix == CLEANED_SUFFIX:  # not yet part of the swap: nothing refers to it
-            cleaned.delete_files()
-        else:  # mid-swap: leave the files for the swap completion on the next load
-            cleaned.close_without_index()
+        cleaned.delete_files()  # still .cleaned: nothing refers to it
         raise
-    result.segments_replaced += len(group)
-    result.groups_cleaned += 1
+    return cleaned
 
 
 def _filter_batch(raw: bytes, h: BatchHeader, offset_map: dict[bytes, int], end: int, now_ms: int,
@@ -452,7 +554,18 @@ class LogCleaner:
     def clean_once(self, logs: Iterable[Log] | Mapping[TopicPartition, Log],
                    now_ms: int) -> CleanResult | None:
         """Clean the dirtiest eligible log (of a list of logs or a dict of them by
-        (topic, partition)); None if no log is due."""
+        (topic, partition)) on the calling thread; None if no log is due."""
+        job = self.next_job(logs, now_ms)
+        if job is None:
+            return None
+        try:
+            result = run_clean(job, functools.partial(apply_swap, job))
+        except RecordsError as exc:
+            return self.finish(job, error=exc)
+        return self.finish(job, result)
+
+    def next_job(self, logs: Iterable[Log] | Mapping[TopicPartition, Log], now_ms: int) -> CleanJob | None:
+        """The pass over the dirtiest eligible log, or None if no log is due."""
         if isinstance(logs, Mapping):
             logs = logs.values()
         candidates = [lg for lg in logs if (lg.topic, lg.partition) not in self.uncleanable]
@@ -463,15 +576,20 @@ class LogCleaner:
         best = _dirtiest(stats)
         if best is None:
             return None
-        tp = best.topic_partition
-        try:
-            result = clean_log(best.log, best.first_dirty_offset, now_ms,
-                               max_map_entries=self.max_map_entries)
-        except RecordsError:
-            log.exception("%s: cannot clean a log with invalid records; leaving it uncompacted", best.log)
+        return plan_clean(best.log, best.first_dirty_offset, now_ms, max_map_entries=self.max_map_entries)
+
+    def finish(self, job: CleanJob, result: CleanResult | None = None, *,
+               error: RecordsError | None = None) -> CleanResult | None:
+        """Record a finished pass: checkpoint its end, unless a swap was dropped (the next
+        pass cleans the range again), or set aside a log whose records cannot be read."""
+        tp = job.topic_partition
+        if error is not None:
+            log.error("%s: cannot clean a log with invalid records; leaving it uncompacted", job.log,
+                      exc_info=error)
             self.uncleanable.add(tp)
             return None
-        self.checkpoints[tp] = result.new_first_dirty_offset
+        if result.swaps_aborted == 0:
+            self.checkpoints[tp] = result.new_first_dirty_offset
         return result
 
     def update_checkpoint(self, tp: TopicPartition, offset: int) -> None:
@@ -486,3 +604,82 @@ class LogCleaner:
         """The log is gone (topic deleted, replica moved)."""
         self.checkpoints.pop(tp, None)
         self.uncleanable.discard(tp)
+
+
+class CleanerThread:
+    """Runs passes on one background thread (Kafka's `log.cleaner.threads`, 1), so that the
+    thread owning the logs (the broker's event loop) never waits for a clean.
+
+    The owner plans a job (`LogCleaner.next_job`), `submit`s it, and calls `drain` from its
+    periodic work: it swaps in the cleaned segments the pass handed back (`apply_swap`
+    re-checks that their old segments are still the log's) and, once the pass is over,
+    returns it. One pass at a time.
+    """
+
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-cleaner")
+        self.job: CleanJob | None = None
+        self._future: Future | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.job is not None
+
+    def submit(self, job: CleanJob) -> None:
+        if self.job is not None:
+            raise RuntimeError(f"the cleaner is still cleaning {self.job.log}")
+        self.job = job
+        self._future = self._executor.submit(run_clean, job, lambda cleaned, group: job.swaps.put((cleaned, group)))
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the current pass has done its part (its swaps may still be queued)."""
+        if self._future is None:
+            return True
+        return not wait_futures([self._future], timeout).not_done
+
+    def drain(self) -> tuple[CleanJob, CleanResult | BaseException] | None:
+        """Apply the queued swaps; once the pass is over, (job, its result or exception)."""
+        job, future = self.job, self._future
+        if job is None:
+            return None
+        done = future.done()  # before draining: every swap of a finished pass is queued
+        while True:
+            try:
+                cleaned, group = job.swaps.get_nowait()
+            except queue.Empty:
+                break
+            try:
+                apply_swap(job, cleaned, group)
+            except Exception:
+                log.exception("%s: swapping in a cleaned segment failed; abandoning the pass", job.log)
+                job.cancelled.set()  # the remaining cleaned segments are dropped
+                if job.result is not None:
+                    job.result.swaps_aborted += 1
+        if not done:
+            return None
+        self.job = self._future = None
+        error = future.exception()
+        return job, (error if error is not None else future.result())
+
+    def abort(self, timeout: float = 30.0) -> None:
+        """Abandon the current pass: wait (briefly: the pass checks between batches) for the
+        thread to stop reading the log, and drop whatever it cleaned."""
+        job = self.job
+        if job is None:
+            return
+        job.cancelled.set()
+        if not self.wait(timeout):
+            log.warning("%s: the cleaner did not stop within %.0f s", job.log, timeout)
+        while True:
+            try:
+                cleaned, _ = job.swaps.get_nowait()
+            except queue.Empty:
+                break
+            cleaned.delete_files()
+        self.job = self._future = None
+        log.info("%s: cleaning abandoned", job.log)
+
+    def stop(self) -> None:
+        """Abandon any pass and end the thread."""
+        self.abort()
+        self._executor.shutdown(wait=True)

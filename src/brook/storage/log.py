@@ -662,12 +662,28 @@ class Log:
 
     # ------------------------------------------------------------ cleaner support
 
+    def holds_segments(self, segments: tuple[LogSegment, ...]) -> bool:
+        """Whether `segments` (taken from an earlier snapshot) are still exactly a run of
+        this log's inactive segments, i.e. retention deleted none of them since."""
+        current = self._segments
+        try:
+            first = current.index(segments[0])
+        except ValueError:
+            return False
+        end = first + len(segments)
+        return end < len(current) and current[first:end] == segments
+
     def replace_segments(self, new: LogSegment, old: tuple[LogSegment, ...]) -> None:
         """Swap a cleaned segment (suffix .cleaned) in for `old`, crash-safely.
 
         Order, as in Kafka: .cleaned -> .swap (durable), old -> .deleted, .swap -> .log.
         A crash at any point leaves either the old segments or the new one on load.
+        `old` must still be the log's (see `holds_segments`).
         """
+        if not self.holds_segments(old):
+            raise ValueError(f"{self}: segments {old} are no longer the log's")
+        current = self._segments
+        first = current.index(old[0])
         new.flush()
         new.change_suffix(SWAP_SUFFIX)
         _fsync_dir(self.directory)
@@ -677,8 +693,6 @@ class Log:
             self.pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
         new.change_suffix("")
         _fsync_dir(self.directory)
-        current = self._segments
-        first = current.index(old[0])
         self._set_segments(current[:first] + (new,) + current[first + len(old):])
 
     # ------------------------------------------------------------ lifecycle

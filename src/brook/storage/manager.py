@@ -4,6 +4,10 @@ It loads logs at start-up (recovering those not cleanly shut down), creates and 
 them, and runs the periodic work Kafka's log manager runs: flush by time, retention,
 compaction, delayed file deletion and the checkpoints. The work is driven by `tick(now)`
 (sans-I/O: the broker calls it from its event loop, tests call it with a fake clock).
+
+Compaction runs inline in `tick` unless `start_cleaner()` started the cleaner thread: then
+`tick` only plans passes and swaps in what the thread cleaned, so the thread calling `tick`
+stays the only one that changes a log.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ..clock import SYSTEM_CLOCK, Clock
+from ..records.errors import RecordsError
 from .checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
-from .cleaner import LogCleaner
+from .cleaner import CleanAborted, CleanerThread, CleanJob, CleanResult, LogCleaner
 from .config import LogConfig
 from .log import Log, parse_topic_partition
 
@@ -25,6 +30,7 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
+CLEANER_POLL_MS = 100  # how often tick looks for the cleaner thread's swaps
 
 TopicPartition = tuple[str, int]
 
@@ -72,6 +78,7 @@ class LogManager:
         self.logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, str] = {}
         self.cleaner = LogCleaner()
+        self.cleaner_thread: CleanerThread | None = None
         now = clock.milliseconds()
         self._next_run = {
             "flush": now + self.manager_config.flush_scheduler_interval_ms,
@@ -121,8 +128,21 @@ class LogManager:
                 log.info("no logs in %s yet", log_dir)
         self.started = True
 
+    def start_cleaner(self) -> None:
+        """Compact on a background thread from now on (if `log.cleaner.enable`)."""
+        if self.manager_config.cleaner_enable and self.cleaner_thread is None:
+            self.cleaner_thread = CleanerThread()
+
+    def stop_cleaner(self) -> None:
+        """Abandon any pass in progress (recovery removes files it left) and end the thread."""
+        thread, self.cleaner_thread = self.cleaner_thread, None
+        if thread is not None:
+            thread.stop()
+
     def shutdown(self) -> None:
-        """Flush and close every log, write the checkpoints, then the clean-shutdown markers."""
+        """Stop the cleaner, flush and close every log, write the checkpoints, then the
+        clean-shutdown markers."""
+        self.stop_cleaner()
         for lg in self.logs.values():
             lg.flush()
             lg.close()
@@ -174,7 +194,10 @@ class LogManager:
         if lg is None:
             return
         self._dir_of.pop(tp)
-        self.cleaner.checkpoints.pop(tp, None)
+        thread = self.cleaner_thread
+        if thread is not None and thread.job is not None and thread.job.log is lg:
+            thread.abort()  # the thread must not read, or write into, a directory going away
+        self.cleaner.remove(tp)
         lg.delete()
 
     def all_logs(self) -> list[Log]:
@@ -187,13 +210,14 @@ class LogManager:
         now = self.clock.milliseconds() if now is None else now
         mc = self.manager_config
         due = self._next_run
+        self.drain_cleaner()
         if now >= due["flush"]:
             self.flush_dirty_logs(now)
             due["flush"] = now + mc.flush_scheduler_interval_ms
         if now >= due["retention"]:
             self.cleanup_logs(now)
             due["retention"] = now + mc.retention_check_interval_ms
-        if mc.cleaner_enable and now >= due["cleaner"]:
+        if mc.cleaner_enable and now >= due["cleaner"] and self.cleaning is None:
             self.clean_logs(now)
             due["cleaner"] = now + mc.cleaner_backoff_ms
         if now >= due["producer_expiry"]:
@@ -206,14 +230,27 @@ class LogManager:
         if now >= due["start_checkpoint"]:
             self.checkpoint_log_start_offsets()
             due["start_checkpoint"] = now + mc.start_offset_checkpoint_interval_ms
+        cleaning = self.cleaning
         for lg in self.logs.values():
-            if lg.pending_deletes:
+            # The cleaner thread may still read the segments of the log it cleans: their
+            # files are closed once it is done.
+            if lg.pending_deletes and lg is not cleaning:
                 lg.delete_pending_files(now)
 
     def next_due_ms(self) -> int:
         """When `tick` next has something to do (for a runtime that sleeps until then)."""
-        pending = [due for lg in self.logs.values() for due, _ in lg.pending_deletes]
-        return min(list(self._next_run.values()) + pending)
+        cleaning = self.cleaning
+        pending = [due for lg in self.logs.values() if lg is not cleaning for due, _ in lg.pending_deletes]
+        dues = [due for name, due in self._next_run.items() if cleaning is None or name != "cleaner"]
+        if cleaning is not None:
+            dues.append(self.clock.milliseconds() + CLEANER_POLL_MS)
+        return min(dues + pending)
+
+    @property
+    def cleaning(self) -> Log | None:
+        """The log the cleaner thread is cleaning (its swaps not all applied yet), if any."""
+        job = self.cleaner_thread.job if self.cleaner_thread is not None else None
+        return job.log if job is not None else None
 
     def flush_dirty_logs(self, now: int) -> int:
         return sum(lg.flush_if_due(now) for lg in self.logs.values())
@@ -225,8 +262,43 @@ class LogManager:
             deleted += lg.delete_old_segments()
         return deleted
 
-    def clean_logs(self, now: int):
-        return self.cleaner.clean_once(self.logs, now)
+    def clean_logs(self, now: int) -> CleanResult | None:
+        """Compact the dirtiest eligible log. Inline without a cleaner thread (returns the
+        result); with one, hand the pass to the thread (returns None; `tick` swaps in what
+        it cleaned, `drain_cleaner` too)."""
+        thread = self.cleaner_thread
+        if thread is None:
+            return self.cleaner.clean_once(self.logs, now)
+        if not thread.busy:
+            job = self.cleaner.next_job(self.logs, now)
+            if job is not None:
+                thread.submit(job)
+        return None
+
+    def drain_cleaner(self) -> CleanResult | None:
+        """Swap in what the cleaner thread has cleaned; the result once its pass is over."""
+        done = self.cleaner_thread.drain() if self.cleaner_thread is not None else None
+        if done is None:
+            return None
+        job, outcome = done
+        return self._finish_clean(job, outcome)
+
+    def wait_for_cleaner(self, timeout: float | None = None) -> bool:
+        """Wait until the cleaner thread has done its part of the current pass (tools and
+        tests; the broker never waits). True if it has."""
+        return self.cleaner_thread is None or self.cleaner_thread.wait(timeout)
+
+    def _finish_clean(self, job: CleanJob, outcome: CleanResult | BaseException) -> CleanResult | None:
+        if isinstance(outcome, CleanAborted):
+            return None
+        if isinstance(outcome, RecordsError):
+            return self.cleaner.finish(job, error=outcome)
+        if isinstance(outcome, BaseException):
+            log.error("%s: cleaning failed; retrying after log.cleaner.backoff.ms", job.log, exc_info=outcome)
+            return None
+        if self.logs.get(job.topic_partition) is not job.log:
+            return None  # deleted meanwhile
+        return self.cleaner.finish(job, outcome)
 
     def _by_dir(self, value: Callable[[TopicPartition, Log], int]) -> dict[str, dict[TopicPartition, int]]:
         out: dict[str, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
