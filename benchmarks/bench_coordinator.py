@@ -175,18 +175,14 @@ The clients run in the benchmark's process on the same 2-core machine.
   writes a partition through a brook `Broker` and times its `GroupRuntime` loading it, per
   wall-clock second too. The row's notes say which ran.
 
-Noise: other engineers' test runs (brokers, Spark's JVM) share the 2 cores while these
-figures are taken; each part's notes give the machine's load average when it started. In five
-runs made while this text was written (load averages 11 to 20), one case's median commits/s
-differed up to 8× between runs (brook, pipelined, 1 partition: 468 to 3,680), brook's broker
-CPU time per commit up to 2× (1 partition: 117 to 238 µs, the most at the highest loads: CPU
-time too grows when other work shares the cores and their caches), the 50-member rebalance
-median from 93 to 280 ms, single 50-member rounds reached 1.5 s, and one 9.3 s (at a load of
-18, with 6 s session and rebalance timeouts then, whose cause was not seen: the driver now
-notes unusual answers), and the load rate per CPU second of one method by under 10 %; bytes
-per offset do not depend on the load. Read the CPU-time figures first, ratios of throughputs
-within about ±25 % of 1 as a tie, and every time and rate as what a busy machine gave: an idle
-one gives more.
+Noise: the machine may be shared with other work (test runs, brokers, Spark's JVM) while these
+figures are taken; each part's notes give the load average when it started. Runs made at load
+averages of 11 to 20 differed up to 8x in one case's median commits/s (brook, pipelined, 1
+partition: 468 to 3,680) and up to 2x in broker CPU time per commit (CPU time too grows when
+other work shares the cores and their caches); a 50-member rebalance's median ranged from 93 to
+280 ms. The load rate per CPU second varied by under 10 %; bytes per offset do not depend on
+the load. Read the CPU-time figures first, ratios of throughputs within about +-25 % of 1 as a
+tie, and every time and rate as what the machine gave at that load.
 """
 
 
