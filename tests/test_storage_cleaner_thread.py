@@ -165,11 +165,11 @@ def test_retention_deleting_segments_being_cleaned_drops_their_swap(tmp_path):
     shutil.copytree(lg.directory, crashed)
     assert read_all(Log(crashed, config, clock=clock, log_start_offset=start)) == after
 
-    # The next pass starts at the next tick. The files of deleted segments stay open while a
-    # pass may read them, and go once it is over.
+    # The next pass starts at the next tick. It does not read the segments retention
+    # deleted, so their files go at once, while it runs.
     m.tick()
     assert m.cleaning is lg
-    assert [n for n in os.listdir(lg.directory) if n.endswith(".log.deleted")]
+    assert not [n for n in os.listdir(lg.directory) if n.endswith(".log.deleted")]
     assert m.wait_for_cleaner(30)
     m.tick()
     assert m.cleaning is None
@@ -180,6 +180,44 @@ def test_retention_deleting_segments_being_cleaned_drops_their_swap(tmp_path):
     m.shutdown()
     m = manager(tmp_path, clock, config)
     assert read_all(m.get_log("t", 0)) == cleaned
+    m.shutdown()
+
+
+def test_files_of_deleted_segments_stay_open_only_while_a_pass_reads_them(tmp_path, monkeypatch):
+    import brook.storage.cleaner as cleaner_module
+
+    clock = FakeClock()
+    config = COMPACT.with_overrides({"cleanup.policy": "compact,delete", "retention.ms": str(HOUR),
+                                     "file.delete.delay.ms": "0"})
+    m = manager(tmp_path, clock, config)
+    lg = m.get_or_create_log("t", 0)
+    fill(lg, clock, 12)  # old: retention will delete these
+    clock.advance(HOUR // 2)
+    fill(lg, clock, 12)
+    release = threading.Event()
+    real_run_clean = cleaner_module.run_clean
+
+    def held_run_clean(job, swap):
+        release.wait(30)  # the pass has started and holds its snapshot of the segments
+        return real_run_clean(job, swap)
+
+    monkeypatch.setattr(cleaner_module, "run_clean", held_run_clean)
+    m.start_cleaner()
+    m.clean_logs(clock.milliseconds())
+    read = set(map(id, m.cleaner_thread.job.segments))
+    clock.advance(HOUR * 3 // 4)
+    assert m.cleanup_logs(clock.milliseconds()) > 0
+    queued = [seg for _, seg in lg.pending_deletes]
+    assert queued and all(id(seg) in read for seg in queued)  # the pass reads every one of them
+    m.tick()
+    assert [seg for _, seg in lg.pending_deletes] == queued  # kept while the pass may read them
+    assert all(os.path.exists(seg.log_path) for seg in queued)
+    release.set()
+    assert m.wait_for_cleaner(30)
+    m.tick()
+    m.tick()
+    assert m.cleaning is None and not lg.pending_deletes
+    assert not [n for n in os.listdir(lg.directory) if n.endswith(".deleted")]
     m.shutdown()
 
 

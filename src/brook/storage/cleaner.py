@@ -375,6 +375,8 @@ def run_clean(job: CleanJob, swap: Callable[[LogSegment, tuple[LogSegment, ...]]
     groups = group_segments(segments[:count], nexts[:count], job.config.segment_bytes,
                             job.config.segment_index_bytes)
     for group in groups:
+        if job.cancelled.is_set():  # before creating the next file
+            raise CleanAborted()
         cleaned = _clean_group(job, group, offset_map, end, result)
         if cleaned is not None:
             swap(cleaned, tuple(group))
@@ -473,6 +475,8 @@ def _clean_group(job: CleanJob, group: list[LogSegment], offset_map: dict[bytes,
         # Keep the old modification time: retention of a segment without timestamps uses it.
         mtime_ns = os.fstat(group[-1].fd).st_mtime_ns
         os.utime(cleaned.log_path, ns=(mtime_ns, mtime_ns))
+        if job.cancelled.is_set():  # before the flush, the slowest step of a large group
+            raise CleanAborted()
         cleaned.flush()  # here, so that the swap's own flush finds nothing left to write
     except BaseException:
         cleaned.delete_files()  # still .cleaned: nothing refers to it

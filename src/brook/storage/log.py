@@ -647,12 +647,14 @@ class Log:
             raise OffsetOutOfRangeError(offset, self.log_start_offset, self.log_end_offset)
         self.log_start_offset = max(self.log_start_offset, offset)
 
-    def delete_pending_files(self, now: int | None = None, force: bool = False) -> int:
-        """Remove `.deleted` files whose delay has passed (all of them with `force`)."""
+    def delete_pending_files(self, now: int | None = None, force: bool = False,
+                             in_use: frozenset[int] = frozenset()) -> int:
+        """Remove `.deleted` files whose delay has passed (all of them with `force`), except
+        those of segments whose id is in `in_use` (a cleaner pass still reads them)."""
         now = self.clock.milliseconds() if now is None else now
         keep, done = [], 0
         for due, seg in self.pending_deletes:
-            if force or due <= now:
+            if (force or due <= now) and id(seg) not in in_use:
                 seg.delete_files()
                 done += 1
             else:
@@ -687,13 +689,16 @@ class Log:
         new.flush()
         new.change_suffix(SWAP_SUFFIX)
         _fsync_dir(self.directory)
-        now = self.clock.milliseconds()
+        # The swap is durable from here on (a load completes it), so the log serves the new
+        # segment at once: if a rename below fails, no replaced segment stays live while its
+        # file is queued for deletion (its descriptor closed under readers).
+        self._set_segments(current[:first] + (new,) + current[first + len(old):])
+        due = self.clock.milliseconds() + self.config.file_delete_delay_ms
         for seg in old:
+            self.pending_deletes.append((due, seg))
             seg.change_suffix(DELETED_SUFFIX)
-            self.pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
         new.change_suffix("")
         _fsync_dir(self.directory)
-        self._set_segments(current[:first] + (new,) + current[first + len(old):])
 
     # ------------------------------------------------------------ lifecycle
 

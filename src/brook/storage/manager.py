@@ -230,21 +230,27 @@ class LogManager:
         if now >= due["start_checkpoint"]:
             self.checkpoint_log_start_offsets()
             due["start_checkpoint"] = now + mc.start_offset_checkpoint_interval_ms
-        cleaning = self.cleaning
+        in_use = self._read_by_cleaner()
         for lg in self.logs.values():
-            # The cleaner thread may still read the segments of the log it cleans: their
-            # files are closed once it is done.
-            if lg.pending_deletes and lg is not cleaning:
-                lg.delete_pending_files(now)
+            if lg.pending_deletes:
+                lg.delete_pending_files(now, in_use=in_use)
 
     def next_due_ms(self) -> int:
         """When `tick` next has something to do (for a runtime that sleeps until then)."""
         cleaning = self.cleaning
-        pending = [due for lg in self.logs.values() if lg is not cleaning for due, _ in lg.pending_deletes]
+        in_use = self._read_by_cleaner()
+        pending = [due for lg in self.logs.values() for due, seg in lg.pending_deletes
+                   if id(seg) not in in_use]
         dues = [due for name, due in self._next_run.items() if cleaning is None or name != "cleaner"]
         if cleaning is not None:
             dues.append(self.clock.milliseconds() + CLEANER_POLL_MS)
         return min(dues + pending)
+
+    def _read_by_cleaner(self) -> frozenset[int]:
+        """The ids of the segments the cleaner thread's pass reads: their files stay open
+        until the pass is over, even when retention or a swap queued them for deletion."""
+        job = self.cleaner_thread.job if self.cleaner_thread is not None else None
+        return frozenset(map(id, job.segments)) if job is not None else frozenset()
 
     @property
     def cleaning(self) -> Log | None:
