@@ -665,14 +665,18 @@ class CleanerThread:
         error = future.exception()
         return job, (error if error is not None else future.result())
 
-    def abort(self, timeout: float = 30.0) -> None:
+    def abort(self, timeout: float = 30.0) -> Future | None:
         """Abandon the current pass: wait (briefly: the pass checks between batches) for the
-        thread to stop reading the log, and drop whatever it cleaned."""
+        thread to stop reading the log, and drop whatever it cleaned. None once the thread
+        has stopped; the pass's future when it did not stop within ``timeout`` (it still
+        holds the log's files: it ends at its next check)."""
         job = self.job
         if job is None:
-            return
+            return None
         job.cancelled.set()
-        if not self.wait(timeout):
+        future = self._future
+        stopped = self.wait(timeout)
+        if not stopped:
             log.warning("%s: the cleaner did not stop within %.0f s", job.log, timeout)
         while True:
             try:
@@ -682,6 +686,7 @@ class CleanerThread:
             cleaned.delete_files()
         self.job = self._future = None
         log.info("%s: cleaning abandoned", job.log)
+        return None if stopped else future
 
     def stop(self) -> None:
         """Abandon any pass and end the thread."""

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -31,6 +34,9 @@ LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 CLEANER_POLL_MS = 100  # how often tick looks for the cleaner thread's swaps
+# How long deleting a log waits, on the caller's thread, for a pass over it to stop.
+DELETE_WAIT_FOR_CLEANER_S = 5.0
+DELETE_DIR_SUFFIX = "-delete"  # Kafka's suffix for a log directory being deleted
 
 TopicPartition = tuple[str, int]
 
@@ -107,6 +113,9 @@ class LogManager:
             for name in sorted(os.listdir(log_dir)):
                 path = os.path.join(log_dir, name)
                 if not os.path.isdir(path):
+                    continue
+                if name.endswith(DELETE_DIR_SUFFIX):  # a deletion a crash interrupted
+                    shutil.rmtree(path, ignore_errors=True)
                     continue
                 try:
                     tp = parse_topic_partition(name)
@@ -194,10 +203,14 @@ class LogManager:
         if lg is None:
             return
         self._dir_of.pop(tp)
+        self.cleaner.remove(tp)
         thread = self.cleaner_thread
         if thread is not None and thread.job is not None and thread.job.log is lg:
-            thread.abort()  # the thread must not read, or write into, a directory going away
-        self.cleaner.remove(tp)
+            # The thread must not read, or write into, a directory going away.
+            running = thread.abort(DELETE_WAIT_FOR_CLEANER_S)
+            if running is not None:
+                _delete_under_cleaner(lg, running)
+                return
         lg.delete()
 
     def all_logs(self) -> list[Log]:
@@ -325,3 +338,21 @@ class LogManager:
         for log_dir, entries in self._by_dir(lambda tp, lg: cps.get(tp, -1)).items():
             write_checkpoint(os.path.join(log_dir, CLEANER_CHECKPOINT),
                              {tp: o for tp, o in entries.items() if o >= 0})
+
+
+def _delete_under_cleaner(lg: Log, running: Future) -> None:
+    """Delete a log whose files a cleaner pass still reads: the directory leaves its name at
+    once (a topic created again gets a fresh one; the pass cannot create files in it any
+    more) and its files are unlinked, but their descriptors are closed only when the pass is
+    over: closed now, their numbers could go to other files while the thread reads them."""
+    doomed = f"{lg.directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    os.rename(lg.directory, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+    segments = list(lg.segments) + [seg for _, seg in lg.pending_deletes]
+
+    def close(_: Future) -> None:
+        for seg in segments:
+            seg.close_without_index()
+
+    running.add_done_callback(close)
+
