@@ -124,6 +124,54 @@ def _walker(cls: type) -> Walk:
     return scope["walk"]
 
 
+# The generated code's pieces; `_put` indents them and fills in their names.
+_FLEXIBLE_COUNT = """\
+{n} = buf[pos] - 1
+if {n} < 127:
+    pos += 1
+else:
+    {n}, pos = uvarint(buf, pos, end)
+    {n} -= 1
+"""
+_CLASSIC_COUNT = """\
+{n} = I32(buf, pos)[0]
+pos += 4
+if {n} < -1:
+    raise BoundsError('an array count of %d' % {n})
+"""
+_ROOM_FOR_ELEMENTS = """\
+if {n} > 0:
+    if {n} * {least} > end - pos:
+        raise BoundsError('an array of %d elements with %d bytes left' % ({n}, end - pos))
+"""
+_FLEXIBLE_LENGTH = """\
+m = buf[pos]
+if m < 128:
+    pos += m if m else 1
+else:
+    m, pos = uvarint(buf, pos, end)
+    pos += m - 1 if m else 0
+"""
+_CLASSIC_LENGTH = """\
+m = {unpack}(buf, pos)[0]
+pos += {size}
+if m > 0:
+    pos += m
+elif m < -1:
+    raise BoundsError('a length of %d' % m)
+"""
+_TAGGED_FIELDS = """\
+if buf[pos]:
+    pos = tagged(buf, pos, end)
+else:
+    pos += 1
+"""
+
+
+def _put(out: list[str], pad: str, piece: str, **names: object) -> None:
+    out.extend(pad + line for line in piece.format(**names).splitlines())
+
+
 def _emit(cls: type, out: list[str], depth: int, counter: list[int]) -> None:
     pad = "    " * depth
     flexible = cls.__flexible__
@@ -147,21 +195,15 @@ def _emit(cls: type, out: list[str], depth: int, counter: list[int]) -> None:
             flush()
             counter[0] += 1
             n = f"n{counter[0]}"
-            _emit_count(out, pad, n, flexible)
-            if isinstance(kind, EntityTupleField):
-                least = _least(kind.type_)
-            else:
-                least = _FIXED.get(kafka_type) or (1 if flexible else
-                                                   2 if kafka_type == "string" else 4)
-            out.append(f"{pad}if {n} > 0:")
-            out.append(f"{pad}    if {n} * {least} > end - pos:")
-            out.append(f"{pad}        raise BoundsError(f'an array of {{{n}}} elements with "
-                       f"{{end - pos}} bytes left')")
-            if not isinstance(kind, EntityTupleField) and kafka_type in _FIXED:
+            entities = isinstance(kind, EntityTupleField)
+            least = _least(kind.type_) if entities else _least_of(kafka_type, flexible)
+            _put(out, pad, _FLEXIBLE_COUNT if flexible else _CLASSIC_COUNT, n=n)
+            _put(out, pad, _ROOM_FOR_ELEMENTS, n=n, least=least)
+            if not entities and kafka_type in _FIXED:
                 out.append(f"{pad}    pos += {n} * {_FIXED[kafka_type]}")
                 continue
             out.append(f"{pad}    for _ in range({n}):")
-            if isinstance(kind, EntityTupleField):
+            if entities:
                 _emit(kind.type_, out, depth + 2, counter)
             else:
                 _emit_variable(out, pad + "        ", kafka_type, flexible)
@@ -172,49 +214,26 @@ def _emit(cls: type, out: list[str], depth: int, counter: list[int]) -> None:
             _emit_variable(out, pad, kafka_type, flexible)
     flush()
     if flexible:
-        out.append(f"{pad}if buf[pos]:")
-        out.append(f"{pad}    pos = tagged(buf, pos, end)")
-        out.append(f"{pad}else:")
-        out.append(f"{pad}    pos += 1")
-
-
-def _emit_count(out: list[str], pad: str, n: str, flexible: bool) -> None:
-    if flexible:
-        out.append(f"{pad}{n} = buf[pos] - 1")
-        out.append(f"{pad}if {n} < 127:")
-        out.append(f"{pad}    pos += 1")
-        out.append(f"{pad}else:")
-        out.append(f"{pad}    {n}, pos = uvarint(buf, pos, end)")
-        out.append(f"{pad}    {n} -= 1")
-    else:
-        out.append(f"{pad}{n} = I32(buf, pos)[0]")
-        out.append(f"{pad}pos += 4")
-        out.append(f"{pad}if {n} < -1:")
-        out.append(f"{pad}    raise BoundsError(f'an array count of {{{n}}}')")
+        _put(out, pad, _TAGGED_FIELDS)
 
 
 def _emit_variable(out: list[str], pad: str, kafka_type: str, flexible: bool) -> None:
     """A string, bytes or records field: its length, then skip it."""
     if flexible:
-        out.append(f"{pad}m = buf[pos]")
-        out.append(f"{pad}if m < 128:")
-        out.append(f"{pad}    pos += m if m else 1")
-        out.append(f"{pad}else:")
-        out.append(f"{pad}    m, pos = uvarint(buf, pos, end)")
-        out.append(f"{pad}    pos += m - 1 if m else 0")
-        return
-    if kafka_type == "string":
-        out.append(f"{pad}m = I16(buf, pos)[0]")
-        out.append(f"{pad}pos += 2")
+        _put(out, pad, _FLEXIBLE_LENGTH)
+    elif kafka_type == "string":
+        _put(out, pad, _CLASSIC_LENGTH, unpack="I16", size=2)
     elif kafka_type in ("bytes", "records"):
-        out.append(f"{pad}m = I32(buf, pos)[0]")
-        out.append(f"{pad}pos += 4")
+        _put(out, pad, _CLASSIC_LENGTH, unpack="I32", size=4)
     else:
         raise TypeError(f"no walk for kafka type {kafka_type!r}")
-    out.append(f"{pad}if m > 0:")
-    out.append(f"{pad}    pos += m")
-    out.append(f"{pad}elif m < -1:")
-    out.append(f"{pad}    raise BoundsError(f'a length of {{m}}')")
+
+
+def _least_of(kafka_type: str | None, flexible: bool) -> int:
+    """The fewest bytes a field of a primitive type takes (a variable one: its length)."""
+    if kafka_type in _FIXED:
+        return _FIXED[kafka_type]
+    return 1 if flexible else (2 if kafka_type == "string" else 4)
 
 
 @cache
@@ -231,8 +250,6 @@ def _least(cls: type) -> int:
             total += _least(kind.type_)
         elif kind.is_array or isinstance(kind, EntityTupleField):
             total += 1 if flexible else 4
-        elif kafka_type in _FIXED:
-            total += _FIXED[kafka_type]
         else:
-            total += 1 if flexible else (2 if kafka_type == "string" else 4)
+            total += _least_of(kafka_type, flexible)
     return max(total, 1)
