@@ -1,12 +1,13 @@
 """One segment of a partition log: a .log file of v2 batches plus its two sparse indexes.
 
 The file descriptor is opened with O_APPEND: appends are plain `write`s of the batches as
-received (offsets already rewritten), reads are `pread`s of batch headers, and fetches hand
-(fd, position, length) regions to `sendfile`.
+received (offsets already rewritten), into disk blocks reserved ahead of them (storage.reserve);
+reads are `pread`s of batch headers, and fetches hand (fd, position, length) regions to `sendfile`.
 """
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
@@ -25,6 +26,7 @@ from ..records.errors import CorruptRecordError, RecordsError
 from .config import LogConfig
 from .errors import KafkaStorageError
 from .index import CorruptIndexError, OffsetIndex, TimeIndex
+from .reserve import ahead, release, reserve
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -42,6 +44,8 @@ _MAX_TS = struct.Struct(">q")
 _ATTRS = struct.Struct(">h")
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _IOV_MAX = 1024
+log = logging.getLogger(__name__)
+_CANNOT_RESERVE = 1 << 62  # reserved_to of a segment whose file system cannot reserve
 
 
 def _write_joined(fd: int, pieces: list) -> int:
@@ -101,6 +105,7 @@ class LogSegment:
         self.next_offset = base_offset  # exact for the active segment
         self.index_full = False  # set when an index reaches segment.index.bytes
         self.closed = False
+        self.reserved_to = size  # disk blocks are reserved up to here (storage.reserve)
 
     # ------------------------------------------------------------ files
 
@@ -164,6 +169,8 @@ class LogSegment:
         else:
             expected = len(data)
             write = os.write
+        if start + expected > self.reserved_to:
+            self._reserve(start + expected)
         try:
             written = write(self.fd, data)
         except OSError as exc:
@@ -180,6 +187,8 @@ class LogSegment:
         """append() of one batch given as its rewritten 16-byte prefix and the rest as
         received, with one `writev`: the Produce hot path, which builds no lists."""
         start = self.size
+        if start + size > self.reserved_to:
+            self._reserve(start + size)
         try:
             written = os.writev(self.fd, (prefix, rest))
         except OSError as exc:
@@ -191,6 +200,25 @@ class LogSegment:
         self._index_batch(start, base_offset, last_offset, max_timestamp, size)
         self.size = start + size
         self.next_offset = last_offset + 1
+
+    def _reserve(self, end: int) -> None:
+        """Reserve blocks past `end` (as many as the segment holds, within storage.reserve's
+        bounds, and not past segment.bytes) before a write that goes beyond the reservation."""
+        target = min(end + ahead(end), max(end, self.config.segment_bytes))
+        if reserve(self.fd, self.size, target - self.size):
+            self.reserved_to = target
+        else:
+            self.reserved_to = _CANNOT_RESERVE
+
+    def _release_reserved(self) -> None:
+        """Give back blocks reserved past the end: the segment takes no more appends."""
+        if self.size < self.reserved_to < _CANNOT_RESERVE:
+            try:
+                release(self.fd, self.size)
+            except OSError as exc:  # only disk space is at stake, until the file is deleted
+                log.warning("could not release space reserved past %s: %s", self.log_path, exc)
+        if self.reserved_to < _CANNOT_RESERVE:
+            self.reserved_to = self.size
 
     def _index_batches(self, batches: Sequence[BatchEntry], start: int) -> None:
         """The index bookkeeping of appended batches, `start` being where they begin."""
@@ -243,7 +271,9 @@ class LogSegment:
         return now_ms - self.created_ms > config.segment_ms
 
     def on_become_inactive(self) -> None:
-        """The segment was rolled: record its final max timestamp and write its indexes."""
+        """The segment was rolled: record its final max timestamp, write its indexes and
+        give back the disk space reserved past its end."""
+        self._release_reserved()
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
         self.index.flush(sync=False)
@@ -263,8 +293,9 @@ class LogSegment:
         if loc is None:
             return 0
         removed = self.size - loc.position
-        os.ftruncate(self.fd, loc.position)
+        os.ftruncate(self.fd, loc.position)  # frees reserved blocks too
         self.size = loc.position
+        self.reserved_to = min(self.reserved_to, loc.position)
         self.index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.index_full = self.index.is_full or self.time_index.is_full
@@ -390,6 +421,7 @@ class LogSegment:
         truncated = size - valid
         if truncated:
             os.ftruncate(self.fd, valid)
+            self.reserved_to = min(self.reserved_to, valid)
         self.size = 0
         self.next_offset = self.base_offset
         if entries:
@@ -423,6 +455,7 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
         self.index.flush(sync=False)
         self.time_index.flush(sync=False)
+        self._release_reserved()
         os.close(self.fd)
         self.closed = True
 
