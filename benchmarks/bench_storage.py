@@ -16,7 +16,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from crc32c import crc32c
+from brook.records.crc import crc32c
 
 from brook.records.batch import Record, encode_batch
 from brook.storage.config import LogConfig

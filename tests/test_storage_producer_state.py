@@ -6,7 +6,7 @@ import os
 import struct
 
 import pytest
-from crc32c import crc32c
+from brook.records.crc import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from crc32c import crc32c
+from ..records.crc import crc32c
 
 from ..records.batch import HEADER_SIZE, HEADER_STRUCT, MAGIC_V2, decode_records
 from ..records.errors import RecordsError

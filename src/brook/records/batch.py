@@ -24,7 +24,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from crc32c import crc32c
+from .crc import crc32c
 
 from .compression import Codec, codec_of, compress, decompress
 from .errors import CorruptRecordError, TruncatedBatchError

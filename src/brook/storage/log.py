@@ -15,7 +15,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from crc32c import crc32c
+from ..records.crc import crc32c
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..records.batch import (

@@ -45,7 +45,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, NamedTuple
 
-from crc32c import crc32c
+from ..records.crc import crc32c
 
 from ..records.batch import CONTROL_BIT, NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP
 from .errors import InvalidProducerEpochError, OutOfOrderSequenceError
