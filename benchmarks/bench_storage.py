@@ -21,6 +21,7 @@ from brook.records.crc import crc32c
 from brook.records.batch import Record, encode_batch
 from brook.storage.config import LogConfig
 from brook.storage.log import Log
+from brook.storage.reserve import ahead, reserve
 
 REPO = Path(__file__).resolve().parent.parent
 WORK_ROOT = REPO / "bench-data"  # git-ignored, on the same file system as the repository
@@ -46,7 +47,8 @@ bytes, in a fresh directory under `bench-data/` on the repository's file system.
 - **Data**: batches of {RECORDS_PER_BATCH} records × {RECORD_SIZE} B values (uncompressed, no keys),
   built once with `encode_batch`, so encoding is not measured; {BATCHES:,} batches per side per round.
 - **Append**: `Log.append(batch)` once per batch (header check, CRC-32C check, offset
-  assignment, index upkeep, `os.write`) against `os.write` of the same bytes to a file opened
+  assignment, index upkeep, one `os.writev` into disk blocks the log reserves ahead of its
+  active segment with `fallocate`) against `os.write` of the same bytes to a file opened
   with `O_APPEND`. In each round a new log and a new file grow side by side: the sides take
   turns in {STEPS} slices of the work (rotating which goes first), so all see the same
   page-cache and writeback state and the same load from other processes. No side
@@ -57,7 +59,9 @@ bytes, in a fresh directory under `bench-data/` on the repository's file system.
   separate per-call from per-batch costs. The *validated write* row is a third side of the
   one-batch rounds doing only what no validating, copy-free append can skip (the CRC-32C
   check and one `os.writev` of a rewritten 16-byte prefix plus the rest of the batch): the
-  gap between it and `os.write` is not brook's bookkeeping.
+  gap between it and `os.write` is not brook's bookkeeping. The *reserved blocks* row is a
+  fourth side: `os.write` alone into blocks reserved ahead as the log reserves them, the
+  fastest a plain write gets here; brook's bookkeeping is the gap to it.
 - **Sequential read**: the data of the last append round, from the page cache:
   `Log.read(offset, max_bytes=1 MiB)` and the bytes of its region (`os.pread`, or `os.sendfile`
   to `/dev/null` as the network path does), moving the offset past the whole batches of each
@@ -103,11 +107,12 @@ def _append_round(work: str, data: bytes, calls: int, tag: str, keep: bool = Fal
                   validated: bool = False):
     """A new Log and new O_APPEND files grow side by side by `calls` appends of `data`.
 
-    Returns (brook seconds, os.write seconds, validated-write seconds or None, log, path);
-    the files are deleted unless `keep`. With `validated` (`data` must be one batch), a third
-    side does what any append that checks batches and rewrites their offsets without copying
-    them cannot avoid: a memoryview, the CRC-32C check, a new 16-byte prefix and one
-    `os.writev` of it with the rest of the batch.
+    Returns (brook seconds, os.write seconds, (validated-write seconds, reserved-write
+    seconds) or None, log, path); the files are deleted unless `keep`. With `validated`
+    (`data` must be one batch), a third side does what any append that checks batches and
+    rewrites their offsets without copying them cannot avoid: a memoryview, the CRC-32C check,
+    a new 16-byte prefix and one `os.writev` of it with the rest of the batch; and a fourth
+    does only `os.write`, into blocks reserved ahead as the log reserves them.
     """
     os.sync()  # no dirty pages of an earlier round are being written back
     lg = Log(os.path.join(work, f"bench{tag}-0"), LogConfig())
@@ -116,6 +121,10 @@ def _append_round(work: str, data: bytes, calls: int, tag: str, keep: bool = Fal
     checked_path = os.path.join(work, f"checked{tag}.log")
     checked_fd = os.open(checked_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644) \
         if validated else -1
+    reserved_path = os.path.join(work, f"reserved{tag}.log")
+    reserved_fd = os.open(reserved_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644) \
+        if validated else -1
+    reserved = [0, 0]  # bytes written, bytes reserved
     append, write, clock = lg.append, os.write, time.perf_counter
     writev, prefix, crc = os.writev, struct.Struct(">qii").pack, struct.unpack_from(">I", data, 17)[0]
 
@@ -140,22 +149,41 @@ def _append_round(work: str, data: bytes, calls: int, tag: str, keep: bool = Fal
             writev(checked_fd, (prefix(i, len(data) - 12, -1), view[16:]))
         return clock() - t0
 
+    def plain_reserved(n: int) -> float:
+        size = len(data)
+        written, reserved_to = reserved
+        t0 = clock()
+        for _ in range(n):
+            if written + size > reserved_to:
+                end = written + size
+                reserved_to = end + ahead(end)
+                if not reserve(reserved_fd, written, reserved_to - written):
+                    raise RuntimeError("this file system cannot reserve blocks")
+            write(reserved_fd, data)
+            written += size
+        elapsed = clock() - t0
+        reserved[:] = written, reserved_to
+        return elapsed
+
     block = max(1, calls // STEPS)
     sizes = [min(block, calls - done) for done in range(0, calls, block)]
     sides = [[partial(brook, n) for n in sizes], [partial(plain, n) for n in sizes]]
     if validated:
         sides.append([partial(checked, n) for n in sizes])
+        sides.append([partial(plain_reserved, n) for n in sizes])
     try:
         tb, to, *tc = _interleaved(*sides)
     finally:
         os.close(fd)
         if validated:
             os.close(checked_fd)
+            os.close(reserved_fd)
     assert lg.size == os.path.getsize(path) == calls * len(data)
-    tc = tc[0] if tc else None
+    tc = tuple(tc) if tc else None
     if validated:
-        assert os.path.getsize(checked_path) == calls * len(data)
-        os.unlink(checked_path)
+        for extra in (checked_path, reserved_path):
+            assert os.path.getsize(extra) == calls * len(data)
+            os.unlink(extra)
     if keep:
         return tb, to, tc, lg, path
     lg.delete()
@@ -305,15 +333,24 @@ def run() -> list[dict]:
                                     notes=notes))
                 results.append(dict(name="append, batches/s", value=b_mb * MB / size, unit="batches/s",
                                     peer=peer_append, peer_value=o_mb * MB / size, command=COMMAND))
-                mb_c = [total / t / MB for t in tc]
+                mb_c = [total / t / MB for t, _ in tc]
+                mb_r = [total / t / MB for _, t in tc]
                 results.append(dict(
                     name="append vs the validated write (informational)", value=b_mb, unit="MB/s",
                     peer="CRC-32C check + os.writev", peer_value=_median(mb_c), command=COMMAND,
                     notes=(f"the third side of the same rounds: per batch a memoryview, the CRC-32C "
                            f"check, a new 16-byte prefix and one os.writev of it with the rest, "
                            f"without offsets, indexes or checks of the header; rounds "
-                           f"{_list(mb_c)} MB/s, {_median(tc) / calls * 1e6:.1f} µs per batch; "
-                           f"it reaches {_median(mb_c) / o_mb:.2f} of os.write")))
+                           f"{_list(mb_c)} MB/s, {_median([t for t, _ in tc]) / calls * 1e6:.1f} µs "
+                           f"per batch; it reaches {_median(mb_c) / o_mb:.2f} of os.write")))
+                results.append(dict(
+                    name="append vs os.write into reserved blocks (informational)", value=b_mb,
+                    unit="MB/s", peer="os.write, O_APPEND, blocks reserved ahead", peer_value=_median(mb_r),
+                    command=COMMAND,
+                    notes=(f"the fourth side of the same rounds: os.write alone, into blocks reserved "
+                           f"ahead with brook.storage.reserve as the log's active segment does; rounds "
+                           f"{_list(mb_r)} MB/s, {_median([t for _, t in tc]) / calls * 1e6:.1f} µs per "
+                           f"batch; it reaches {_median(mb_r) / o_mb:.2f} of plain os.write")))
             else:
                 results.append(dict(name=f"append, {per_call} batches per call (informational)",
                                     value=b_mb, unit="MB/s", peer=peer_append, peer_value=o_mb,
