@@ -16,7 +16,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
 from brook.protocol.messages import make
-from brook.records import Record, encode_batch
+from brook.records import Codec, Record, encode_batch
+from brook.records.legacy import LegacyMessage, encode_message_set
 from kafka_wire import WireClient, request_class
 
 T0 = timedelta(0)
@@ -132,6 +133,28 @@ def test_produce_errors_are_per_partition_and_the_rest_is_applied(client):
     assert resp[7].error_code == ErrorCode.unknown_topic_or_partition
     again = produce(client, "mixed", {0: batch(1)})
     assert again[0].base_offset == 2
+
+
+def test_produce_takes_exactly_one_v2_batch_per_partition(client):
+    """As Kafka: two batches, no batch, or a legacy message set are INVALID_RECORD, and
+    nothing of them is written."""
+    assert create_topic(client, "one-batch", 1).error_code == ErrorCode.none
+    legacy = encode_message_set([LegacyMessage(0, 1, timestamp=1000, key=b"k", value=b"v")], magic=1)
+    for records in (batch(1) + batch(1), b"", legacy):
+        resp = produce(client, "one-batch", {0: records})
+        assert resp[0].error_code == ErrorCode.invalid_record, records[:20]
+    resp = produce(client, "one-batch", {0: batch(2)})
+    assert resp[0].error_code == ErrorCode.none and resp[0].base_offset == 0
+
+
+def test_zstd_needs_produce_v7(client):
+    assert create_topic(client, "zstd-versions", 1).error_code == ErrorCode.none
+    zstd = batch(2, codec=Codec.ZSTD)
+    assert produce(client, "zstd-versions", {0: zstd}, version=6)[0].error_code == \
+        ErrorCode.unsupported_compression_type
+    ok = produce(client, "zstd-versions", {0: zstd}, version=7)[0]
+    assert ok.error_code == ErrorCode.none and ok.base_offset == 0
+    assert produce(client, "zstd-versions", {0: batch(1, codec=Codec.LZ4)}, version=3)[0].base_offset == 2
 
 
 def test_large_produce_requests_round_trip(client):

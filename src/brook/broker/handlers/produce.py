@@ -1,15 +1,21 @@
-"""Produce: append each partition's batches; errors are per partition and the rest of the
+"""Produce: append each partition's batch; errors are per partition and the rest of the
 request is still applied. acks=0 gets no response; if any partition failed, the
-connection is closed instead, which is how Kafka tells such a producer to refresh."""
+connection is closed instead, which is how Kafka tells such a producer to refresh.
+
+As in Kafka, a partition's records must be exactly one v2 batch (INVALID_RECORD), and zstd
+needs Produce v7+ (UNSUPPORTED_COMPRESSION_TYPE)."""
 
 from __future__ import annotations
 
 import logging
+import struct
 from datetime import datetime, timezone
 
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
+from ...records.batch import ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
+from ...records.compression import CODEC_MASK, Codec
 from ..errors import error_code_for
 from ..metadata import MetadataError
 from . import Api
@@ -18,6 +24,8 @@ from .common import NO_THROTTLE
 log = logging.getLogger(__name__)
 
 API_KEY = 0
+_FIRST_ZSTD_VERSION = 7
+_LENGTH = struct.Struct(">i")
 _LOGGED_CODES = {ErrorCode.corrupt_message, ErrorCode.kafka_storage_error, ErrorCode.unknown_server_error}
 
 
@@ -57,6 +65,8 @@ async def handle(broker, request, connection):
                 code = ErrorCode.transactional_id_authorization_failed  # no transactions yet
             elif pd.records is None:
                 code = ErrorCode.invalid_record
+            elif (refusal := refuse_records(pd.records, version)) is not None:
+                code, detail = refusal
             else:
                 try:
                     info = partition.append(pd.records)
@@ -85,6 +95,25 @@ async def handle(broker, request, connection):
             raise CloseConnection("acks=0 produce failed")
         return None
     return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=NO_THROTTLE)
+
+
+def refuse_records(records: bytes, version: int) -> tuple[ErrorCode, str] | None:
+    """Kafka's checks of one partition's records before the log sees them (Produce v3+):
+    one batch, of magic 2, not zstd before v7. A torn or corrupt batch is the log's to
+    refuse (CORRUPT_MESSAGE)."""
+    if len(records) <= MAGIC_OFFSET:
+        return ErrorCode.invalid_record, f"Produce v{version} needs one record batch per partition"
+    if records[MAGIC_OFFSET] != MAGIC_V2:
+        return (ErrorCode.invalid_record,
+                f"Produce v{version} takes record batches of magic 2, not {records[MAGIC_OFFSET]}")
+    if len(records) > ATTRIBUTES_OFFSET + 1 and version < _FIRST_ZSTD_VERSION \
+            and records[ATTRIBUTES_OFFSET + 1] & CODEC_MASK == Codec.ZSTD:
+        return (ErrorCode.unsupported_compression_type,
+                f"zstd needs Produce v{_FIRST_ZSTD_VERSION} or later, not v{version}")
+    (length,) = _LENGTH.unpack_from(records, 8)
+    if len(records) > LOG_OVERHEAD + length >= LOG_OVERHEAD:
+        return ErrorCode.invalid_record, f"Produce v{version} takes exactly one record batch per partition"
+    return None
 
 
 APIS = [Api(API_KEY, "Produce", 3, 9, handle)]
