@@ -12,20 +12,29 @@ Where the platform or file system cannot reserve, appends are plain writes as be
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import sys
 
 _FALLOC_FL_KEEP_SIZE = 0x01
 MIN_AHEAD = 64 * 1024  # a quiet partition's active segment holds at most this much unused
 MAX_AHEAD = 8 * 1024 * 1024  # a busy one asks again every 8 MiB
+# Failures a file system answers before allocating anything; after any other (ENOSPC,
+# EDQUOT, EIO, ...) it may have kept some blocks: ext4 keeps every block a failed call got.
+_NOTHING_ALLOCATED = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.ESPIPE, errno.ENODEV,
+                                errno.EBADF, errno.EINVAL, errno.EPERM, errno.EISDIR})
 
 
 def _load_fallocate():
     if not sys.platform.startswith("linux"):
         return None
     try:
-        fallocate = ctypes.CDLL(None, use_errno=True).fallocate
-    except (OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    # fallocate64 takes 64-bit offsets everywhere; plain fallocate only where off_t is 64-bit.
+    fallocate = getattr(libc, "fallocate64", None) or getattr(libc, "fallocate", None)
+    if fallocate is None:
         return None
     fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
     fallocate.restype = ctypes.c_int
@@ -45,10 +54,27 @@ def reserve(fd: int, offset: int, length: int) -> bool:
     """Reserve blocks for [offset, offset + length) without changing the file's size.
 
     False when it cannot be done here (not Linux, a file system without fallocate, no
-    space left): the caller stops asking and its writes allocate as they go."""
+    space left): the caller stops asking and its writes allocate as they go. A failed call
+    leaves nothing reserved past the file's end: what the file system allocated before it
+    gave up (ext4 out of space keeps all it found) is given back at once, or it would stay
+    allocated, unseen, until the file is deleted."""
     if _fallocate is None:
         return False
-    return _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0
+    if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return True
+    if ctypes.get_errno() not in _NOTHING_ALLOCATED:
+        try:
+            release(fd, os.fstat(fd).st_size)
+        except OSError:
+            pass
+    return False
+
+
+def allocated_past_end(st: os.stat_result) -> bool:
+    """Whether a file (its fstat) has disk blocks past its end, e.g. a reservation a crash
+    left behind."""
+    block = st.st_blksize or 4096
+    return st.st_blocks * 512 > -(-st.st_size // block) * block
 
 
 def release(fd: int, size: int) -> None:

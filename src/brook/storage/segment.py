@@ -26,7 +26,7 @@ from ..records.errors import CorruptRecordError, RecordsError
 from .config import LogConfig
 from .errors import KafkaStorageError
 from .index import CorruptIndexError, OffsetIndex, TimeIndex
-from .reserve import ahead, release, reserve
+from .reserve import ahead, allocated_past_end, release, reserve
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -272,7 +272,7 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """The segment was rolled: record its final max timestamp, write its indexes and
-        give back the disk space reserved past its end."""
+        give back the disk space reserved past its end (first, as in close)."""
         self._release_reserved()
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
@@ -399,7 +399,8 @@ class LogSegment:
         self.bytes_since_last_index = 0
         self.index_full = False
         self.next_offset = self.base_offset
-        size = os.fstat(self.fd).st_size
+        st = os.fstat(self.fd)
+        size = st.st_size
         valid = 0
         entries: list[BatchEntry] = []
         if size:
@@ -420,7 +421,15 @@ class LogSegment:
                     view.release()
         truncated = size - valid
         if truncated:
-            os.ftruncate(self.fd, valid)
+            os.ftruncate(self.fd, valid)  # frees reserved blocks too
+            self.reserved_to = min(self.reserved_to, valid)
+        elif allocated_past_end(st):
+            # Blocks reserved ahead before a crash: nothing else would give them back (a
+            # segment gives back what it reserved since it was opened, if it ever rolls).
+            try:
+                release(self.fd, valid)
+            except OSError as exc:
+                log.warning("could not release space reserved past %s: %s", self.log_path, exc)
             self.reserved_to = min(self.reserved_to, valid)
         self.size = 0
         self.next_offset = self.base_offset
@@ -451,11 +460,11 @@ class LogSegment:
     def close(self) -> None:
         if self.closed:
             return
+        self._release_reserved()  # first: on a full disk the index writes need the space
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
         self.index.flush(sync=False)
         self.time_index.flush(sync=False)
-        self._release_reserved()
         os.close(self.fd)
         self.closed = True
 
