@@ -117,5 +117,6 @@ def test_topic_name_collision_and_duplicates(tmp_path):
         m.create_topic("a_b", 1)
     with pytest.raises(TopicExistsError):
         m.create_topic("a.b", 1)
-    data = json.load(open(m.path))
-    assert list(data["topics"]) == ["a.b"]
+    again = MetadataStore((str(tmp_path),), 1)
+    again.load()
+    assert list(again.topics) == ["a.b"]

@@ -100,6 +100,7 @@ class Broker:
     def close(self) -> None:
         if self.log_manager is not None and self.log_manager.started:
             self.log_manager.shutdown()
+        self.metadata.close()
 
     def tick(self) -> int:
         """Run due periodic log work; returns the delay in ms until the next is due."""

@@ -1,6 +1,14 @@
 """Embedded single-node metadata: the cluster id, topics with their ids, partition counts
-and config overrides, and the producer id block. Persisted in the first log dir, written
-atomically, so it survives restarts.
+and config overrides, and the producer id block, kept in the first log dir.
+
+On disk it is a snapshot (`brook-metadata.json`, replaced atomically) and a journal of the
+changes since (`brook-metadata.log`, one JSON record per line, fsynced before a change is
+answered), as Kafka's controller keeps a metadata log with snapshots: a change costs one
+short append whatever the number of topics, and the journal is folded into a new snapshot
+at start and whenever it holds more records than there are topics. Records set absolute
+state (a topic's whole definition, a deletion, the producer id block's end), so replaying
+the journal over a snapshot that already holds some of it gives the same state. A torn last
+line (a crash during an append, never answered) is dropped.
 
 Also writes Kafka's `meta.properties` (broker.id, cluster.id) in every log dir, and refuses
 to start on a log dir that belongs to another cluster or broker.
@@ -14,7 +22,9 @@ import logging
 import os
 import re
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from ..storage.checkpoint import atomic_write_text as _atomic_write
 from ..storage.config import TOPIC_KEYS, LogConfig
@@ -23,6 +33,8 @@ from .properties import parse_properties
 log = logging.getLogger(__name__)
 
 METADATA_FILE = "brook-metadata.json"
+JOURNAL_FILE = "brook-metadata.log"
+_MIN_RECORDS_TO_FOLD = 1000  # the journal is folded into a snapshot after more than this
 META_PROPERTIES = "meta.properties"
 MAX_TOPIC_NAME_LENGTH = 249
 # Kafka's controller refuses one operation that would create more records than this.
@@ -119,16 +131,31 @@ class TopicMetadata:
                 "configs": self.configs, "internal": self.internal}
 
 
+def _topic_from_json(name: str, t: dict) -> TopicMetadata:
+    return TopicMetadata(name, uuid.UUID(t["id"]), int(t["partitions"]), dict(t.get("configs", {})),
+                         bool(t.get("internal", False)))
+
+
+def _topic_record(tm: TopicMetadata) -> dict:
+    return {"topic": tm.name, **tm.to_json()}
+
+
 class MetadataStore:
     def __init__(self, log_dirs: tuple[str, ...], broker_id: int) -> None:
         self.log_dirs = log_dirs
         self.broker_id = broker_id
         self.path = os.path.join(log_dirs[0], METADATA_FILE)
+        self.journal_path = os.path.join(log_dirs[0], JOURNAL_FILE)
         self.topics: dict[str, TopicMetadata] = {}
         self.by_id: dict[uuid.UUID, TopicMetadata] = {}
+        self._by_metric_name: dict[str, str] = {}  # '.' as '_' -> topic (see colliding_topic)
         self.next_producer_id = 0
         self.producer_id_block_end = 0
         self.cluster_id = ""
+        self._journal_fd = -1
+        self._journal_records = 0
+        self._pending: list[dict] = []
+        self._batch_depth = 0
 
     # -------------------------------------------------------------- load and save
 
@@ -140,14 +167,81 @@ class MetadataStore:
                 data = json.load(f)
             self.cluster_id = data["cluster_id"]
             for name, t in data.get("topics", {}).items():
-                tm = TopicMetadata(name, uuid.UUID(t["id"]), int(t["partitions"]),
-                                   dict(t.get("configs", {})), bool(t.get("internal", False)))
-                self.topics[name] = tm
-                self.by_id[tm.topic_id] = tm
-            # Ids of the block handed out before a restart are never reused.
-            self.next_producer_id = self.producer_id_block_end = int(data.get("producer_id_block_end", 0))
+                self._put_topic(_topic_from_json(name, t))
+            self.producer_id_block_end = int(data.get("producer_id_block_end", 0))
+        self._replay_journal()
+        # Ids of the block handed out before a restart are never reused.
+        self.next_producer_id = self.producer_id_block_end
         self.cluster_id = self._check_meta_properties(self.cluster_id)
-        self.save()
+        self._journal_fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._write_snapshot()  # folds the journal in (and makes its creation durable)
+
+    def close(self) -> None:
+        if self._journal_fd >= 0:
+            os.close(self._journal_fd)
+            self._journal_fd = -1
+
+    def _replay_journal(self) -> None:
+        try:
+            with open(self.journal_path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return
+        *lines, torn = data.split(b"\n")
+        if torn:
+            log.warning("%s: dropping %d bytes of a change that was being written at a crash",
+                        self.journal_path, len(torn))
+        for number, line in enumerate(lines, 1):
+            try:
+                record = json.loads(line)
+                self._apply(record)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise MetadataError(f"{self.journal_path}: line {number} is not a metadata record "
+                                    f"({exc}); the broker cannot know its topics") from None
+
+    def _apply(self, record: dict) -> None:
+        """One journal record, live or replayed."""
+        if "topic" in record:
+            self._put_topic(_topic_from_json(record["topic"], record))
+        elif "delete" in record:
+            self._remove_topic(record["delete"])
+        elif "producer_id_block_end" in record:
+            self.producer_id_block_end = max(self.producer_id_block_end, int(record["producer_id_block_end"]))
+        else:
+            raise KeyError(f"unknown record {sorted(record)}")
+
+    def _record(self, record: dict) -> None:
+        """Apply a change and make it durable (at the end of the batch, inside `batch()`)."""
+        self._apply(record)
+        self._pending.append(record)
+        if not self._batch_depth:
+            self._commit()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Changes inside are written with one append and one fsync when it ends (a
+        CreateTopics request's topics, as Kafka's controller commits them as one batch).
+        Nothing inside may be answered before it ends."""
+        self._batch_depth += 1
+        try:
+            yield
+        finally:
+            self._batch_depth -= 1
+            if not self._batch_depth:
+                self._commit()
+
+    def _commit(self) -> None:
+        if not self._pending:
+            return
+        records, self._pending = self._pending, []
+        data = "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in records).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._journal_fd, view):]
+        os.fsync(self._journal_fd)
+        self._journal_records += len(records)
+        if self._journal_records > max(_MIN_RECORDS_TO_FOLD, len(self.topics)):
+            self._write_snapshot()
 
     def _check_meta_properties(self, cluster_id: str) -> str:
         found: dict[str, str] = {}
@@ -170,13 +264,35 @@ class MetadataStore:
                               f"#\nversion=0\nbroker.id={self.broker_id}\ncluster.id={cluster_id}\n")
         return cluster_id
 
-    def save(self) -> None:
+    def _write_snapshot(self) -> None:
+        """Replace the snapshot with the whole state, then empty the journal it now holds."""
         data = {
             "cluster_id": self.cluster_id,
             "producer_id_block_end": self.producer_id_block_end,
             "topics": {name: t.to_json() for name, t in sorted(self.topics.items())},
         }
         _atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+        os.ftruncate(self._journal_fd, 0)
+        os.fsync(self._journal_fd)
+        self._journal_records = 0
+
+    def _put_topic(self, tm: TopicMetadata) -> None:
+        old = self.topics.get(tm.name)
+        if old is not None and old.topic_id == tm.topic_id:  # the same topic, changed in place
+            old.partitions, old.configs, old.internal = tm.partitions, tm.configs, tm.internal
+            return
+        if old is not None:
+            self.by_id.pop(old.topic_id, None)
+        self.topics[tm.name] = tm
+        self.by_id[tm.topic_id] = tm
+        self._by_metric_name[tm.name.replace(".", "_")] = tm.name
+
+    def _remove_topic(self, name: str) -> TopicMetadata | None:
+        tm = self.topics.pop(name, None)
+        if tm is not None:
+            self.by_id.pop(tm.topic_id, None)
+            self._by_metric_name.pop(name.replace(".", "_"), None)
+        return tm
 
     # -------------------------------------------------------------- topics
 
@@ -186,14 +302,11 @@ class MetadataStore:
     def colliding_topic(self, name: str) -> str | None:
         """An existing topic whose name differs only by '.' vs '_' (their metric names collide,
         so Kafka refuses the second)."""
-        norm = name.replace(".", "_")
-        for other in self.topics:
-            if other != name and other.replace(".", "_") == norm:
-                return other
-        return None
+        other = self._by_metric_name.get(name.replace(".", "_"))
+        return other if other != name else None
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
-                     internal: bool = False, save: bool = True) -> TopicMetadata:
+                     internal: bool = False) -> TopicMetadata:
         validate_topic_name(name)
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
@@ -203,27 +316,23 @@ class MetadataStore:
         if partitions < 1:
             raise InvalidPartitionsError("number of partitions must be at least 1")
         tm = TopicMetadata(name, uuid.uuid4(), partitions, dict(configs or {}), internal)
-        self.topics[name] = tm
-        self.by_id[tm.topic_id] = tm
-        if save:
-            self.save()
-        return tm
+        self._record(_topic_record(tm))
+        return self.topics[name]
 
     def delete_topic(self, name: str) -> TopicMetadata:
-        tm = self.topics.pop(name, None)
+        tm = self.topics.get(name)
         if tm is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
-        self.by_id.pop(tm.topic_id, None)
-        self.save()
+        self._record({"delete": name})
         return tm
 
     def set_partitions(self, name: str, count: int) -> None:
-        self.topics[name].partitions = count
-        self.save()
+        tm = self.topics[name]
+        self._record(_topic_record(TopicMetadata(name, tm.topic_id, count, dict(tm.configs), tm.internal)))
 
     def set_configs(self, name: str, configs: dict[str, str]) -> None:
-        self.topics[name].configs = dict(configs)
-        self.save()
+        tm = self.topics[name]
+        self._record(_topic_record(TopicMetadata(name, tm.topic_id, tm.partitions, dict(configs), tm.internal)))
 
     # -------------------------------------------------------------- producer ids
 
@@ -231,8 +340,7 @@ class MetadataStore:
         """A producer id never handed out before, even across restarts: the end of the
         current block is persisted before any id of the block is used."""
         if self.next_producer_id >= self.producer_id_block_end:
-            self.producer_id_block_end = self.next_producer_id + block_size
-            self.save()
+            self._record({"producer_id_block_end": self.next_producer_id + block_size})
         pid = self.next_producer_id
         self.next_producer_id += 1
         return pid

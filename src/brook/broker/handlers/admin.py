@@ -50,46 +50,51 @@ async def create_topics(broker, request, connection):
     seen: dict[str, int] = {}
     for t in body.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
-    for t in body.topics:
-        code, text, tm = ErrorCode.none, None, None
-        partitions = t.num_partitions
-        configs = {c.name: c.value for c in t.configs}
-        try:
-            if seen[t.name] > 1:
-                raise _Refused(ErrorCode.invalid_request, f"topic {t.name!r} appears more than once")
-            _check_replication(broker, t.replication_factor, t.assignments)
-            if t.assignments:
-                if partitions not in (-1, len(t.assignments)):
-                    raise _Refused(ErrorCode.invalid_request, "both numPartitions and assignments given")
-                partitions = len(t.assignments)
-            elif partitions == -1:
-                partitions = broker.config.num_partitions
-            if partitions > MAX_PARTITIONS_PER_REQUEST:
-                raise _Refused(ErrorCode.policy_violation,
-                               f"{partitions} partitions is more than {MAX_PARTITIONS_PER_REQUEST} in one request")
-            tm = broker.create_topic(t.name, partitions, configs, validate_only=validate_only)
-        except _Refused as exc:
-            code, text = exc.code, str(exc)
-        except MetadataError as exc:
-            code, text = error_code_for(exc), str(exc)
-        except OSError as exc:  # e.g. out of file descriptors or disk space
-            code, text = ErrorCode.kafka_storage_error, str(exc)
-            log.error("create topic %r failed: %s", t.name, exc)
-        if code != ErrorCode.none:
-            log.info("create topic %r refused: %s", t.name, text)
-        described = ()
-        if tm is not None and version >= 5:
-            described = tuple(
-                make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
-                     config_source=CONFIG_SOURCE_DYNAMIC_TOPIC if k in configs else CONFIG_SOURCE_DEFAULT,
-                     is_sensitive=False)
-                for k, v in sorted(broker.topic_config_values(t.name, configs).items()))
-        results.append(make(mod.CreatableTopicResult, name=t.name,
-                            topic_id=tm.topic_id if tm is not None else ZERO_UUID,
-                            error_code=code, error_message=text, topic_config_error_code=0,
-                            num_partitions=partitions if tm is not None else -1,
-                            replication_factor=1 if tm is not None else -1, configs=described))
+    with broker.metadata.batch():  # durable, with one fsync, before the answer
+        for t in body.topics:
+            results.append(_create_topic(broker, t, seen, validate_only, version, mod))
     return make(response_class(19, version), throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+def _create_topic(broker, t, seen: dict[str, int], validate_only: bool, version: int, mod):
+    code, text, tm = ErrorCode.none, None, None
+    partitions = t.num_partitions
+    configs = {c.name: c.value for c in t.configs}
+    try:
+        if seen[t.name] > 1:
+            raise _Refused(ErrorCode.invalid_request, f"topic {t.name!r} appears more than once")
+        _check_replication(broker, t.replication_factor, t.assignments)
+        if t.assignments:
+            if partitions not in (-1, len(t.assignments)):
+                raise _Refused(ErrorCode.invalid_request, "both numPartitions and assignments given")
+            partitions = len(t.assignments)
+        elif partitions == -1:
+            partitions = broker.config.num_partitions
+        if partitions > MAX_PARTITIONS_PER_REQUEST:
+            raise _Refused(ErrorCode.policy_violation,
+                           f"{partitions} partitions is more than {MAX_PARTITIONS_PER_REQUEST} in one request")
+        tm = broker.create_topic(t.name, partitions, configs, validate_only=validate_only)
+    except _Refused as exc:
+        code, text = exc.code, str(exc)
+    except MetadataError as exc:
+        code, text = error_code_for(exc), str(exc)
+    except OSError as exc:  # e.g. out of file descriptors or disk space
+        code, text = ErrorCode.kafka_storage_error, str(exc)
+        log.error("create topic %r failed: %s", t.name, exc)
+    if code != ErrorCode.none:
+        log.info("create topic %r refused: %s", t.name, text)
+    described = ()
+    if tm is not None and version >= 5:
+        described = tuple(
+            make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
+                 config_source=CONFIG_SOURCE_DYNAMIC_TOPIC if k in configs else CONFIG_SOURCE_DEFAULT,
+                 is_sensitive=False)
+            for k, v in sorted(broker.topic_config_values(t.name, configs).items()))
+    return make(mod.CreatableTopicResult, name=t.name,
+                topic_id=tm.topic_id if tm is not None else ZERO_UUID,
+                error_code=code, error_message=text, topic_config_error_code=0,
+                num_partitions=partitions if tm is not None else -1,
+                replication_factor=1 if tm is not None else -1, configs=described)
 
 
 async def delete_topics(broker, request, connection):
