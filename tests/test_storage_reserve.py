@@ -14,6 +14,7 @@ import pytest
 
 from brook.clock import FakeClock
 from brook.storage import reserve
+from brook.storage import segment as segment_module
 from brook.storage.config import LogConfig
 from brook.storage.log import Log
 
@@ -253,3 +254,32 @@ def test_a_full_disk_fails_no_append_for_a_reservation_and_close_gives_it_back(t
                           capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["appends ok", "close ok True"]
+
+
+def test_the_process_holds_at_most_its_budget_in_reservations(log_dir, monkeypatch):
+    """Past the budget a segment writes without reserving; what segments give back (roll,
+    close) is reserved again by others."""
+    budget = reserve.Budget(3 * reserve.MIN_AHEAD)
+    monkeypatch.setattr(segment_module, "BUDGET_IN_USE", budget)
+    batch = make_batch(10, T0, size=1000)  # ~10 KB
+    logs = [Log(str(log_dir / f"t-{i}"), LogConfig(), clock=FakeClock()) for i in range(5)]
+    for lg in logs:
+        lg.append(batch)
+    held = [lg.active_segment.reserved_to - lg.active_segment.size for lg in logs]
+    assert budget.outstanding <= budget.limit
+    assert sum(allocated(lg.active_segment.fd) - lg.active_segment.size for lg in logs) \
+        <= budget.limit + 5 * BLOCK
+    assert sum(1 for lg in logs if lg.active_segment._reserved_chunk) == 3, held
+    for lg in logs:
+        for _ in range(3):
+            lg.append(batch)  # without a reservation: plain writes, same data
+        assert len(read_all(lg)) == 40
+    logs[0].close()
+    logs[1].close()
+    assert budget.outstanding <= reserve.MIN_AHEAD + 2 * 20_000  # two gave theirs back
+    for _ in range(10):
+        logs[4].append(batch)  # the last one reserves again once its skipped chunk is written
+    assert logs[4].active_segment._reserved_chunk > 0
+    for lg in logs[2:]:
+        lg.close()
+    assert budget.outstanding == 0

@@ -705,6 +705,7 @@ class Log:
     def close(self) -> None:
         """Close a log cleanly: a producer snapshot at the log end spares the next load
         any replay."""
+        self._segments[-1].release_reserved()  # first: on a full disk the snapshot needs the space
         self.take_producer_snapshot(sync=True)
         for seg in self._segments:
             seg.close()

@@ -7,6 +7,12 @@ kernel time of a 16 KiB append (docs/storage.md). KEEP_SIZE leaves the file's si
 readers, recovery and tools see exactly the bytes written; the reserved tail is given back
 (a `ftruncate` to the size, which frees blocks past it) when the segment stops being active.
 Where the platform or file system cannot reserve, appends are plain writes as before.
+
+Reserved blocks are disk space no file size shows (nor retention.bytes, nor the size
+metrics), so the segments of a process together hold at most BUDGET reserved: past it a
+segment writes without reserving until its next chunk. The cost does not vanish: writeback
+(and an fsync) converts the reserved extents it writes, work the kernel does off the
+appending thread.
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ import ctypes
 import errno
 import os
 import sys
+import threading
 
 _FALLOC_FL_KEEP_SIZE = 0x01
-MIN_AHEAD = 64 * 1024  # a quiet partition's active segment holds at most this much unused
-MAX_AHEAD = 8 * 1024 * 1024  # a busy one asks again every 8 MiB
+MIN_AHEAD = 64 * 1024  # a new or small segment reserves this much ahead
+MAX_AHEAD = 8 * 1024 * 1024  # a large one reserves up to this, asking again as often
+BUDGET = 256 * 1024 * 1024  # reserved past the ends of all segments of the process together
 # Failures a file system answers before allocating anything; after any other (ENOSPC,
 # EDQUOT, EIO, ...) it may have kept some blocks: ext4 keeps every block a failed call got.
 _NOTHING_ALLOCATED = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.ESPIPE, errno.ENODEV,
@@ -42,6 +50,33 @@ def _load_fallocate():
 
 
 _fallocate = _load_fallocate()
+
+
+class Budget:
+    """The bytes of reservations outstanding in the process, against BUDGET. Segments of
+    the cleaner's thread take and give back too, hence the lock."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.outstanding = 0
+        self._lock = threading.Lock()
+
+    def take(self, want: int, need: int) -> int:
+        """`want` bytes if the budget has them, else what is left if at least `need`, else 0."""
+        with self._lock:
+            granted = min(want, self.limit - self.outstanding)
+            if granted < need or granted <= 0:
+                return 0
+            self.outstanding += granted
+            return granted
+
+    def give_back(self, n: int) -> None:
+        if n:
+            with self._lock:
+                self.outstanding -= n
+
+
+BUDGET_IN_USE = Budget(BUDGET)
 
 
 def ahead(size: int) -> int:

@@ -26,7 +26,7 @@ from ..records.errors import CorruptRecordError, RecordsError
 from .config import LogConfig
 from .errors import KafkaStorageError
 from .index import CorruptIndexError, OffsetIndex, TimeIndex
-from .reserve import ahead, allocated_past_end, release, reserve
+from .reserve import BUDGET_IN_USE, ahead, allocated_past_end, release, reserve
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -106,6 +106,7 @@ class LogSegment:
         self.index_full = False  # set when an index reaches segment.index.bytes
         self.closed = False
         self.reserved_to = size  # disk blocks are reserved up to here (storage.reserve)
+        self._reserved_chunk = 0  # bytes of the last reservation, counted in the budget
 
     # ------------------------------------------------------------ files
 
@@ -205,20 +206,34 @@ class LogSegment:
         """Reserve blocks past `end` (as many as the segment holds, within storage.reserve's
         bounds, and not past segment.bytes) before a write that goes beyond the reservation."""
         target = min(end + ahead(end), max(end, self.config.segment_bytes))
-        if reserve(self.fd, self.size, target - self.size):
+        # The last chunk is used up (this write goes past it): its budget comes back.
+        BUDGET_IN_USE.give_back(self._reserved_chunk)
+        self._reserved_chunk = 0
+        granted = BUDGET_IN_USE.take(target - self.size, end - self.size)
+        if not granted:  # the process holds its budget: plain writes until `target`
             self.reserved_to = target
+        elif reserve(self.fd, self.size, granted):
+            self._reserved_chunk = granted
+            self.reserved_to = self.size + granted
         else:
+            BUDGET_IN_USE.give_back(granted)
             self.reserved_to = _CANNOT_RESERVE
 
-    def _release_reserved(self) -> None:
+    def release_reserved(self) -> None:
         """Give back blocks reserved past the end: the segment takes no more appends."""
-        if self.size < self.reserved_to < _CANNOT_RESERVE:
+        if self._reserved_chunk and self.size < self.reserved_to:
             try:
                 release(self.fd, self.size)
             except OSError as exc:  # only disk space is at stake, until the file is deleted
                 log.warning("could not release space reserved past %s: %s", self.log_path, exc)
+        self._forget_reservation()
+
+    def _forget_reservation(self) -> None:
+        """The blocks past the end are gone (released, truncated, or the file closed)."""
+        BUDGET_IN_USE.give_back(self._reserved_chunk)
+        self._reserved_chunk = 0
         if self.reserved_to < _CANNOT_RESERVE:
-            self.reserved_to = self.size
+            self.reserved_to = min(self.reserved_to, self.size)
 
     def _index_batches(self, batches: Sequence[BatchEntry], start: int) -> None:
         """The index bookkeeping of appended batches, `start` being where they begin."""
@@ -273,7 +288,7 @@ class LogSegment:
     def on_become_inactive(self) -> None:
         """The segment was rolled: record its final max timestamp, write its indexes and
         give back the disk space reserved past its end (first, as in close)."""
-        self._release_reserved()
+        self.release_reserved()
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
         self.index.flush(sync=False)
@@ -295,7 +310,7 @@ class LogSegment:
         removed = self.size - loc.position
         os.ftruncate(self.fd, loc.position)  # frees reserved blocks too
         self.size = loc.position
-        self.reserved_to = min(self.reserved_to, loc.position)
+        self._forget_reservation()
         self.index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.index_full = self.index.is_full or self.time_index.is_full
@@ -422,7 +437,6 @@ class LogSegment:
         truncated = size - valid
         if truncated:
             os.ftruncate(self.fd, valid)  # frees reserved blocks too
-            self.reserved_to = min(self.reserved_to, valid)
         elif allocated_past_end(st):
             # Blocks reserved ahead before a crash: nothing else would give them back (a
             # segment gives back what it reserved since it was opened, if it ever rolls).
@@ -430,12 +444,12 @@ class LogSegment:
                 release(self.fd, valid)
             except OSError as exc:
                 log.warning("could not release space reserved past %s: %s", self.log_path, exc)
-            self.reserved_to = min(self.reserved_to, valid)
         self.size = 0
         self.next_offset = self.base_offset
         if entries:
             self._index_batches(entries, 0)
         self.size = valid
+        self._forget_reservation()
         return truncated
 
     def read_next_offset(self) -> int:
@@ -460,7 +474,7 @@ class LogSegment:
     def close(self) -> None:
         if self.closed:
             return
-        self._release_reserved()  # first: on a full disk the index writes need the space
+        self.release_reserved()  # first: on a full disk the index writes need the space
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
         self.index.flush(sync=False)
@@ -472,6 +486,7 @@ class LogSegment:
         if not self.closed:
             os.close(self.fd)
             self.closed = True
+            self._forget_reservation()  # its budget: the blocks go with the file or at recovery
 
     def delete_files(self) -> None:
         """Close and unlink all three files (after any delay the caller wanted)."""
