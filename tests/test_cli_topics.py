@@ -109,3 +109,20 @@ def test_errors_are_one_line(broker):
 
 def test_parse_configs():
     assert parse_configs(["a=1", "b=x=y", "c="], "--config") == {"a": "1", "b": "x=y", "c": ""}
+
+
+def test_delete_records(broker):
+    topic = f"dr-{uuid.uuid4().hex[:8]}"
+    assert brook(broker, "topics", "create", topic, "--partitions", "2").exit_code == 0
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        producer.produce(topic, value=b"v", partition=i % 2)
+    assert producer.flush(30) == 0
+    result = brook(broker, "topics", "delete-records", topic, "--partition", "1", "--offset", "3")
+    assert result.exit_code == 0, result.output
+    assert rows(result.stdout)[1:] == [[topic, "1", "3"]]
+    result = brook(broker, "topics", "delete-records", topic, "--offset", "-1", "--output", "json")
+    assert json.loads(result.stdout) == [{"topic": topic, "partition": 0, "low_watermark": 5},
+                                         {"topic": topic, "partition": 1, "low_watermark": 5}]
+    result = brook(broker, "topics", "delete-records", topic, "--partition", "0", "--offset", "9")
+    assert result.exit_code != 0 and "OFFSET_OUT_OF_RANGE" in result.output.upper().replace(" ", "_")

@@ -1,5 +1,6 @@
 """`brook topics`: list, describe (partitions, log start/end offsets, configs), create, delete,
-alter-config (kafka-topics.sh and kafka-configs.sh for topics)."""
+alter-config, delete-records (kafka-topics.sh, kafka-configs.sh for topics and
+kafka-delete-records.sh)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from .client import Cluster
 
 app = typer.Typer(no_args_is_help=True,
-                  help="Topics: list, describe, create, delete, alter-config.")
+                  help="Topics: list, describe, create, delete, alter-config, delete-records.")
 
 
 def parse_configs(items: list[str], option: str) -> dict[str, str]:
@@ -209,6 +210,39 @@ def delete(
                 raise CliError(f"unknown topic '{topic}'") from exc
             raise CliError(f"cannot delete topic '{topic}': {cluster.reason(exc)}") from exc
         output.line(f"Deleted topic '{topic}'.")
+
+
+@app.command("delete-records")
+def delete_records(
+    topic: str = typer.Argument(..., metavar="TOPIC"),
+    offset: int = typer.Option(..., "--offset", min=-1,
+                               help="Delete the records below this offset; -1: every record."),
+    partitions: list[int] = typer.Option([], "--partition", "-p", min=0,
+                                         help="A partition; repeatable. Default: every partition."),
+    bootstrap: str = bootstrap_option(),
+    fmt: Format = output_option(),
+) -> None:
+    """Delete a topic's records below an offset (its log start offset moves there)."""
+    from confluent_kafka import TopicPartition
+
+    cluster = _cluster(bootstrap)
+    if not partitions:
+        metadata = cluster.topics().get(topic)
+        if metadata is None:
+            raise CliError(f"unknown topic '{topic}'")
+        partitions = sorted(metadata.partitions)
+    futures = cluster.admin.delete_records([TopicPartition(topic, p, offset) for p in partitions],
+                                           operation_timeout=cluster.timeout,
+                                           request_timeout=cluster.timeout)
+    rows = []
+    for tp, fut in sorted(futures.items(), key=lambda kv: kv[0].partition):
+        deleted = cluster.wait(fut, f"cannot delete records of '{topic}' partition {tp.partition}")
+        rows.append({"topic": topic, "partition": tp.partition, "low_watermark": deleted.low_watermark})
+    if fmt is Format.json:
+        output.print_json(rows)
+        return
+    output.table(("TOPIC", "PARTITION", "LOW-WATERMARK"),
+                 [(r["topic"], r["partition"], r["low_watermark"]) for r in rows])
 
 
 @app.command("alter-config")
