@@ -150,3 +150,16 @@ def test_topic_objects_keep_their_identity_across_changes(tmp_path):
     assert tm is store.get("a") and tm.partitions == 3 and tm.configs == {"retention.ms": "5"}
     assert store.by_id[tm.topic_id] is tm
     store.close()
+
+
+def test_a_change_whose_write_fails_is_not_applied(tmp_path):
+    store = open_store(tmp_path)
+    store.create_topic("before", 1)
+    os.close(store._journal_fd)  # the journal cannot be written any more (as on a failed disk)
+    with pytest.raises(OSError):
+        store.create_topic("lost", 1)
+    with pytest.raises(OSError):
+        store.delete_topic("before")
+    assert list(store.topics) == ["before"]
+    store._journal_fd = -1
+    assert list(open_store(tmp_path).topics) == ["before"]

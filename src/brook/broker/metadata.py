@@ -211,11 +211,16 @@ class MetadataStore:
             raise KeyError(f"unknown record {sorted(record)}")
 
     def _record(self, record: dict) -> None:
-        """Apply a change and make it durable (at the end of the batch, inside `batch()`)."""
+        """Make a change durable, then apply it (inside `batch()`: apply it now, make it
+        durable when the batch ends; a failed write then leaves the batch's changes applied
+        in memory only, and their requests answered with the error)."""
+        if self._batch_depth:
+            self._apply(record)
+            self._pending.append(record)
+            return
+        self._write([record])
         self._apply(record)
-        self._pending.append(record)
-        if not self._batch_depth:
-            self._commit()
+        self._maybe_fold()
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -227,19 +232,22 @@ class MetadataStore:
             yield
         finally:
             self._batch_depth -= 1
-            if not self._batch_depth:
-                self._commit()
+            if not self._batch_depth and self._pending:
+                records, self._pending = self._pending, []
+                self._write(records)
+                self._maybe_fold()
 
-    def _commit(self) -> None:
-        if not self._pending:
-            return
-        records, self._pending = self._pending, []
+    def _write(self, records: list[dict]) -> None:
+        """Append records to the journal, durably."""
         data = "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in records).encode()
         view = memoryview(data)
         while view:
             view = view[os.write(self._journal_fd, view):]
         os.fsync(self._journal_fd)
         self._journal_records += len(records)
+
+    def _maybe_fold(self) -> None:
+        """A new snapshot of the state (records applied) once the journal outgrows it."""
         if self._journal_records > max(_MIN_RECORDS_TO_FOLD, len(self.topics)):
             self._write_snapshot()
 
