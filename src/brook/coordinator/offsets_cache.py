@@ -337,6 +337,21 @@ class OffsetsCache:
             for partition, value in offsets.items():
                 yield topic, partition, value
 
+    def committed_offsets(self, group: str, topic: str) -> list[tuple[int, int]]:
+        """(partition, offset) of the group's offsets for one topic, in partition order, without
+        building a value per offset (the broker's metrics read every one at each scrape). It
+        reads a copy of the row array, so a reader on another thread never holds it."""
+        offsets = self._groups.get(group, {}).get(topic)
+        if offsets is None:
+            return []
+        found = [(partition, offset) for partition, (flags, offset, _epoch, _commit)
+                 in enumerate(_ROW.iter_unpack(bytes(offsets.rows))) if flags]
+        sparse = offsets.sparse
+        if sparse:
+            found.extend((partition, value.offset) for partition, value in list(sparse.items()))
+            found.sort()
+        return found
+
     def memory_bytes(self) -> int:
         """An estimate of the memory the cache holds: ``sys.getsizeof`` of its dicts, rows,
         extras, sparse values and strings (each distinct topic name once)."""
