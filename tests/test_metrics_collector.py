@@ -1,23 +1,33 @@
-"""BrokerMetrics and its scrape-time collector against an in-process Broker (real logs, the real
-group runtime on a real __consumer_offsets topic), read through the metrics' own registry."""
+"""BrokerMetrics and its scrape-time readers against an in-process Broker (real logs, the real
+group runtime on a real __consumer_offsets topic), read through the metrics' own exposition."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import gzip
+import random
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
+from brook.broker import metrics as metrics_module
 from brook.broker.broker import Broker
 from brook.broker.config import BrokerConfig
-from brook.broker.metrics import REQUEST_TIME_BUCKETS, BrokerMetrics
+from brook.broker.metrics import REQUEST_TIME_BUCKETS, SLICE_SECONDS, BrokerMetrics, LoopReader
 from brook.coordinator import classic
 from brook.coordinator.records import OffsetCommitKey, OffsetCommitValue
 from brook.protocol.fetch_response import PartitionResult, TopicResult
@@ -26,14 +36,14 @@ from broker_harness import free_port
 from test_group_runtime import join_and_sync
 
 
-def samples(registry) -> dict[tuple, float]:
-    text = generate_latest(registry).decode()
+def samples(metrics: BrokerMetrics) -> dict[tuple, float]:
+    text = metrics.generate().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-def sample(registry_or_samples, name: str, **labels) -> float | None:
-    got = registry_or_samples if isinstance(registry_or_samples, dict) else samples(registry_or_samples)
+def sample(metrics_or_samples, name: str, **labels) -> float | None:
+    got = metrics_or_samples if isinstance(metrics_or_samples, dict) else samples(metrics_or_samples)
     return got.get((name, tuple(sorted((k, str(v)) for k, v in labels.items()))))
 
 
@@ -63,14 +73,14 @@ def test_partition_gauges_are_read_from_the_logs(broker):
     a, b = batch(3, b"x" * 50), batch(4)
     broker.partition("t", 0).append(a)
     broker.partition("t", 0).append(b)
-    got = samples(metrics.registry)
+    got = samples(metrics)
     assert sample(got, "brook_log_end_offset", topic="t", partition=0) == 7
     assert sample(got, "brook_log_end_offset", topic="t", partition=1) == 0
     assert sample(got, "brook_log_start_offset", topic="t", partition=0) == 0
     assert sample(got, "brook_log_size_bytes", topic="t", partition=0) == len(a) + len(b)
     assert sample(got, "brook_log_segments", topic="t", partition=0) == 1
     broker.partition("t", 1).append(batch(2))  # read at scrape time: nothing counted per append
-    assert sample(metrics.registry, "brook_log_end_offset", topic="t", partition=1) == 2
+    assert sample(metrics, "brook_log_end_offset", topic="t", partition=1) == 2
 
 
 def test_hot_path_counters(broker):
@@ -82,7 +92,7 @@ def test_hot_path_counters(broker):
     empty = PartitionResult(1)
     metrics.fetched([TopicResult("t", None, [pr, empty])])
     metrics.fetched([TopicResult("t", None, [empty])])
-    got = samples(metrics.registry)
+    got = samples(metrics)
     assert sample(got, "brook_topic_bytes_in_total", topic="t") == 200
     assert sample(got, "brook_topic_messages_in_total", topic="t") == 5
     assert sample(got, "brook_topic_bytes_out_total", topic="t") == 5
@@ -90,7 +100,7 @@ def test_hot_path_counters(broker):
     api = next(k for k, a in broker.apis.items() if a.name == "Fetch")
     metrics.request_done(api, time.perf_counter() - 0.012)  # in the (0.01, 0.025] bucket
     metrics.request_done(api, time.perf_counter() - 40)  # past the last bound
-    got = samples(metrics.registry)
+    got = samples(metrics)
     assert sample(got, "brook_requests_total", request="Fetch") == 2
     assert sample(got, "brook_requests_total", request="Produce") == 0
     assert 40.012 <= sample(got, "brook_request_total_time_seconds_sum", request="Fetch") < 41
@@ -109,8 +119,8 @@ def test_each_broker_has_its_own_registry(tmp_path):
         for b in brokers:
             b.create_topic("t", 1)
         metrics[0].produced("t", 10, 1)
-        assert sample(metrics[0].registry, "brook_topic_messages_in_total", topic="t") == 1
-        assert sample(metrics[1].registry, "brook_topic_messages_in_total", topic="t") is None
+        assert sample(metrics[0], "brook_topic_messages_in_total", topic="t") == 1
+        assert sample(metrics[1], "brook_topic_messages_in_total", topic="t") is None
         assert b"brook_" not in generate_latest(REGISTRY)
         # Both serve at once, each its own numbers.
         ports = [free_port(), free_port()]
@@ -156,7 +166,7 @@ def test_counters_are_the_sums_of_what_was_counted(topics_broker, ops):
         else:
             metrics.fetched([TopicResult(topic, None, [PartitionResult(0, records=[b"x" * nbytes])])])
             expected[topic][2] += nbytes
-    got = samples(metrics.registry)
+    got = samples(metrics)
     for topic, (bytes_in, messages_in, bytes_out) in expected.items():
         assert (sample(got, "brook_topic_bytes_in_total", topic=topic) or 0) == bytes_in
         assert (sample(got, "brook_topic_messages_in_total", topic=topic) or 0) == messages_in
@@ -186,13 +196,13 @@ def test_lag_and_groups_per_state_from_the_coordinator(broker):
         rt.start()
         await rt.wait_loaded()
         try:
-            before = samples(metrics.registry)
+            before = samples(metrics)
             await join_and_sync(rt, "members")  # a classic group with one member: Stable
             await rt.run("members", commit("members", "t", 0, 6))
             await rt.run("members", commit("members", "t", 1, 4))
             await rt.run("simple", commit("simple", "t", 0, 1))  # offsets only: Empty
             await rt.run("simple", commit("simple", "gone", 0, 5))  # no such partition: no lag
-            got = samples(metrics.registry)
+            got = samples(metrics)
             lags = {k[1]: v for k, v in got.items() if k[0] == "brook_consumergroup_lag"}
             assert lags == {
                 (("group", "members"), ("partition", "0"), ("topic", "t")): 4,
@@ -207,7 +217,7 @@ def test_lag_and_groups_per_state_from_the_coordinator(broker):
                 before, "brook_coordinator_rebalances_total")
             broker.partition("t", 1).append(batch(3))
             await rt.run("members", tombstone("members", "t", 0))
-            got = samples(metrics.registry)
+            got = samples(metrics)
             assert sample(got, "brook_consumergroup_lag", group="members", topic="t", partition=1) == 3
             assert sample(got, "brook_consumergroup_lag", group="members", topic="t", partition=0) is None
             assert sample(got, "brook_coordinator_offsets") == 3
@@ -217,10 +227,13 @@ def test_lag_and_groups_per_state_from_the_coordinator(broker):
     asyncio.run(main())
 
 
-def test_scrapes_tolerate_the_event_loop_changing_what_they_read(broker):
-    """Collections on another thread while offsets are committed and deleted (rows growing and
-    shrinking, groups' offsets coming and going) and partitions are added: none fails, and once
-    the changes stop a scrape shows exactly the final state."""
+@pytest.mark.parametrize("served", [False, True], ids=["read-from-the-thread", "read-on-the-loop"])
+def test_scrapes_tolerate_the_event_loop_changing_what_they_read(broker, caplog, served):
+    """Scrapes from another thread while offsets are committed and deleted (rows growing and
+    shrinking, groups' offsets coming and going) and partitions are added: none fails or logs a
+    failure, and once the changes stop a scrape shows exactly the final state. Without the
+    event loop (the reads race its changes) and served over HTTP (the reads run on the loop,
+    in slices between its callbacks)."""
     metrics = BrokerMetrics(broker)
     broker.create_topic("t", 1)
     errors: list[BaseException] = []
@@ -231,7 +244,13 @@ def test_scrapes_tolerate_the_event_loop_changing_what_they_read(broker):
         nonlocal collections
         while not stop.is_set():
             try:
-                list(metrics.collector.collect())
+                if served:
+                    url = f"http://127.0.0.1:{metrics.port}/metrics"
+                    text = urllib.request.urlopen(url, timeout=30).read().decode()
+                else:
+                    text = metrics.generate().decode()
+                assert "brook_consumergroup_lag" in text
+                list(text_string_to_metric_families(text))
                 collections += 1
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
@@ -242,6 +261,8 @@ def test_scrapes_tolerate_the_event_loop_changing_what_they_read(broker):
         rt = broker.groups
         rt.start()
         await rt.wait_loaded()
+        if served:
+            metrics.start("127.0.0.1", 0)
         thread = threading.Thread(target=collect_forever)
         thread.start()
         try:
@@ -265,7 +286,8 @@ def test_scrapes_tolerate_the_event_loop_changing_what_they_read(broker):
                     await asyncio.sleep(0)
         finally:
             stop.set()
-            thread.join(10)
+            await asyncio.to_thread(thread.join, 30)
+            metrics.stop()
             await rt.stop()
         return i
 
@@ -276,8 +298,9 @@ def test_scrapes_tolerate_the_event_loop_changing_what_they_read(broker):
     finally:
         sys.setswitchinterval(switch)
     assert not errors, errors
+    assert "metrics failed" not in caplog.text
     assert rounds > 10 and collections > 10
-    got = samples(metrics.registry)
+    got = samples(metrics)
     assert sample(got, "brook_coordinator_offsets") == 7
     lags = {k[1]: v for k, v in got.items() if k[0] == "brook_consumergroup_lag"}
     assert lags == {(("group", f"g{g}"), ("partition", "0"), ("topic", "t")):  # the log is empty
@@ -297,7 +320,7 @@ def test_a_failing_section_costs_the_scrape_only_its_own_metrics(broker, caplog)
         await rt.wait_loaded()
         try:
             rt.shards[0].core = None  # broken state: the coordinator's figures cannot be read
-            return samples(metrics.registry)
+            return samples(metrics)
         finally:
             await rt.stop()
 
@@ -305,3 +328,292 @@ def test_a_failing_section_costs_the_scrape_only_its_own_metrics(broker, caplog)
     assert sample(got, "brook_log_end_offset", topic="t", partition=0) == 2
     assert sample(got, "brook_coordinator_rebalances_total") is None
     assert "collecting the groups metrics failed" in caplog.text
+
+
+# --- the state families: the same text prometheus_client would write --------------------------
+
+def families(text: str) -> dict[str, str]:
+    """Exposition text cut into its families: name -> its HELP, TYPE and sample lines."""
+    found: dict[str, list[str]] = {}
+    lines: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("# HELP "):
+            lines = found.setdefault(line.split()[2], [])
+        if line != "# EOF\n":
+            lines.append(line)
+    return {name: "".join(lines) for name, lines in found.items()}
+
+
+class One:
+    def __init__(self, family) -> None:
+        self.family = family
+
+    def collect(self):
+        return [self.family]
+
+
+def reference_families(broker) -> dict[str, GaugeMetricFamily]:
+    """The partition and lag families built with prometheus_client, a sample per series, from
+    the broker's state read the slow way (a value object per committed offset)."""
+    labels = ["topic", "partition"]
+    end = GaugeMetricFamily("brook_log_end_offset", "The offset of the next record appended.",
+                            labels=labels)
+    start = GaugeMetricFamily("brook_log_start_offset", "The first offset still in the log.",
+                              labels=labels)
+    size = GaugeMetricFamily("brook_log_size_bytes", "Bytes in the partition's segment files.",
+                             labels=labels)
+    segments = GaugeMetricFamily("brook_log_segments", "Segments of the partition's log.",
+                                 labels=labels)
+    for (topic, index), partition in broker.partitions.items():
+        segs = partition.log.segments
+        end.add_metric([topic, str(index)], segs[-1].next_offset)
+        start.add_metric([topic, str(index)], partition.log.log_start_offset)
+        size.add_metric([topic, str(index)], sum(s.size for s in segs))
+        segments.add_metric([topic, str(index)], len(segs))
+    lag = GaugeMetricFamily("brook_consumergroup_lag",
+                            "High watermark minus the group's committed offset.",
+                            labels=["group", "topic", "partition"])
+    for shard in broker.groups.shards:
+        manager = shard.offsets
+        for group in manager.cache.groups():
+            for topic, index, value in manager.group_offsets(group):
+                partition = broker.partitions.get((topic, index))
+                if partition is not None:
+                    lag.add_metric([group, topic, str(index)],
+                                   partition.high_watermark - value.offset)
+    return {f.name: f for f in (end, start, size, segments, lag)}
+
+
+def test_partition_and_lag_lines_are_what_prometheus_client_writes(broker):
+    """Byte for byte, in the text format and in OpenMetrics: label values that need escaping
+    and non-ASCII ones, lags on both sides of every bound where the value's text changes form
+    (1e6, where floatToGoString turns to exponents; 2**53, beyond which a float is not exact),
+    offsets kept out of the rows (a partition far past the others, a leader epoch too large
+    for a row), a deleted topic's offsets (no series), log sizes past 1e6, and a few thousand
+    random offsets."""
+    metrics = BrokerMetrics(broker)
+    broker.create_topic("t", 3)
+    broker.create_topic("wide", 100)
+    for _ in range(3):
+        broker.partition("t", 0).append(batch(1, b"x" * 600_000))  # 1.8 MB: size past 1e6
+    broker.partition("t", 1).append(batch(7))
+    hw = broker.partition("t", 0).high_watermark
+    bounds = (-(2**53) - 1, -(2**53), -(2**53) + 1, -1_000_000, -1, 0, 1, 999_999, 1_000_000,
+              1_000_001, 2**53 - 1, 2**53, 2**53 + 1, 2**62)
+    rng = random.Random(7)
+
+    async def main():
+        assert broker.ensure_offsets_topic()
+        rt = broker.groups
+        rt.start()
+        await rt.wait_loaded()
+        try:
+            def put(group, topic, index, value):
+                rt.shards[rt.partition_for(group)].replay(OffsetCommitKey(group, topic, index),
+                                                          value, 0)
+
+            for i, lag in enumerate(bounds):
+                put(f"edge{i}", "t", 0, OffsetCommitValue(hw - lag))
+            for group in ('quo"te', "back\\slash", "new\nline", "ünïcødé ✓", "", "plain"):
+                put(group, "t", 1, OffsetCommitValue(3))
+            put("sparse", "wide", 90, OffsetCommitValue(5))  # far past the rows: kept apart
+            put("sparse", "wide", 0, OffsetCommitValue(2))
+            put("sparse", "wide", 1, OffsetCommitValue(1, leader_epoch=2**40))  # no row fits it
+            put("gone", "deleted-topic", 0, OffsetCommitValue(1))
+            for _ in range(3000):
+                put(f"g{rng.randrange(200)}", rng.choice(["t", "wide"]), rng.randrange(100),
+                    OffsetCommitValue(rng.randrange(-5, 50)))
+            put("sparse", "wide", 1, None)  # a tombstone
+
+            expected = reference_families(broker)
+            assert len(expected["brook_consumergroup_lag"].samples) > 1000
+            text = families(metrics.generate().decode())
+            om = families(metrics.exposition("application/openmetrics-text; version=1.0.0")[0]
+                          .decode())
+            for name, family in expected.items():
+                assert text[name] == generate_latest(One(family)).decode(), name
+                assert om[name] == openmetrics_latest(One(family)).decode()[:-len("# EOF\n")], name
+        finally:
+            await rt.stop()
+
+    asyncio.run(main())
+
+
+# --- reading on the event loop -----------------------------------------------------------------
+
+def busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_a_read_runs_on_the_event_loop_in_short_slices_while_the_loop_serves():
+    """From another thread, a walk runs on the loop's thread, in many callbacks none of which
+    runs for much longer than SLICE_SECONDS, and the loop's other work goes on between them."""
+    reader = LoopReader()
+    seen: list[tuple[int, int]] = []
+    ticks = 0
+
+    def walk():
+        for _ in range(2000):  # 40 ms of work
+            busy(20e-6)
+            seen.append((threading.get_ident(), ticks))
+            yield
+        return "read"
+
+    async def main():
+        nonlocal ticks
+        reader.loop = asyncio.get_running_loop()
+        scrape = asyncio.get_running_loop().run_in_executor(None, reader.read, walk)
+        while not scrape.done():
+            ticks += 1
+            await asyncio.sleep(0)
+        return threading.get_ident(), await scrape
+
+    loop_thread, got = asyncio.run(main())
+    assert got == "read" and len(seen) == 2000
+    assert {thread for thread, _ in seen} == {loop_thread}
+    per_slice = collections.Counter(tick for _, tick in seen)
+    assert len(per_slice) >= 10  # the loop ran other callbacks between slices
+    assert max(per_slice.values()) <= SLICE_SECONDS / 20e-6 + 5  # a step overshoots a slice
+
+
+def test_a_read_runs_at_once_without_a_running_loop_or_on_the_loop_itself():
+    reader = LoopReader()
+
+    def walk():
+        yield
+        return threading.get_ident()
+
+    assert reader.read(walk) == threading.get_ident()  # no loop
+
+    async def main():
+        reader.loop = asyncio.get_running_loop()
+        return reader.read(walk), threading.get_ident()  # on the loop: no waiting for itself
+
+    on_loop, loop_thread = asyncio.run(main())
+    assert on_loop == loop_thread
+    assert reader.read(walk) == threading.get_ident()  # the loop is gone
+
+
+def test_a_read_does_not_wait_for_a_stalled_loop_for_ever(monkeypatch, caplog):
+    """A loop that does not get to the walk within LOOP_WAIT_SECONDS: the scrape reads from
+    its own thread, and the loop, when it gets there, does not run the abandoned walk."""
+    monkeypatch.setattr(metrics_module, "LOOP_WAIT_SECONDS", 0.2)
+    reader = LoopReader()
+    ran_on: list[int] = []
+
+    def walk():
+        ran_on.append(threading.get_ident())
+        yield
+        return "read"
+
+    async def main():
+        reader.loop = asyncio.get_running_loop()
+        scrape = asyncio.get_running_loop().run_in_executor(None, reader.read, walk)
+        time.sleep(0.6)  # the loop stalls before it gets to the walk
+        got = await scrape
+        await asyncio.sleep(0.05)  # the abandoned walk's callback runs now
+        return got, threading.get_ident()
+
+    got, loop_thread = asyncio.run(main())
+    assert got == "read"
+    assert ran_on and loop_thread not in ran_on
+    assert "has not read for the metrics for" in caplog.text
+
+
+def test_a_read_waits_for_a_busy_loop_that_keeps_reading(monkeypatch):
+    """A walk that takes the loop many times LOOP_WAIT_SECONDS, slice after slice, is read on
+    the loop to its end: only a loop that stops running slices is given up on."""
+    monkeypatch.setattr(metrics_module, "LOOP_WAIT_SECONDS", 0.05)
+    reader = LoopReader()
+    ran_on: set[int] = set()
+
+    def walk():
+        for _ in range(1500):  # 0.15 s of work, 0.3 s or more with the pauses
+            busy(100e-6)
+            ran_on.add(threading.get_ident())
+            yield
+        return "read"
+
+    async def main():
+        reader.loop = asyncio.get_running_loop()
+        got = await asyncio.get_running_loop().run_in_executor(None, reader.read, walk)
+        return got, threading.get_ident()
+
+    got, loop_thread = asyncio.run(main())
+    assert got == "read" and ran_on == {loop_thread}
+
+
+# --- serving -----------------------------------------------------------------------------------
+
+def test_serving_formats_names_and_compression(broker):
+    """What prometheus_client's server answers: OpenMetrics when asked for (parsed here by its
+    strict parser), gzip when accepted, only the ``name[]`` families asked for, OPTIONS, an
+    empty favicon, 405 for other methods."""
+    metrics = BrokerMetrics(broker)
+    broker.create_topic("t", 2)
+    broker.partition("t", 0).append(batch(5))
+
+    async def main():
+        assert broker.ensure_offsets_topic()
+        rt = broker.groups
+        rt.start()
+        await rt.wait_loaded()
+        metrics.start("127.0.0.1", 0)
+        try:
+            shard = rt.shards[rt.partition_for("g")]
+            shard.replay(OffsetCommitKey("g", "t", 0), OffsetCommitValue(2), 0)
+            return await asyncio.to_thread(requests, f"http://127.0.0.1:{metrics.port}")
+        finally:
+            metrics.stop()
+            await rt.stop()
+
+    def get(url, method="GET", **headers):
+        req = urllib.request.Request(url, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, resp.headers, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers, exc.read()
+
+    def requests(base):
+        return {
+            "plain": get(f"{base}/metrics"),
+            "gzip": get(f"{base}/metrics", **{"Accept-Encoding": "gzip"}),
+            "om": get(f"{base}/metrics", Accept="application/openmetrics-text;version=1.0.0,"
+                                                "text/plain;version=0.0.4;q=0.5"),
+            "names": get(f"{base}/metrics?name[]=brook_consumergroup_lag"
+                         "&name[]=brook_requests_total&name[]=brook_log_end_offset"),
+            "options": get(f"{base}/metrics", method="OPTIONS"),
+            "post": get(f"{base}/metrics", method="POST"),
+            "favicon": get(f"{base}/favicon.ico"),
+        }
+
+    got = asyncio.run(main())
+    status, headers, plain = got["plain"]
+    assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert 'brook_consumergroup_lag{group="g",partition="0",topic="t"} 3.0\n' in plain.decode()
+    assert 'brook_log_end_offset{partition="0",topic="t"} 5.0\n' in plain.decode()
+
+    status, headers, body = got["gzip"]
+    assert headers["Content-Encoding"] == "gzip"
+    assert families(gzip.decompress(body).decode()).keys() == families(plain.decode()).keys()
+
+    status, headers, body = got["om"]
+    assert headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    text = body.decode()
+    assert text.endswith("# EOF\n") and text.count("# EOF") == 1
+    parsed = {f.name: f for f in openmetrics_families(text)}
+    assert [(s.labels, s.value) for s in parsed["brook_consumergroup_lag"].samples] == [
+        ({"group": "g", "partition": "0", "topic": "t"}, 3.0)]
+    assert "brook_requests" in parsed and "process_cpu_seconds" in parsed
+
+    status, headers, body = got["names"]
+    assert status == 200
+    assert set(families(body.decode())) == {"brook_consumergroup_lag", "brook_requests_total",
+                                            "brook_log_end_offset"}
+
+    assert got["options"][0] == 200 and got["options"][1]["Allow"] == "OPTIONS,GET"
+    assert got["post"][0] == 405
+    assert got["favicon"][0] == 200 and got["favicon"][2] == b""
