@@ -4,6 +4,13 @@ The socket is used directly (not through an asyncio transport) so that record da
 from the segment files to the socket with `os.sendfile`, on uvloop as on the standard loop.
 Requests on one connection are handled one at a time, in order, as Kafka does; every
 connection has its own task, so a slow client only ever waits for itself.
+
+Answers are queued and sent together: those of the requests one read brought in go out with
+one `send` once they are all answered, or earlier as soon as a handler has to wait (a
+callback the event loop runs when this connection's task yields sends what is queued), so an
+answer never waits for a later request's handler. On loopback a `send` that wakes the client
+costs the broker about as much as handling a small request, and a pipelining client (8 offset
+commits in flight) gets its answers in one.
 """
 
 from __future__ import annotations
@@ -30,6 +37,11 @@ from .handlers.produce import CloseConnection
 
 log = logging.getLogger(__name__)
 
+#: Requests of one read answered before the connection lets the others have the event loop
+#: (each is answered without waiting when its shard is idle).
+YIELD_EVERY = 64
+_IOV_MAX = 1024  # buffers one sendmsg takes (Linux's UIO_MAXIOV)
+
 
 class Connection:
     def __init__(self, broker, sock: socket.socket, peer: str, listener_name: str) -> None:
@@ -43,6 +55,9 @@ class Connection:
         self.task: asyncio.Task | None = None
         self.busy = False  # a handler is working (a long-polling Fetch is not idle; a stalled write is)
         self.last_active = self.loop.time()
+        self._out: list = []  # answers not yet handed to the socket, in order (bytes, views)
+        self._flush_scheduled = False
+        self._write_error: OSError | None = None  # from a send the flush callback made
 
     async def run(self) -> None:
         decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
@@ -54,9 +69,16 @@ class Connection:
                     return
                 self.last_active = self.loop.time()
                 received = perf_counter()  # the time of the requests this read completes
+                handled = 0
                 for frame in decoder.received(n):
                     if not await self._handle(frame, received):
+                        await self._drain()  # the answers to the requests before it
                         return
+                    handled += 1
+                    if handled % YIELD_EVERY == 0:
+                        await self._drain()
+                        await asyncio.sleep(0)  # let other connections in
+                await self._drain()
         except FrameTooLargeError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
         except InvalidFrameError as exc:
@@ -79,7 +101,7 @@ class Connection:
             if exc.api_key == API_VERSIONS_KEY:
                 from kio.schema.errors import ErrorCode
                 body = api_versions_response(broker, 0, ErrorCode.unsupported_version)
-                await self.send(encode_response(API_VERSIONS_KEY, 0, exc.correlation_id, body))
+                self._write(encode_response(API_VERSIONS_KEY, 0, exc.correlation_id, body))
                 return True
             log.warning("closing connection from %s: %s", self.peer, exc)
             return False
@@ -111,31 +133,72 @@ class Connection:
                           request.api_version)
             return False
         if isinstance(response, RawResponse):
-            await self.send_pieces(response.pieces)
+            pieces = response.pieces
+            if len(pieces) == 1 and type(pieces[0]) is bytes:  # a frame encoded by its handler
+                self._write(pieces[0])
+            else:
+                await self._write_pieces(pieces)
         else:
-            await self.send(response)
+            self._write(response)
         if metrics is not None:
             metrics.request_done(request.api_key, received)
         return True
 
     # ------------------------------------------------------------ writing
 
-    async def send(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            try:
-                n = self.sock.send(view)
-            except BlockingIOError:
-                await self._writable()
-                continue
-            view = view[n:]
-            self.last_active = self.loop.time()
+    def _write(self, data: bytes) -> None:
+        """Queue an answer (see the module's docstring for when it is sent)."""
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
 
-    async def send_pieces(self, pieces) -> None:
-        """Send a response of bytes and file regions. Each region's file is duplicated
+    def _flush(self) -> None:
+        """The event loop's turn, this connection's task waiting: send what is queued, as far
+        as the socket takes it now (the rest waits for the task's next `_drain`)."""
+        self._flush_scheduled = False
+        if self._out and not self.closed and self._write_error is None:
+            try:
+                self._send_queued()
+            except OSError as exc:
+                self._write_error = exc  # raised in the task by its next `_drain`
+
+    def _send_queued(self) -> None:
+        """One `send` (or `sendmsg`, the pieces not joined) of the queued answers; what the
+        socket does not take stays queued."""
+        out = self._out
+        try:
+            n = self.sock.send(out[0]) if len(out) == 1 else self.sock.sendmsg(out[:_IOV_MAX])
+        except BlockingIOError:
+            return
+        if n:
+            self.last_active = self.loop.time()
+        sent = 0
+        for piece in out:
+            if n < len(piece):
+                break
+            n -= len(piece)
+            sent += 1
+        del out[:sent]
+        if n:
+            out[0] = memoryview(out[0])[n:]
+
+    async def _drain(self) -> None:
+        """Send every queued answer, waiting for room in the socket as long as it takes."""
+        while True:
+            if self._write_error is not None:
+                raise self._write_error
+            if not self._out:
+                return
+            self._send_queued()
+            if self._out:
+                await self._writable()
+
+    async def _write_pieces(self, pieces) -> None:
+        """Queue or send a response of bytes and file regions. Each region's file is duplicated
         before anything is sent (no await in between since the regions were read), so a
         segment deleted meanwhile is still read from its own file, never from whatever
-        file reuses its descriptor number."""
+        file reuses its descriptor number. Before a region, everything queued is sent."""
         fds = {}
         try:
             for piece in pieces:
@@ -143,8 +206,9 @@ class Connection:
                     fds[piece.fd] = os.dup(piece.fd)
             for piece in pieces:
                 if isinstance(piece, bytes):
-                    await self.send(piece)
+                    self._write(piece)
                 else:
+                    await self._drain()
                     await self._sendfile(fds[piece.fd], piece.position, piece.length)
         finally:
             for fd in fds.values():
