@@ -1045,3 +1045,45 @@ def test_other_batches_are_left_to_encode_batch(odd):
     plain_one = CoordinatorRecord(OffsetCommitKey("g", "t", 1), OffsetCommitValue(1, 2, "", 3))
     assert encode_commit_batch([plain_one, odd], 0) is None
     assert encode_commit_batch([], 0) is None
+
+
+# An offset commit's records come as CommitRuns (rows of numbers) as well as Records.
+
+from brook.coordinator.records import record_pairs  # noqa: E402
+
+rows_ = st.lists(st.tuples(int32s, int64s, int32s, int64s), min_size=1, max_size=90)
+
+
+@given(st.lists(st.one_of(
+    st.builds(CommitRun, groups_, topics_, rows_),
+    st.builds(lambda g, t, p, v: CoordinatorRecord(OffsetCommitKey(g, t, p), v),
+              groups_, topics_, int32s, plain_values),
+), min_size=1, max_size=5), int64s)
+def test_runs_and_records_are_written_as_encode_batch_writes_their_records(items, timestamp):
+    records = [CoordinatorRecord(key, value) for key, value in record_pairs(items)]
+    assert encode_commit_batch(items, timestamp) == batch_as_encode_batch_writes(
+        records, timestamp)
+
+
+def test_a_run_stands_for_its_records():
+    run = CommitRun("g", "t", [(3, 10, 2, 5), (0, 11, -1, 6)])
+    assert run.records() == [
+        (OffsetCommitKey("g", "t", 3), OffsetCommitValue(10, 2, "", 5)),
+        (OffsetCommitKey("g", "t", 0), OffsetCommitValue(11, -1, "", 6)),
+    ]
+    tombstone = CoordinatorRecord(OffsetCommitKey("g", "t", 1), None)
+    assert list(record_pairs([tombstone, run])) == [(tombstone.key, None), *run.records()]
+
+
+def test_a_run_with_a_value_out_of_range_is_left_to_encode_batch():
+    plain = CommitRun("g", "t", [(0, 1, 2, 3)])
+    assert encode_commit_batch([plain, CommitRun("g", "t", [(1, 2**63, 2, 3)])], 0) is None
+    assert encode_commit_batch([CommitRun("g", "t", [])], 0) is None
+
+
+def test_runs_past_the_one_byte_offset_deltas_are_written_as_encode_batch_writes_them():
+    items = [CommitRun("g", "t", [(p, p * 7, 1, 2) for p in range(60)]),
+             CoordinatorRecord(OffsetCommitKey("g", "u", 0), OffsetCommitValue(1, 2, "", 3)),
+             CommitRun("g", "u", [(p, p, -1, 2) for p in range(1, 200)])]
+    records = [CoordinatorRecord(key, value) for key, value in record_pairs(items)]
+    assert encode_commit_batch(items, 9) == batch_as_encode_batch_writes(records, 9)

@@ -464,3 +464,65 @@ def test_timers_wait_while_their_shard_loads():
         await rt.stop()
 
     asyncio.run(main())
+
+
+# --- an offset commit's records: runs of rows, written and replayed as loading reads them ------
+
+
+def test_a_commit_is_written_as_its_records_and_replayed_as_loading_replays_them():
+    from brook.coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
+    from brook.coordinator.records import CommitRun, record_pairs
+
+    commit = OffsetCommit("g", (
+        CommitTopic("t", (CommitPartition(0, 5), CommitPartition(1, 6, 2, "m"),
+                          CommitPartition(2, 7, 3), CommitPartition(3, 8))),
+        CommitTopic("u", tuple(CommitPartition(p, 100 + p) for p in range(80))),
+    ))
+
+    def op(shard, now):
+        done = shard.offsets.commit(commit, shard.core.groups.get("g"), now)
+        return classic.Result(records=done.records, response=done.errors)
+
+    async def main():
+        log = MemoryLog()
+        rt = await started(offsets_runtime(log))
+        index = rt.partition_for("g")
+        try:
+            await rt.run("g", op)
+            [(partition, records)] = log.appends
+            assert partition == index
+            assert [type(r) for r in records] == [CommitRun, classic.Record, CommitRun, CommitRun]
+            [batch] = log.partitions[index]
+            timestamp = read_header(batch).max_timestamp
+            pairs = list(record_pairs(records))
+            assert batch == encode_batch([
+                BatchRecord(i, timestamp, encode_key(k), encode_value(v))
+                for i, (k, v) in enumerate(pairs)])
+            assert [k.partition for k, _ in pairs] == [0, 1, 2, 3, *range(80)]
+            live = rt.shards[index].offsets.fetch("g")
+            assert len(live) == 84 and live[1].metadata == "m" and live[2].leader_epoch == 3
+            assert "g" in rt.shards[index].core.groups  # a simple consumer's group exists
+        finally:
+            await rt.stop()
+        again = await started(offsets_runtime(log))
+        try:
+            assert again.shards[index].offsets.fetch("g") == live
+            assert "g" in again.shards[index].core.groups
+        finally:
+            await again.stop()
+
+    asyncio.run(main())
+
+
+def test_runs_are_written_with_other_base_offsets_as_their_records():
+    from brook.coordinator.records import CommitRun
+
+    records = [classic.Record(OffsetCommitKey("g", "t", 9), None),
+               CommitRun("g", "t", [(0, 1, 2, 3), (1, 4, 5, 6)])]
+    assert encode_records(records, 7, base_offset=12) == encode_batch([
+        BatchRecord(12, 7, encode_key(OffsetCommitKey("g", "t", 9)), None),
+        BatchRecord(13, 7, encode_key(OffsetCommitKey("g", "t", 0)),
+                    encode_value(OffsetCommitValue(1, 2, "", 3))),
+        BatchRecord(14, 7, encode_key(OffsetCommitKey("g", "t", 1)),
+                    encode_value(OffsetCommitValue(4, 5, "", 6))),
+    ], base_offset=12)

@@ -17,9 +17,13 @@ If the append fails, nothing is replayed: the request and every parked reply the
 would have completed get ``AppendFailed`` with Kafka's error for the failure, and the core is
 told through its ``append_failed(result, error, now)`` hook when it has one.
 
-Timers: each shard has a task that sleeps until the core's next deadline (woken early after
-every operation, since an operation may schedule an earlier one) and then queues
-``poll(now)`` as an ordinary operation, so a session expiry is just another write.
+An operation that finds its shard idle (nothing queued) runs at once, in the caller's task;
+otherwise it is queued behind the others. Either way operations run one at a time, in arrival
+order, through the same steps; running at once only saves the trip through the worker task.
+
+Timers: each shard has a task that sleeps until the core's next deadline (woken early when an
+operation schedules an earlier one) and then runs ``poll(now)`` as an ordinary operation, so a
+session expiry is just another write.
 
 Timers wait while a shard loads: a core's deadlines mean nothing before its state is loaded.
 
@@ -58,6 +62,7 @@ from ..coordinator.records import (
     encode_commit_batch,
     encode_key,
     encode_value,
+    record_pairs,
 )
 from ..records import Record as BatchRecord
 from ..records import encode_batch
@@ -133,7 +138,8 @@ class OffsetsLog(Protocol):
     """Where a shard's records go and come back from."""
 
     def append(self, partition: int, records: list, now: int) -> None:
-        """Append ``records`` (``classic.Record``: key and value objects) as one batch, or raise."""
+        """Append ``records`` (``classic.Record``s, key and value objects, and ``CommitRun``s)
+        as one batch, or raise."""
 
     def read(self, partition: int) -> Iterator[bytes]:
         """The partition's record batches (v2, as stored), in offset order: buffers of whole
@@ -141,17 +147,22 @@ class OffsetsLog(Protocol):
 
 
 def encode_records(records: list, now: int, base_offset: int = 0) -> bytes:
-    """One record batch of ``classic.Record``s with Kafka's keys and values, timestamped ``now``
-    (the log assigns the offsets)."""
+    """One record batch of ``classic.Record``s and ``CommitRun``s with Kafka's keys and values,
+    timestamped ``now`` (the log assigns the offsets)."""
     if base_offset == 0:
         batch = encode_commit_batch(records, now)  # an offset commit's batch, written faster
         if batch is not None:
             return batch
     return encode_batch([
-        BatchRecord(offset=base_offset + i, timestamp=now, key=encode_key(r.key),
-                    value=None if r.value is None else encode_value(r.value))
-        for i, r in enumerate(records)
+        BatchRecord(offset=base_offset + i, timestamp=now, key=encode_key(key),
+                    value=None if value is None else encode_value(value))
+        for i, (key, value) in enumerate(record_pairs(records))
     ], base_offset=base_offset)
+
+
+def record_count(records: list) -> int:
+    """How many records ``records`` (``classic.Record``s and ``CommitRun``s) hold."""
+    return sum(len(r.rows) if type(r) is CommitRun else 1 for r in records)
 
 
 class PartitionOffsetsLog:
@@ -231,6 +242,9 @@ class Shard:
         self.parked: dict[str, asyncio.Future] = {}
         self.wake = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
+        #: The deadline the timer task sleeps until (None: none); an operation that schedules
+        #: an earlier one wakes it.
+        self.timer_deadline: int | None = None
         self.load_time_ms: float | None = None
         self.records_loaded = 0
         #: Every record is replayed into each of these, in this order.
@@ -247,6 +261,14 @@ class Shard:
     def replay(self, key: object, value: object | None, now: int) -> None:
         for core in self._cores:
             core.replay(key, value, now)
+
+    def replay_records(self, records: list, now: int) -> None:
+        """Apply records just appended (``classic.Record``s and ``CommitRun``s), in order."""
+        for record in records:
+            if type(record) is CommitRun:
+                self.replay_commits(record, now)
+            else:
+                self.replay(record.key, record.value, now)
 
     def replay_commits(self, run: CommitRun, now: int) -> None:
         """Apply a run of plain offset commits (see ``CommitRun``) to every core: through its
@@ -298,26 +320,41 @@ class Shard:
     # --- operations ------------------------------------------------------------------------
 
     def next_deadline(self) -> int | None:
-        deadlines = [self.core.timers.next_deadline()]
+        """The earliest deadline of the cores' timers (None: none)."""
+        deadline = self.core.timers.next_deadline()
         if self.offsets is not None:
-            nd = getattr(self.offsets, "next_deadline", None)
-            if nd is not None:
-                deadlines.append(nd())
-        deadlines = [d for d in deadlines if d is not None]
-        return min(deadlines) if deadlines else None
+            other = self.offsets.next_deadline()
+            if other is not None and (deadline is None or other < deadline):
+                deadline = other
+        return deadline
+
+    def submit(self, op: Callable[[Shard, int], Result], fut: asyncio.Future,
+               mapper: Callable[[BaseException], ErrorCode] = append_error) -> None:
+        """Run ``op`` now if nothing is queued (the worker holds no operation between its
+        awaits, so the shard is idle), else queue it; ``fut`` gets its answer either way."""
+        if self.queue.empty() and self.state is not ShardState.CLOSED:
+            self._execute(op, fut, mapper)
+        else:
+            self.queue.put_nowait((op, fut, mapper))
 
     async def work(self) -> None:
         while self.state is not ShardState.CLOSED:
             op, fut, mapper = await self.queue.get()
             if fut is not None and fut.done():
                 continue  # the caller is gone (its connection closed)
-            try:
-                self._run(op, fut, mapper)
-            except Exception as exc:  # a bug in a core: answer it, keep serving the others
-                log.exception("%s-%d: group operation failed", OFFSETS_TOPIC, self.index)
-                if fut is not None and not fut.done():
-                    fut.set_exception(exc)
-            self.wake.set()
+            self._execute(op, fut, mapper)
+
+    def _execute(self, op: Callable[[Shard, int], Result], fut: asyncio.Future | None,
+                 mapper: Callable[[BaseException], ErrorCode]) -> None:
+        try:
+            self._run(op, fut, mapper)
+        except Exception as exc:  # a bug in a core: answer it, keep serving the others
+            log.exception("%s-%d: group operation failed", OFFSETS_TOPIC, self.index)
+            if fut is not None and not fut.done():
+                fut.set_exception(exc)
+        deadline = self.next_deadline()
+        if deadline is not None and (self.timer_deadline is None or deadline < self.timer_deadline):
+            self.wake.set()  # the timer task sleeps past the new deadline
 
     def _run(self, op: Callable[[Shard, int], Result], fut: asyncio.Future | None,
              mapper: Callable[[BaseException], ErrorCode] = append_error) -> None:
@@ -329,18 +366,18 @@ class Shard:
             old = self.parked.pop(result.parked, None)
             if old is not None and not old.done():
                 old.cancel()
-            parked = self.parked[result.parked] = asyncio.get_running_loop().create_future()
+            parked = self.parked[result.parked] = runtime.loop.create_future()
         if result.records:
             try:
                 runtime.log.append(self.index, result.records, now)
             except Exception as exc:
                 self._append_failed(result, parked, fut, exc, now, mapper)
                 return
-            for record in result.records:
-                self.replay(record.key, record.value, now)
+            self.replay_records(result.records, now)
         if fut is not None and not fut.done():
             fut.set_result(parked if parked is not None else result.response)
-        self._complete(result.completions)
+        if result.completions:
+            self._complete(result.completions)
 
     def _complete(self, completions) -> None:
         for completion in completions:
@@ -352,7 +389,7 @@ class Shard:
                        mapper: Callable[[BaseException], ErrorCode]) -> None:
         code = mapper(exc)
         log.warning("%s-%d: appending %d group record(s) failed, answering %s: %s", OFFSETS_TOPIC,
-                    self.index, len(result.records), code.name.upper(), exc)
+                    self.index, record_count(result.records), code.name.upper(), exc)
         error = AppendFailed(str(exc), code)
         hook = getattr(self.core, "append_failed", None)
         after = hook(result, code, now) if hook is not None else None
@@ -376,10 +413,9 @@ class Shard:
                 self.runtime.log.append(self.index, result.records, now)
             except Exception as exc:
                 log.warning("%s-%d: appending %d group record(s) failed again: %s", OFFSETS_TOPIC,
-                            self.index, len(result.records), exc)
+                            self.index, record_count(result.records), exc)
             else:
-                for record in result.records:
-                    self.replay(record.key, record.value, now)
+                self.replay_records(result.records, now)
         self._complete(result.completions)
 
     async def timers(self) -> None:
@@ -390,7 +426,7 @@ class Shard:
             if self.state is not ShardState.ACTIVE:
                 await self.wake.wait()  # set when the load ends (and when closing)
                 continue
-            deadline = self.next_deadline()
+            deadline = self.timer_deadline = self.next_deadline()
             timeout = None if deadline is None else max(0, deadline - clock.milliseconds() + 1) / 1000
             try:
                 await asyncio.wait_for(self.wake.wait(), timeout)
@@ -400,7 +436,7 @@ class Shard:
             if self.state is not ShardState.ACTIVE:
                 continue
             done = loop.create_future()
-            self.queue.put_nowait((self._poll, done, append_error))
+            self.submit(self._poll, done)
             try:
                 await done
             except Exception:
@@ -426,6 +462,7 @@ class GroupRuntime:
         self._new_offsets = new_offsets
         self.shards: list[Shard] = []
         self._loader: asyncio.Task | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop it was started on
 
     @property
     def started(self) -> bool:
@@ -433,6 +470,7 @@ class GroupRuntime:
 
     def start(self) -> None:
         """Create the shards and start loading them (call from the event loop)."""
+        self.loop = asyncio.get_running_loop()
         self.shards = []
         for i in range(self.num_partitions):
             core = self._new_core()
@@ -538,8 +576,8 @@ class GroupRuntime:
 
     async def run_on(self, shard: Shard, op: Callable[[Shard, int], Result],
                      append_error: Callable[[BaseException], ErrorCode] = append_error) -> Any:
-        fut = asyncio.get_running_loop().create_future()
-        shard.queue.put_nowait((op, fut, append_error))
+        fut = self.loop.create_future()
+        shard.submit(op, fut, append_error)
         answer = await fut
         if isinstance(answer, asyncio.Future):
             return await answer

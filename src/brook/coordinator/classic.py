@@ -33,7 +33,12 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from brook.coordinator.group import ClassicGroup, GroupMember, GroupState, Protocols
-from brook.coordinator.records import GroupMetadataKey, GroupMetadataValue, OffsetCommitKey
+from brook.coordinator.records import (
+    CommitRun,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+)
 from brook.coordinator.timer import Timers
 
 S = GroupState
@@ -161,7 +166,8 @@ class Completion:
 
 @dataclass
 class Result:
-    records: list[Record] = field(default_factory=list)
+    #: To append as one batch: ``Record``s, and the offsets manager's ``CommitRun``s.
+    records: list[Record | CommitRun] = field(default_factory=list)
     response: object | None = None
     completions: list[Completion] = field(default_factory=list)
     #: When the response is parked: the key its completion will carry.
@@ -869,8 +875,10 @@ class ClassicGroupCoordinator:
         response_error = append_error_to_response_error(error)
         values: dict[str, list[GroupMetadataValue]] = {}
         for record in result.records:
-            if isinstance(record.key, GroupMetadataKey) and isinstance(
-                record.value, GroupMetadataValue
+            if (
+                type(record) is Record  # not an offsets' CommitRun
+                and isinstance(record.key, GroupMetadataKey)
+                and isinstance(record.value, GroupMetadataValue)
             ):
                 values.setdefault(record.key.group, []).append(record.value)
         after = Result()

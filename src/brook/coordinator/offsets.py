@@ -3,9 +3,12 @@
 ``OffsetsManager`` answers OffsetCommit, OffsetFetch, OffsetDelete and DeleteGroups (the offsets
 part), and finds expired offsets (KIP-211). Handlers never change state; they return the records
 to append (``Record``: ``OffsetCommitKey`` with an ``OffsetCommitValue``, or None for a
-tombstone) and the answer. The runtime appends the records as one batch, then calls ``replay``
-for each; loading a partition replays its records through the same ``replay``. The offsets
-themselves live in an ``OffsetsCache`` (compact rows, see ``brook.coordinator.offsets_cache``).
+tombstone) and the answer. The runtime appends the records as one batch, then replays them;
+loading a partition replays its records through the same functions. Offset commits without
+metadata or expire timestamp, nearly all of them, are written and replayed as ``CommitRun``s
+(one group and topic, a row of numbers per partition), the shape the loader reads them back in:
+``replay_commits`` applies a run, ``replay`` a single record. The offsets themselves live in an
+``OffsetsCache`` (compact rows, see ``brook.coordinator.offsets_cache``).
 
 The group a request names is passed in (a ``ClassicGroup`` from the classic coordinator, or None
 when it has none): commits are validated against it as Kafka's classic coordinator does, and its
@@ -27,7 +30,12 @@ from kio.serial import entity_reader
 from brook.coordinator.classic import Record, Result
 from brook.coordinator.group import ClassicGroup, GroupState
 from brook.coordinator.offsets_cache import OffsetsCache
-from brook.coordinator.records import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
+from brook.coordinator.records import (
+    CommitRun,
+    GroupMetadataKey,
+    OffsetCommitKey,
+    OffsetCommitValue,
+)
 
 __all__ = [
     "CommitPartition",
@@ -86,8 +94,7 @@ class OffsetsConfig:
 # --- requests and answers -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CommitPartition:
+class CommitPartition(NamedTuple):
     partition: int
     offset: int
     leader_epoch: int = -1
@@ -97,14 +104,12 @@ class CommitPartition:
     commit_timestamp: int = DEFAULT_TIMESTAMP
 
 
-@dataclass(frozen=True)
-class CommitTopic:
+class CommitTopic(NamedTuple):
     name: str
     partitions: tuple[CommitPartition, ...]
 
 
-@dataclass(frozen=True)
-class OffsetCommit:
+class OffsetCommit(NamedTuple):
     group_id: str
     topics: tuple[CommitTopic, ...]
     generation: int = -1
@@ -116,8 +121,10 @@ class OffsetCommit:
 
 
 class CommitResult(NamedTuple):
-    #: One record per accepted partition, to be appended as one batch.
-    records: list[Record]
+    #: The records of the accepted partitions, in request order, to be appended as one batch:
+    #: a ``CommitRun`` for each run of consecutive partitions of a topic committed without
+    #: metadata or expire timestamp, a ``Record`` for any other.
+    records: list[Record | CommitRun]
     #: (topic, partition, error) for every partition of the request, in request order.
     errors: list[tuple[str, int, ErrorCode]]
 
@@ -299,8 +306,9 @@ class OffsetsManager:
         return ErrorCode.none
 
     def commit(self, request: OffsetCommit, group: ClassicGroup | None, now: int) -> CommitResult:
-        """Answer an OffsetCommit: one record per partition whose metadata fits, and the error of
-        every partition (the group-level error for all of them when the commit is refused).
+        """Answer an OffsetCommit: a record for each partition whose metadata fits (``CommitRun``
+        rows for most, see ``CommitResult``), and the error of every partition (the group-level
+        error for all of them when the commit is refused).
 
         The caller reschedules the member's heartbeat when the commit is accepted while the group
         is Stable or PreparingRebalance (a commit keeps a classic member's session alive)."""
@@ -317,23 +325,32 @@ class OffsetsManager:
         )
         max_metadata = self.config.offset_metadata_max_bytes
         group_id = request.group_id
-        records: list[Record] = []
+        records: list[Record | CommitRun] = []
         errors: list[tuple[str, int, ErrorCode]] = []
-        for topic in request.topics:
-            name = topic.name
-            for p in topic.partitions:
-                metadata = "" if p.metadata is None else p.metadata
+        for name, partitions in request.topics:
+            rows: list[tuple[int, int, int, int]] | None = None  # the topic's current run
+            for partition, offset, leader_epoch, metadata, commit_ts in partitions:
+                if metadata is None:
+                    metadata = ""
                 if _java_length(metadata) > max_metadata:
-                    errors.append((name, p.partition, ErrorCode.offset_metadata_too_large))
+                    errors.append((name, partition, ErrorCode.offset_metadata_too_large))
                     continue
-                commit_ts = now if p.commit_timestamp == DEFAULT_TIMESTAMP else p.commit_timestamp
-                records.append(
-                    Record(
-                        OffsetCommitKey(group_id, name, p.partition),
-                        OffsetCommitValue(p.offset, p.leader_epoch, metadata, commit_ts, expire),
+                errors.append((name, partition, ErrorCode.none))
+                if commit_ts == DEFAULT_TIMESTAMP:
+                    commit_ts = now
+                if metadata or expire != -1:
+                    records.append(
+                        Record(
+                            OffsetCommitKey(group_id, name, partition),
+                            OffsetCommitValue(offset, leader_epoch, metadata, commit_ts, expire),
+                        )
                     )
-                )
-                errors.append((name, p.partition, ErrorCode.none))
+                    rows = None
+                    continue
+                if rows is None:
+                    rows = []
+                    records.append(CommitRun(group_id, name, rows))
+                rows.append((partition, offset, leader_epoch, commit_ts))
         return CommitResult(records, errors)
 
     # --- OffsetFetch -----------------------------------------------------------------------

@@ -29,7 +29,7 @@ Nothing but ``CorruptOffsetsRecordError`` escapes the decoders on bad bytes.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -678,12 +678,31 @@ class CommitRun(NamedTuple):
     """Consecutive offset commits of one group and topic with a version 3 value without
     metadata: each row ``(partition, offset, leader_epoch, commit_timestamp)`` stands for the
     record ``OffsetCommitKey(group, topic, partition)`` with
-    ``OffsetCommitValue(offset, leader_epoch, "", commit_timestamp)``. ``rows`` is an iterator,
-    to be consumed once, before the decoder moves on."""
+    ``OffsetCommitValue(offset, leader_epoch, "", commit_timestamp)``. The decoder's ``rows``
+    is an iterator, to be consumed once, before it moves on; an offset commit's (the live
+    path's, see ``OffsetsManager.commit``) is a list."""
 
     group: str
     topic: str
-    rows: Iterator[tuple[int, int, int, int]]
+    rows: Iterable[tuple[int, int, int, int]]
+
+    def records(self) -> list[tuple[OffsetCommitKey, OffsetCommitValue]]:
+        """The (key, value) of every record of the run (consuming an iterator of rows)."""
+        group, topic = self.group, self.topic
+        return [
+            (OffsetCommitKey(group, topic, partition), OffsetCommitValue(offset, epoch, "", commit))
+            for partition, offset, epoch, commit in self.rows
+        ]
+
+
+def record_pairs(records: Iterable) -> Iterator[tuple[object, object | None]]:
+    """(key, value) of every record in ``records``: records (anything with a ``key`` and a
+    ``value``, ``classic.Record``) and ``CommitRun``s, in order."""
+    for record in records:
+        if type(record) is CommitRun:
+            yield from record.records()
+        else:
+            yield record.key, record.value
 
 
 class DecodedRecord(NamedTuple):
@@ -961,51 +980,67 @@ def _frame(body: bytes, pos: int, end: int) -> tuple[int, int, int, int, int, in
 #
 # An OffsetCommit request becomes one batch of such records; written field by field through
 # ``brook.records.encode_batch`` each costs several microseconds of varints. This writes the
-# same bytes (the tests compare them with encode_batch's) with one struct per record.
+# same bytes (the tests compare them with encode_batch's) with one struct per record: within a
+# run every record has the same layout, only its offset delta's varint grows (one byte up to 63,
+# two up to 8191).
 
-_pack_run_value = struct.Struct(">hqihqB").pack  # the value, then the header count (0)
-_pack_partition = _S_I.pack
+# partition, value length (24, as a varint), then the value: version 3, offset, leader epoch,
+# empty metadata, commit time; then the record's header count (0)
+_pack_run_tail = struct.Struct(">iBhqihqB").pack
+_RUN_TAIL_SIZE = 30
 _pack_batch_header = HEADER_STRUCT.pack_into
-_DELTAS = [encode_varint(i) for i in range(128)]
+_DELTAS = [encode_varint(i) for i in range(64)]  # one byte each
 
 
 def encode_commit_batch(records, timestamp: int) -> bytes | None:
-    """The record batch ``encode_batch`` writes for ``records`` (``classic.Record``s) at offsets
-    0, 1, ... and ``timestamp``, when every one is an offset commit whose value has no metadata
-    and no expire timestamp (version 3); None when one is not, or a field does not fit."""
-    if not records:
-        return None
+    """The record batch ``encode_batch`` writes for ``records`` (``CommitRun``s and
+    ``classic.Record``s) at offsets 0, 1, ... and ``timestamp``, when every one is an offset
+    commit whose value has no metadata and no expire timestamp (version 3); None when one is
+    not, when there are none, or when a field does not fit."""
     parts = []
-    prefixes: dict[tuple[str, str], bytes] = {}
+    heads: dict[tuple[str, str], tuple[bytes, int, bytes]] = {}
+    i = 0
     try:
-        for i, record in enumerate(records):
-            key, value = record.key, record.value
-            if (type(key) is not OffsetCommitKey or type(value) is not OffsetCommitValue
-                    or value.metadata or value.expire_timestamp != -1):
-                return None
-            names = (key.group, key.topic)
-            prefix = prefixes.get(names)
-            if prefix is None:
-                prefix = prefixes[names] = b"".join((
-                    _pack_h(OFFSET_COMMIT_KEY_WRITE_VERSION), _string(key.group, "group", False),
-                    _string(key.topic, "topic", False)))
-            body = b"".join((
-                b"\x00\x00",  # attributes, timestamp delta
-                _DELTAS[i] if i < 128 else encode_varint(i),
-                encode_varint(len(prefix) + 4),
-                prefix,
-                _pack_partition(key.partition),
-                b"\x30",  # value length 24
-                _pack_run_value(3, value.offset, value.leader_epoch, 0, value.commit_timestamp, 0),
-            ))
-            parts.append(encode_varint(len(body)))
-            parts.append(body)
+        for record in records:
+            if type(record) is CommitRun:
+                group, topic, rows = record
+            else:
+                key, value = record.key, record.value
+                if (type(key) is not OffsetCommitKey or type(value) is not OffsetCommitValue
+                        or value.metadata or value.expire_timestamp != -1):
+                    return None
+                group, topic = key.group, key.topic
+                rows = ((key.partition, value.offset, value.leader_epoch, value.commit_timestamp),)
+            names = (group, topic)
+            head = heads.get(names)
+            if head is None:
+                # The key's length and its bytes before the partition: the same for the topic.
+                prefix = b"".join((_pack_h(OFFSET_COMMIT_KEY_WRITE_VERSION),
+                                   _string(group, "group", False), _string(topic, "topic", False)))
+                key_head = encode_varint(len(prefix) + 4) + prefix
+                size = 2 + len(key_head) + _RUN_TAIL_SIZE  # a record's bytes but its offset delta
+                head = heads[names] = (key_head, size, encode_varint(size + 1))
+            key_head, size, short_length = head
+            for partition, offset, epoch, commit in rows:
+                if i < 64:  # a one-byte offset delta
+                    delta, length = _DELTAS[i], short_length
+                else:
+                    delta = encode_varint(i)
+                    length = encode_varint(size + len(delta))
+                parts.append(length)
+                parts.append(b"\x00\x00")  # attributes, timestamp delta
+                parts.append(delta)
+                parts.append(key_head)
+                parts.append(_pack_run_tail(partition, 0x30, 3, offset, epoch, 0, commit, 0))
+                i += 1
     except (struct.error, ValueError, TypeError):
+        return None
+    if not i:
         return None
     section = b"".join(parts)
     out = bytearray(HEADER_SIZE + len(section))
     _pack_batch_header(out, 0, 0, HEADER_SIZE - 12 + len(section), -1, MAGIC_V2, 0, 0,
-                       len(records) - 1, timestamp, timestamp, -1, -1, -1, len(records))
+                       i - 1, timestamp, timestamp, -1, -1, -1, i)
     out[HEADER_SIZE:] = section
     _S_CRC.pack_into(out, 17, crc32c(memoryview(out)[21:]))
     return bytes(out)

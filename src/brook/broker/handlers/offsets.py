@@ -9,6 +9,8 @@ partition is loading gets COORDINATOR_LOAD_IN_PROGRESS.
 
 from __future__ import annotations
 
+from functools import partial
+
 from kio.schema.errors import ErrorCode
 
 from ...coordinator.classic import Record, Result
@@ -49,31 +51,36 @@ def _raw(frame: bytes) -> RawResponse:
 # --- OffsetCommit ---------------------------------------------------------------------------
 
 
-def _commit(shard, request: OffsetCommit, now: int):
+def commit_request(body, version: int) -> OffsetCommit:
+    """The coordinator's OffsetCommit for a request body of ``version`` (2-9)."""
+    epochs = version >= 6  # committed_leader_epoch is in v6+
+    return OffsetCommit(
+        body.group_id,
+        tuple(CommitTopic(t.name, tuple(
+            CommitPartition(p.partition_index, p.committed_offset,
+                            p.committed_leader_epoch if epochs else NO_EPOCH, p.committed_metadata)
+            for p in t.partitions)) for t in body.topics),
+        body.generation_id_or_member_epoch,
+        body.member_id,
+        body.group_instance_id if version >= 7 else None,
+        ms(body.retention_time) if version <= 4 else -1,  # retention_time is in v2-4
+        version,
+    )
+
+
+def _commit(request: OffsetCommit, shard, now: int) -> Result:
     core = shard.core
     committed = shard.offsets.commit(request, core.groups.get(request.group_id), now)
     if committed.records:
         core.commit_heartbeat(request.group_id, request.member_id, now)
-    return Result(records=list(committed.records), response=committed.errors)
+    return Result(records=committed.records, response=committed.errors)
 
 
 async def handle_offset_commit(broker, request, connection):
-    body, version = request.body, request.api_version
-    retention = ms(body.retention_time) if hasattr(body, "retention_time") else -1
-    req = OffsetCommit(
-        group_id=body.group_id,
-        topics=tuple(CommitTopic(t.name, tuple(
-            CommitPartition(p.partition_index, p.committed_offset,
-                            getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
-            for p in t.partitions)) for t in body.topics),
-        generation=body.generation_id_or_member_epoch,
-        member_id=body.member_id,
-        group_instance_id=getattr(body, "group_instance_id", None),
-        retention_time_ms=retention,
-        version=version,
-    )
+    version = request.api_version
+    req = commit_request(request.body, version)
     try:
-        errors = await _runtime(broker).run(body.group_id, lambda s, now: _commit(s, req, now),
+        errors = await _runtime(broker).run(req.group_id, partial(_commit, req),
                                             append_error=offset_commit_append_error)
     except CoordinatorError as exc:
         errors = [(t.name, p.partition, exc.code) for t in req.topics for p in t.partitions]
