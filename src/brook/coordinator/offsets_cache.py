@@ -340,7 +340,9 @@ class OffsetsCache:
     def committed_offsets(self, group: str, topic: str) -> list[tuple[int, int]]:
         """(partition, offset) of the group's offsets for one topic, in partition order, without
         building a value per offset (the broker's metrics read every one at each scrape). It
-        reads a copy of the row array, so a reader on another thread never holds it."""
+        reads a copy of the row array, so a reader on another thread never holds it; there, a
+        partition whose offset moved between the rows and ``sparse`` meanwhile is read once
+        (the ``sparse`` copy, taken last, wins)."""
         offsets = self._groups.get(group, {}).get(topic)
         if offsets is None:
             return []
@@ -348,7 +350,9 @@ class OffsetsCache:
                  in enumerate(_ROW.iter_unpack(bytes(offsets.rows))) if flags]
         sparse = offsets.sparse
         if sparse:
-            found.extend((partition, value.offset) for partition, value in list(sparse.items()))
+            apart = dict(sparse)
+            found = [item for item in found if item[0] not in apart]
+            found.extend((partition, value.offset) for partition, value in apart.items())
             found.sort()
         return found
 
