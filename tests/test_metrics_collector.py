@@ -24,12 +24,11 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from brook.broker import metrics as metrics_module
 from brook.broker.broker import Broker
 from brook.broker.config import BrokerConfig
 from brook.broker.metrics import REQUEST_TIME_BUCKETS, SLICE_SECONDS, BrokerMetrics, LoopReader
 from brook.coordinator import classic
-from brook.coordinator.records import OffsetCommitKey, OffsetCommitValue
+from brook.coordinator.records import CommitRun, OffsetCommitKey, OffsetCommitValue
 from brook.protocol.fetch_response import PartitionResult, TopicResult
 from brook.records import Record, encode_batch
 from broker_harness import free_port
@@ -496,11 +495,11 @@ def test_a_read_runs_at_once_without_a_running_loop_or_on_the_loop_itself():
     assert reader.read(walk) == threading.get_ident()  # the loop is gone
 
 
-def test_a_read_does_not_wait_for_a_stalled_loop_for_ever(monkeypatch, caplog):
+def test_a_read_does_not_wait_for_a_stalled_loop_for_ever(caplog):
     """A loop that does not get to the walk within LOOP_WAIT_SECONDS: the scrape reads from
     its own thread, and the loop, when it gets there, does not run the abandoned walk."""
-    monkeypatch.setattr(metrics_module, "LOOP_WAIT_SECONDS", 0.2)
     reader = LoopReader()
+    reader.wait_seconds = 0.2
     ran_on: list[int] = []
 
     def walk():
@@ -522,11 +521,11 @@ def test_a_read_does_not_wait_for_a_stalled_loop_for_ever(monkeypatch, caplog):
     assert "has not read for the metrics for" in caplog.text
 
 
-def test_a_read_waits_for_a_busy_loop_that_keeps_reading(monkeypatch):
+def test_a_read_waits_for_a_busy_loop_that_keeps_reading():
     """A walk that takes the loop many times LOOP_WAIT_SECONDS, slice after slice, is read on
     the loop to its end: only a loop that stops running slices is given up on."""
-    monkeypatch.setattr(metrics_module, "LOOP_WAIT_SECONDS", 0.05)
     reader = LoopReader()
+    reader.wait_seconds = 0.05
     ran_on: set[int] = set()
 
     def walk():
@@ -617,3 +616,293 @@ def test_serving_formats_names_and_compression(broker):
     assert got["options"][0] == 200 and got["options"][1]["Allow"] == "OPTIONS,GET"
     assert got["post"][0] == 405
     assert got["favicon"][0] == 200 and got["favicon"][2] == b""
+
+
+# --- what a scrape reads: one instant per section, and reads racing the event loop -------------
+
+def test_request_counts_and_their_histogram_are_read_at_one_instant(broker):
+    """Scraped from another thread while the event loop answers requests: in every scrape an
+    API's request count, its histogram's count, +Inf bucket and sum agree (they are read
+    together on the loop, not one by one while the loop adds to them)."""
+    metrics = BrokerMetrics(broker)
+    api = next(k for k, a in broker.apis.items() if a.name == "Produce")
+    stop = threading.Event()
+    torn: list[tuple[float, float, float, float]] = []
+    scrapes = 0
+
+    def scrape_forever():
+        nonlocal scrapes
+        while not stop.is_set():
+            got = samples(metrics)
+            labels = {"request": "Produce"}
+            total = sample(got, "brook_requests_total", **labels)
+            count = sample(got, "brook_request_total_time_seconds_count", **labels)
+            inf = sample(got, "brook_request_total_time_seconds_bucket", le="+Inf", **labels)
+            seconds = sample(got, "brook_request_total_time_seconds_sum", **labels)
+            # Each request took 1000 s and a little more: the sum tells how many it holds.
+            if not total == count == inf or not count * 1000 <= seconds < (count + 0.5) * 1000:
+                torn.append((total, count, inf, seconds))
+            scrapes += 1
+
+    async def main():
+        metrics.start("127.0.0.1", 0)
+        thread = threading.Thread(target=scrape_forever)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline and not torn:
+                for _ in range(20):
+                    metrics.request_done(api, time.perf_counter() - 1000)
+                await asyncio.sleep(0)
+        finally:
+            stop.set()
+            await asyncio.to_thread(thread.join, 30)
+            metrics.stop()
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        asyncio.run(main())
+    finally:
+        sys.setswitchinterval(switch)
+    assert not torn, torn[:3]
+    assert scrapes > 5
+
+
+def test_a_groups_lags_are_read_at_one_instant(broker):
+    """A group commits two topics' offsets at once, again and again, while it is scraped in
+    the smallest slices there are: every scrape shows both offsets from the same commit."""
+    metrics = BrokerMetrics(broker)
+    metrics.reader.slice_seconds = 0.0  # a slice per step of the walk
+    broker.create_topic("a", 1)
+    broker.create_topic("b", 1)
+    stop = threading.Event()
+    torn: list[tuple] = []
+    scrapes = 0
+
+    def scrape_forever():
+        nonlocal scrapes
+        while not stop.is_set():
+            got = samples(metrics)
+            a = sample(got, "brook_consumergroup_lag", group="g", topic="a", partition=0)
+            b = sample(got, "brook_consumergroup_lag", group="g", topic="b", partition=0)
+            if a != b:
+                torn.append((a, b))
+            scrapes += 1
+
+    async def main():
+        assert broker.ensure_offsets_topic()
+        rt = broker.groups
+        rt.start()
+        await rt.wait_loaded()
+        metrics.start("127.0.0.1", 0)
+        shard = rt.shards[rt.partition_for("g")]
+        for i in range(5):  # other groups' offsets on the same shard: more steps to the walk
+            other = next(f"o{j}" for j in range(i * 1000, 10**6)
+                         if rt.partition_for(f"o{j}") == shard.index)
+            shard.replay(OffsetCommitKey(other, "a", 0), OffsetCommitValue(0), 0)
+        thread = threading.Thread(target=scrape_forever)
+        try:
+            i = 0
+            shard.replay_records([classic.Record(OffsetCommitKey("g", t, 0), OffsetCommitValue(i))
+                                  for t in ("a", "b")], 0)
+            thread.start()
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline and not torn:
+                i += 1
+                shard.replay_records([classic.Record(OffsetCommitKey("g", t, 0),
+                                                     OffsetCommitValue(i)) for t in ("a", "b")], 0)
+                await asyncio.sleep(0)
+        finally:
+            stop.set()
+            await asyncio.to_thread(thread.join, 30)
+            metrics.stop()
+            await rt.stop()
+
+    asyncio.run(main())
+    assert not torn, torn[:3]
+    assert scrapes > 5
+
+
+def test_a_groups_offsets_copied_while_they_move_are_each_read_once():
+    """Read from another thread (a scrape that gave up on a stalled loop) while an offset
+    moves between the cache's rows and its dict of values that fit no row: no partition is
+    read twice."""
+    from brook.coordinator.offsets_cache import OffsetsCache
+
+    cache = OffsetsCache()
+    for p in range(2000):
+        cache.put("g", "t", p, OffsetCommitValue(p))
+    stop = threading.Event()
+    twice: list[int] = []
+
+    def read_forever():
+        while not stop.is_set() and not twice:
+            partitions = [p for p, _ in cache.committed_offsets("g", "t")]
+            twice.extend(p for p, n in collections.Counter(partitions).items() if n > 1)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=read_forever)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 1.5
+        i = 0
+        while time.monotonic() < deadline and not twice:
+            cache.put("g", "t", 1000, OffsetCommitValue(i, leader_epoch=2**40))  # fits no row
+            cache.put("g", "t", 1000, OffsetCommitValue(i))  # back in its row
+            i += 1
+    finally:
+        stop.set()
+        thread.join(30)
+        sys.setswitchinterval(switch)
+    assert not twice
+
+
+# --- stopping ----------------------------------------------------------------------------------
+
+def test_a_read_left_waiting_by_a_loop_that_stopped_ends_at_once():
+    """The loop stops between two slices of a read (its broker stopped): the waiting scrape
+    reads the rest from its own thread at once (nothing changes the state any more), not
+    after LOOP_WAIT_SECONDS."""
+    reader = LoopReader()
+    threads: set[int] = set()
+    started = threading.Event()
+    got: dict[str, object] = {}
+
+    def walk():
+        for _ in range(400):  # 0.2 s of work: many slices
+            busy(500e-6)
+            threads.add(threading.get_ident())
+            started.set()
+            yield
+        return "read"
+
+    def scrape():
+        got["value"] = reader.read(walk)
+        got["at"] = time.monotonic()
+
+    thread = threading.Thread(target=scrape)
+
+    async def main():
+        reader.loop = asyncio.get_running_loop()
+        thread.start()
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())  # returns with the read half done
+    stopped = time.monotonic()
+    thread.join(30)
+    assert got["value"] == "read"
+    assert got["at"] - stopped < 1.0, f"the scrape waited {got['at'] - stopped:.1f} s"
+    assert threads == {loop_thread, thread.ident}
+
+
+def test_a_scrape_after_stop_still_reads_on_the_running_loop(broker):
+    """A scrape the HTTP server accepted before it stopped reads on the event loop as long as
+    the loop runs (the broker closes its logs on it), not from its own thread."""
+    metrics = BrokerMetrics(broker)
+
+    def walk():
+        yield
+        return threading.get_ident()
+
+    async def main():
+        metrics.start("127.0.0.1", 0)
+        metrics.stop()
+        return await asyncio.to_thread(metrics.reader.read, walk), threading.get_ident()
+
+    read_on, loop_thread = asyncio.run(main())
+    assert read_on == loop_thread
+
+
+def test_an_interrupt_in_a_slice_stops_the_loop_and_fails_the_read():
+    """KeyboardInterrupt (or SystemExit) raised in a slice ends the event loop as it would
+    anywhere else on the loop, and the waiting scrape gets it rather than waiting."""
+    reader = LoopReader()
+    errors: list[BaseException] = []
+
+    def walk():
+        yield
+        raise KeyboardInterrupt
+
+    def scrape():
+        try:
+            reader.read(walk)
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            errors.append(exc)
+
+    thread = threading.Thread(target=scrape)
+
+    async def main():
+        reader.loop = asyncio.get_running_loop()
+        thread.start()
+        await asyncio.sleep(2)
+        return "not interrupted"
+
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(main())
+    thread.join(10)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], KeyboardInterrupt)
+
+
+# --- memory ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+def test_a_large_scrape_holds_its_text_about_once(broker, encoding):
+    """Serving 50,000 lag series (about 3.5 MB of text): the server's allocations at their
+    peak come to little more than the text itself (not the series' chunks plus their join,
+    twice the text), whether it is sent as it is or compressed."""
+    import socket
+    import tracemalloc
+
+    metrics = BrokerMetrics(broker)
+    for t in range(10):
+        broker.create_topic(f"t{t}", 10)
+
+    def scrape(port: int) -> tuple[int, int]:
+        """(peak bytes allocated while serving, bytes of text), the body read into one
+        buffer over and over (the client allocates nothing per chunk)."""
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+            tracemalloc.start()
+            before = tracemalloc.get_traced_memory()[0]
+            sock.sendall(b"GET /metrics HTTP/1.0\r\nAccept-Encoding: " + encoding.encode()
+                         + b"\r\n\r\n")
+            buf = bytearray(65536)
+            head = b""
+            total = 0
+            while True:
+                n = sock.recv_into(buf)
+                if not n:
+                    break
+                if len(head) < 4096:
+                    head += bytes(buf[:n])
+                total += n
+            peak = tracemalloc.get_traced_memory()[1] - before
+            tracemalloc.stop()
+        return peak, total
+
+    async def main():
+        assert broker.ensure_offsets_topic()
+        rt = broker.groups
+        rt.start()
+        await rt.wait_loaded()
+        for g in range(500):
+            shard = rt.shards[rt.partition_for(f"g{g}")]
+            for t in range(10):
+                shard.replay_commits(CommitRun(f"g{g}", f"t{t}",
+                                               [(p, 1, -1, 0) for p in range(10)]), 0)
+        metrics.start("127.0.0.1", 0)
+        try:
+            text = len(metrics.generate())
+            peak, _ = await asyncio.to_thread(scrape, metrics.port)
+            return peak, text
+        finally:
+            metrics.stop()
+            await rt.stop()
+
+    peak, text = asyncio.run(main())
+    assert text > 3_000_000
+    assert peak < 1.4 * text, f"{peak / 1e6:.1f} MB at the peak for {text / 1e6:.1f} MB of text"

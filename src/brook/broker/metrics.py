@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import gzip
 import logging
 import socket
 import threading
+import time
+import zlib
 from bisect import bisect_left
 from collections.abc import Callable, Generator
 from time import perf_counter
@@ -64,6 +65,8 @@ PAUSE_SECONDS = 0.001
 #: reads from its own thread instead (a loop stalled that long has worse problems; the scrape
 #: still answers). A busy loop that keeps running slices is waited for.
 LOOP_WAIT_SECONDS = 5.0
+#: How often a waiting scrape looks whether the loop still runs and still reads.
+_POLL_SECONDS = 0.1
 #: gzip level of compressed scrapes (Prometheus asks for gzip): level 1 compresses 100,000 lag
 #: series (7 MB) in ~35 ms to ~5 %; prometheus_client's level 9 takes ~0.45 s for ~3.5 %.
 GZIP_LEVEL = 1
@@ -145,6 +148,14 @@ class BrokerMetrics:
         """(body, content type) of a scrape: the format the Accept header asks for, as
         prometheus_client chooses it (OpenMetrics for Prometheus, else the text format), and
         only the families in `names` when given (a ``name[]`` query)."""
+        parts, content_type = self._exposition_parts(accept, names)
+        return b"".join(parts), content_type
+
+    def _exposition_parts(self, accept: str | None,
+                          names: list[str] | None) -> tuple[list[bytes], str]:
+        """`exposition` as the pieces of its body, not joined: the lag series of a large
+        broker are tens of megabytes, and the server sends (or compresses) them piece by
+        piece rather than holding them twice."""
         encoder, content_type = choose_encoder(accept or "")
         om = content_type.startswith("application/openmetrics-text")
         wanted = set(names) if names else None
@@ -165,7 +176,7 @@ class BrokerMetrics:
                 parts.extend(chunks)
         if om:
             parts.append(_EOF)
-        return b"".join(parts), content_type
+        return parts, content_type
 
     def generate(self) -> bytes:
         """Every metric in the Prometheus text format, as `curl .../metrics` gets them."""
@@ -203,7 +214,8 @@ class BrokerMetrics:
             server.shutdown()
             server.server_close()
             self._thread.join(5)
-        self.reader.loop = None
+        # The reader keeps the loop: a scrape accepted before the server stopped still reads
+        # on it while it runs (the broker closes on it), and from its own thread once it ends.
 
     def _app(self, environ, start_response):
         """The WSGI application: prometheus_client's (OPTIONS, 405 for other methods than GET,
@@ -220,13 +232,29 @@ class BrokerMetrics:
             status, body = "200 OK", b""
         else:
             names = parse_qs(environ.get("QUERY_STRING", "")).get("name[]")
-            body, content_type = self.exposition(environ.get("HTTP_ACCEPT"), names)
+            parts, content_type = self._exposition_parts(environ.get("HTTP_ACCEPT"), names)
             status, headers = "200 OK", [("Content-Type", content_type)]
             if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING")):
-                body = gzip.compress(body, GZIP_LEVEL)
+                parts = _gzip(parts)
                 headers.append(("Content-Encoding", "gzip"))
+            headers.append(("Content-Length", str(sum(map(len, parts)))))
+            start_response(status, headers)
+            return parts
         start_response(status, headers)
         return [body]
+
+
+def _gzip(parts: list[bytes]) -> list[bytes]:
+    """The parts compressed as one gzip stream, each part let go once it is compressed."""
+    compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    parts.reverse()
+    out = []
+    while parts:
+        piece = compressor.compress(parts.pop())
+        if piece:
+            out.append(piece)
+    out.append(compressor.flush())
+    return out
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -243,23 +271,28 @@ def _address_family(addr: str, port: int) -> tuple[int, str]:
 
 class BrokerCollector:
     """The registry's figures: per topic and per API counts, and the coordinator's few gauges
-    (a handful of series whatever the broker holds), the latter read through the `LoopReader`."""
+    (a handful of series whatever the broker holds), all read in one walk of the `LoopReader`
+    (an API's count, time and buckets from the same instant)."""
 
     def __init__(self, broker, metrics: BrokerMetrics) -> None:
         self.broker = broker
         self.metrics = metrics
 
     def collect(self):
+        figures = self.metrics.reader.read(lambda: _registry_figures(self.broker, self.metrics))
         for name, section in (("topic", self._topics), ("request", self._requests),
                               ("groups", self._groups)):
             try:
-                families = list(section())
+                read = figures[name]
+                if isinstance(read, Exception):
+                    raise read
+                families = list(section(read))
             except Exception:  # a bug here must not cost the scrape its other metrics
                 log.exception("collecting the %s metrics failed", name)
                 continue
             yield from families
 
-    def _topics(self):
+    def _topics(self, counts):
         labels = ["topic"]
         bytes_in = CounterMetricFamily("brook_topic_bytes_in",
                                        "Record bytes appended by Produce requests.", labels=labels)
@@ -267,19 +300,13 @@ class BrokerCollector:
                                           "Records appended by Produce requests.", labels=labels)
         bytes_out = CounterMetricFamily("brook_topic_bytes_out",
                                         "Record bytes sent in Fetch responses.", labels=labels)
-        topics = self.metrics.topics
-        metadata = self.broker.metadata
-        for topic, stats in list(topics.items()):
-            if metadata.get(topic) is None:
-                # Deleted: its counts go, as Kafka removes a deleted topic's metrics.
-                topics.pop(topic, None)
-                continue
-            bytes_in.add_metric([topic], stats.bytes_in)
-            messages_in.add_metric([topic], stats.messages_in)
-            bytes_out.add_metric([topic], stats.bytes_out)
+        for topic, nbytes_in, nmessages_in, nbytes_out in counts:
+            bytes_in.add_metric([topic], nbytes_in)
+            messages_in.add_metric([topic], nmessages_in)
+            bytes_out.add_metric([topic], nbytes_out)
         return bytes_in, messages_in, bytes_out
 
-    def _requests(self):
+    def _requests(self, counts):
         labels = ["request"]
         count = CounterMetricFamily("brook_requests", "Requests answered, by API.", labels=labels)
         total_time = HistogramMetricFamily(
@@ -287,19 +314,18 @@ class BrokerCollector:
             "Time from a request's frame received to its response written, by API.",
             labels=labels)
         apis = self.broker.apis
-        for key, stats in self.metrics.requests.items():
+        for key, n, time_sum, per_bucket in counts:
             name = apis[key].name
-            count.add_metric([name], stats.count)
+            count.add_metric([name], n)
             cumulative, buckets = 0, []
-            for bound, n in zip(_BUCKET_LABELS, list(stats.buckets)):
-                cumulative += n
+            for bound, k in zip(_BUCKET_LABELS, per_bucket):
+                cumulative += k
                 buckets.append((bound, cumulative))
-            total_time.add_metric([name], buckets, stats.time_sum)
+            total_time.add_metric([name], buckets, time_sum)
         return count, total_time
 
-    def _groups(self):
-        states, rebalances, offsets, cache_bytes, loads = self.metrics.reader.read(
-            lambda: _group_figures(self.broker))
+    def _groups(self, figures):
+        states, rebalances, offsets, cache_bytes, loads = figures
         per_state = GaugeMetricFamily("brook_coordinator_groups",
                                       "Consumer groups of this coordinator, by state.",
                                       labels=["state"])
@@ -328,10 +354,48 @@ class BrokerCollector:
         yield loaded
 
 
+def _registry_figures(broker, metrics: BrokerMetrics):
+    """A walk (see `LoopReader`) returning {section: what it read, or the exception that
+    stopped it} for the sections "topic" and "request" (one step: the counts as the event loop
+    left them) and "groups" (a step per ``__consumer_offsets`` partition)."""
+    found: dict[str, object] = {}
+    for name, read in (("topic", _topic_counts), ("request", _request_counts)):
+        try:
+            found[name] = read(broker, metrics)
+        except Exception as exc:  # noqa: BLE001 - logged by the collector
+            found[name] = exc
+    yield
+    try:
+        found["groups"] = yield from _group_figures(broker)
+    except Exception as exc:  # noqa: BLE001 - logged by the collector
+        found["groups"] = exc
+    return found
+
+
+def _topic_counts(broker, metrics: BrokerMetrics) -> list[tuple[str, int, int, int]]:
+    """(topic, bytes in, messages in, bytes out) of each topic; a deleted topic's counts go,
+    as Kafka removes a deleted topic's metrics."""
+    topics = metrics.topics
+    metadata = broker.metadata
+    counts = []
+    for topic, stats in list(topics.items()):
+        if metadata.get(topic) is None:
+            del topics[topic]
+        else:
+            counts.append((topic, stats.bytes_in, stats.messages_in, stats.bytes_out))
+    return counts
+
+
+def _request_counts(broker, metrics: BrokerMetrics) -> list[tuple[int, int, float, list[int]]]:
+    """(API key, requests, their total time, count per time bucket) of each API."""
+    return [(key, stats.count, stats.time_sum, list(stats.buckets))
+            for key, stats in metrics.requests.items()]
+
+
 def _group_figures(broker):
-    """A walk (see `LoopReader`) over the ``__consumer_offsets`` partitions, a step each,
-    returning (groups per state, rebalances, cached offsets, cache bytes,
-    [(partition, load seconds, records loaded)])."""
+    """A walk over the ``__consumer_offsets`` partitions, a step each, returning (groups per
+    state, rebalances, cached offsets, cache bytes, [(partition, load seconds, records
+    loaded)])."""
     states = dict.fromkeys((s.value for s in GroupState), 0)
     rebalances = offsets = cache_bytes = 0
     loads = []
@@ -371,18 +435,24 @@ class LoopReader:
     """Runs a scrape's reads of the broker's state on the broker's event loop.
 
     A read is a *walk*: a generator that yields at short intervals (after a partition, a
-    group's topic, an offsets partition) and returns what it read. Called from another thread
-    while `loop` runs (it is set while the metrics are served), `read` has the loop run the
-    walk in slices of SLICE_SECONDS, one callback each, PAUSE_SECONDS apart, and waits. So the
-    loop serves its clients between slices, the scrape's thread does not compete with it for
-    the interpreter lock meanwhile, and every value is read as the event loop left it (within
-    a step, the same instant: a partition's high watermark and a group's committed offsets).
+    group, an offsets partition) and returns what it read. Called from another thread while
+    `loop` runs (it is set when the metrics start serving), `read` has the loop run the walk in
+    slices of `slice_seconds`, one callback each, `pause_seconds` apart, and waits. So the loop
+    serves its clients between slices, the scrape's thread does not compete with it for the
+    interpreter lock meanwhile, and every value is read as the event loop left it (within a
+    step, the same instant: a group's committed offsets and the partitions' high watermarks).
 
     Without a running loop, or called on the loop itself, `read` runs the walk on the calling
-    thread at once; so it does when the loop has not run a slice for LOOP_WAIT_SECONDS. Walks
-    are written to be safe there too (copies of dicts before they are walked, the coordinator's
-    offsets read from copies, the logs' immutable segment tuples), though not instantaneous.
+    thread at once; so it does when the loop stops running while a read waits for it (nothing
+    changes the state any more), and when the loop has run no slice for `wait_seconds` (a
+    stalled loop: logged). Walks are written to be safe off the loop too (copies of dicts
+    before they are walked, the coordinator's offsets read from copies, the logs' immutable
+    segment tuples), though not instantaneous.
     """
+
+    slice_seconds = SLICE_SECONDS
+    pause_seconds = PAUSE_SECONDS
+    wait_seconds = LOOP_WAIT_SECONDS
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -398,23 +468,35 @@ class LoopReader:
             except RuntimeError:  # the loop was closed meanwhile
                 pass
             else:
-                seen = -1
-                while slices[0] != seen:  # the loop has run a slice since the last wait
-                    seen = slices[0]
-                    try:
-                        return done.result(LOOP_WAIT_SECONDS)
-                    except concurrent.futures.TimeoutError:
-                        continue
+                stalled = self._wait(loop, done, slices)
                 if not done.cancel():  # it finished after all
                     return done.result()
-                log.warning("the event loop has not read for the metrics for %.0f s; reading "
-                            "them from the scrape's thread", LOOP_WAIT_SECONDS)
+                if stalled:
+                    log.warning("the event loop has not read for the metrics for %.0f s; "
+                                "reading them from the scrape's thread", self.wait_seconds)
         steps = walk()
         while True:
             try:
                 next(steps)
             except StopIteration as stop:
                 return stop.value
+
+    def _wait(self, loop, done: concurrent.futures.Future, slices: list[int]) -> bool:
+        """Wait for `done` while the loop runs slices; False when the loop stopped running,
+        True when it ran none for `wait_seconds`. (Returns when `done` is done, too.)"""
+        seen, since = slices[0], time.monotonic()
+        while True:
+            try:
+                done.result(min(_POLL_SECONDS, self.wait_seconds))
+            except BaseException:  # noqa: BLE001 - a timeout, or the walk's: `read` raises it
+                pass
+            if done.done() or not loop.is_running():
+                return False
+            now = time.monotonic()
+            if slices[0] != seen:
+                seen, since = slices[0], now
+            elif now - since >= self.wait_seconds:
+                return True
 
     def _step(self, loop, steps, done: concurrent.futures.Future, slices: list[int]) -> None:
         """One slice of a walk, on the event loop."""
@@ -423,7 +505,7 @@ class LoopReader:
             return
         slices[0] += 1
         clock = perf_counter
-        deadline = clock() + SLICE_SECONDS
+        deadline = clock() + self.slice_seconds
         try:
             while True:
                 next(steps)
@@ -431,10 +513,13 @@ class LoopReader:
                     break
         except StopIteration as stop:
             _settle(done.set_result, stop.value)
-        except BaseException as exc:  # noqa: BLE001 - raised in the scrape's thread
+        except Exception as exc:  # noqa: BLE001 - raised in the scrape's thread
             _settle(done.set_exception, exc)
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit: the loop's too
+            _settle(done.set_exception, exc)
+            raise
         else:
-            loop.call_later(PAUSE_SECONDS, self._step, loop, steps, done, slices)
+            loop.call_later(self.pause_seconds, self._step, loop, steps, done, slices)
 
 
 def _running_loop():
@@ -566,7 +651,7 @@ class StateFamilies:
             if manager is None:
                 continue
             cache = manager.cache
-            for group in cache.groups():
+            for group in cache.groups():  # a step each: a group's offsets from one instant
                 head = f'brook_consumergroup_lag{{group="{_label(group)}",partition="'
                 for topic in cache.topics(group):
                     tail = f'",topic="{_label(topic)}"}} '
@@ -578,10 +663,10 @@ class StateFamilies:
                                 add(f"{head}{index}{tail}{lag}.0\n")
                             else:
                                 add(f"{head}{index}{tail}{go(lag)}\n")
-                    if len(lines) >= _CHUNK_LINES:
-                        chunks.append("".join(lines).encode())
-                        lines.clear()
-                    yield
+                if len(lines) >= _CHUNK_LINES:
+                    chunks.append("".join(lines).encode())
+                    lines.clear()
+                yield
                 if shard.offsets is not manager:  # the partition was unloaded meanwhile
                     break
         chunks.append("".join(lines).encode())
