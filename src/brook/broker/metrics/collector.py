@@ -1,0 +1,178 @@
+"""The collector of prometheus_client's registry: the per-topic and per-API counts and the
+group coordinator's few gauges (a handful of series whatever the broker holds), read when
+scraped, in one walk on the event loop (see `LoopReader`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from ...coordinator.group import GroupState
+from .counts import BUCKET_LABELS
+
+if TYPE_CHECKING:
+    from .broker_metrics import BrokerMetrics
+
+log = logging.getLogger(__package__)
+
+
+class BrokerCollector:
+    """The registry's figures: per topic and per API counts, and the coordinator's few gauges
+    (a handful of series whatever the broker holds), all read in one walk of the `LoopReader`
+    (an API's count, time and buckets from the same instant)."""
+
+    def __init__(self, broker, metrics: BrokerMetrics) -> None:
+        self.broker = broker
+        self.metrics = metrics
+
+    def collect(self):
+        figures = self.metrics.reader.read(lambda: _registry_figures(self.broker, self.metrics))
+        for name, section in (("topic", self._topics), ("request", self._requests),
+                              ("groups", self._groups)):
+            try:
+                read = figures[name]
+                if isinstance(read, Exception):
+                    raise read
+                families = list(section(read))
+            except Exception:  # a bug here must not cost the scrape its other metrics
+                log.exception("collecting the %s metrics failed", name)
+                continue
+            yield from families
+
+    def _topics(self, counts):
+        labels = ["topic"]
+        bytes_in = CounterMetricFamily("brook_topic_bytes_in",
+                                       "Record bytes appended by Produce requests.", labels=labels)
+        messages_in = CounterMetricFamily("brook_topic_messages_in",
+                                          "Records appended by Produce requests.", labels=labels)
+        bytes_out = CounterMetricFamily("brook_topic_bytes_out",
+                                        "Record bytes sent in Fetch responses.", labels=labels)
+        for topic, nbytes_in, nmessages_in, nbytes_out in counts:
+            bytes_in.add_metric([topic], nbytes_in)
+            messages_in.add_metric([topic], nmessages_in)
+            bytes_out.add_metric([topic], nbytes_out)
+        return bytes_in, messages_in, bytes_out
+
+    def _requests(self, counts):
+        labels = ["request"]
+        count = CounterMetricFamily("brook_requests", "Requests answered, by API.", labels=labels)
+        total_time = HistogramMetricFamily(
+            "brook_request_total_time_seconds",
+            "Time from a request's frame received to its response written, by API.",
+            labels=labels)
+        apis = self.broker.apis
+        for key, n, time_sum, per_bucket in counts:
+            name = apis[key].name
+            count.add_metric([name], n)
+            cumulative, buckets = 0, []
+            for bound, k in zip(BUCKET_LABELS, per_bucket):
+                cumulative += k
+                buckets.append((bound, cumulative))
+            total_time.add_metric([name], buckets, time_sum)
+        return count, total_time
+
+    def _groups(self, figures):
+        states, rebalances, offsets, cache_bytes, loads = figures
+        per_state = GaugeMetricFamily("brook_coordinator_groups",
+                                      "Consumer groups of this coordinator, by state.",
+                                      labels=["state"])
+        for state, n in states.items():
+            per_state.add_metric([state], n)
+        yield per_state
+        yield CounterMetricFamily("brook_coordinator_rebalances",
+                                  "Completed rebalances (join phases) of classic groups.",
+                                  value=rebalances)
+        yield GaugeMetricFamily("brook_coordinator_offsets", "Committed offsets in the cache.",
+                                value=offsets)
+        yield GaugeMetricFamily("brook_coordinator_offsets_cache_bytes",
+                                "Estimated memory of the offsets cache.", value=cache_bytes)
+        load_time = GaugeMetricFamily(
+            "brook_coordinator_partition_load_time_seconds",
+            "How long loading the __consumer_offsets partition took (at the broker's start).",
+            labels=["partition"])
+        loaded = GaugeMetricFamily(
+            "brook_coordinator_partition_records_loaded",
+            "Group and offset records replayed when the __consumer_offsets partition was loaded.",
+            labels=["partition"])
+        for index, seconds, records in loads:
+            load_time.add_metric([str(index)], seconds)
+            loaded.add_metric([str(index)], records)
+        yield load_time
+        yield loaded
+
+
+def _registry_figures(broker, metrics: BrokerMetrics):
+    """A walk (see `LoopReader`) returning {section: what it read, or the exception that
+    stopped it} for the sections "topic" and "request" (one step: the counts as the event loop
+    left them) and "groups" (a step per ``__consumer_offsets`` partition)."""
+    found: dict[str, object] = {}
+    for name, read in (("topic", _topic_counts), ("request", _request_counts)):
+        try:
+            found[name] = read(broker, metrics)
+        except Exception as exc:  # noqa: BLE001 - logged by the collector
+            found[name] = exc
+    yield
+    try:
+        found["groups"] = yield from _group_figures(broker)
+    except Exception as exc:  # noqa: BLE001 - logged by the collector
+        found["groups"] = exc
+    return found
+
+
+def _topic_counts(broker, metrics: BrokerMetrics) -> list[tuple[str, int, int, int]]:
+    """(topic, bytes in, messages in, bytes out) of each topic; a deleted topic's counts go,
+    as Kafka removes a deleted topic's metrics."""
+    topics = metrics.topics
+    metadata = broker.metadata
+    counts = []
+    for topic, stats in list(topics.items()):
+        if metadata.get(topic) is None:
+            del topics[topic]
+        else:
+            counts.append((topic, stats.bytes_in, stats.messages_in, stats.bytes_out))
+    return counts
+
+
+def _request_counts(broker, metrics: BrokerMetrics) -> list[tuple[int, int, float, list[int]]]:
+    """(API key, requests, their total time, count per time bucket) of each API."""
+    return [(key, stats.count, stats.time_sum, list(stats.buckets))
+            for key, stats in metrics.requests.items()]
+
+
+def _group_figures(broker):
+    """A walk over the ``__consumer_offsets`` partitions, a step each, returning (groups per
+    state, rebalances, cached offsets, cache bytes, [(partition, load seconds, records
+    loaded)])."""
+    states = dict.fromkeys((s.value for s in GroupState), 0)
+    rebalances = offsets = cache_bytes = 0
+    loads = []
+    runtime = broker.groups
+    for shard in list(runtime.shards) if runtime is not None else []:
+        core = shard.core
+        for group in list(core.groups.values()):  # simple consumers' groups too (Empty)
+            states[group.state.value] += 1
+        rebalances += core.rebalances
+        manager = shard.offsets
+        if manager is not None:
+            offsets += manager.cached_offsets
+            cache_bytes += _cache_bytes(manager)
+        load_time_ms = shard.load_time_ms
+        if load_time_ms is not None:
+            loads.append((shard.index, load_time_ms / 1000, shard.records_loaded))
+        yield
+    return states, rebalances, offsets, cache_bytes, loads
+
+
+def _cache_bytes(manager) -> int:
+    """The offsets cache's estimate of its memory. It walks the cache's dicts, which the event
+    loop may resize meanwhile when this runs on another thread: tried again, then left out (0)
+    of this scrape."""
+    for _ in range(2):
+        try:
+            return manager.cache_bytes()
+        except (RuntimeError, AttributeError, TypeError):  # e.g. a dict resized under it
+            continue
+    return 0
