@@ -526,3 +526,78 @@ def test_runs_are_written_with_other_base_offsets_as_their_records():
         BatchRecord(14, 7, encode_key(OffsetCommitKey("g", "t", 1)),
                     encode_value(OffsetCommitValue(4, 5, "", 6))),
     ], base_offset=12)
+
+
+# --- running operations: at once on an idle shard, in arrival order, timers woken when due ----
+
+
+def test_an_operation_on_an_idle_shard_is_answered_without_waiting_for_the_worker():
+    async def main():
+        rt = await started(offsets_runtime(MemoryLog()))
+        try:
+            call = rt.run("g", commit_op("g", range(3)))
+            with pytest.raises(StopIteration) as done:  # finished without yielding once
+                call.send(None)
+            assert done.value.value == [("t", p, ErrorCode.none) for p in range(3)]
+        finally:
+            await rt.stop()
+
+    asyncio.run(main())
+
+
+def test_an_operation_arriving_behind_a_queued_one_runs_after_it():
+    async def main():
+        rt = await started(offsets_runtime(MemoryLog()))
+        shard = rt.shard_for("g")
+        ran: list[str] = []
+
+        def op(tag):
+            def run(s, now):
+                ran.append(tag)
+                return classic.Result(response=tag)
+            return run
+
+        try:
+            queued, later, idle = (rt.loop.create_future() for _ in range(3))
+            shard.queue.put_nowait((op("queued"), queued, append_error))  # the worker's next
+            shard.submit(op("later"), later)
+            assert ran == []  # not run at once: it waits its turn
+            assert await later == "later" and await queued == "queued"
+            assert ran == ["queued", "later"]
+            shard.submit(op("idle"), idle)
+            assert ran == ["queued", "later", "idle"] and idle.result() == "idle"
+        finally:
+            await rt.stop()
+
+    asyncio.run(main())
+
+
+def test_operations_that_schedule_no_earlier_deadline_leave_the_timer_task_asleep():
+    class CountingClock(FakeClock):
+        calls = 0
+
+        def milliseconds(self) -> int:
+            self.calls += 1
+            return super().milliseconds()
+
+    async def main():
+        clock = CountingClock()
+        rt = await started(offsets_runtime(MemoryLog(), clock, partitions=1))
+        try:
+            for _ in range(5):  # the first poll (it schedules the expiry check) and its rerun
+                await asyncio.sleep(0)
+            clock.calls = 0
+            for i in range(50):
+                await rt.run("g", commit_op("g", range(3), offset=i))
+                await asyncio.sleep(0)
+            assert clock.calls == 50  # each commit's "now"; the timer task never looked
+            expiry_check = rt.shards[0].timer_deadline
+            # A member's session deadline, earlier than the expiry check, wakes it.
+            await join_and_sync(rt, "members", session_ms=10_000)
+            for _ in range(10):
+                await asyncio.sleep(0)
+            assert rt.shards[0].timer_deadline == clock.milliseconds() + 10_000 < expiry_check
+        finally:
+            await rt.stop()
+
+    asyncio.run(main())

@@ -57,7 +57,11 @@ def check_header(flexible: bool, frame: bytes) -> int:
     """Check a request header (v1, or v2 with tagged fields); the offset of the body."""
     end = len(frame)
     pos = _string(frame, 8, end)  # the client id is a classic nullable string in every header
-    return _tagged_fields(frame, pos, end) if flexible else pos
+    if not flexible:
+        return pos
+    if pos < end and frame[pos] == 0:  # no tagged fields, as nearly every client sends
+        return pos + 1
+    return _tagged_fields(frame, pos, end)
 
 
 # ---------------------------------------------------------------- primitives
