@@ -8,7 +8,9 @@ connection has its own task, so a slow client only ever waits for itself.
 Answers are queued and sent together: those of the requests one read brought in go out with
 one `send` once they are all answered, or earlier as soon as a handler has to wait (a
 callback the event loop runs when this connection's task yields sends what is queued), so an
-answer never waits for a later request's handler. On loopback a `send` that wakes the client
+answer never waits for a later request's handler (what the socket does not take then goes
+out as it makes room, through a writer callback, while the handler waits). A request's time
+(metrics) runs until its answer has gone to the socket. On loopback a `send` that wakes the client
 costs the broker about as much as handling a small request, and a pipelining client (8 offset
 commits in flight) gets its answers in one.
 """
@@ -57,7 +59,14 @@ class Connection:
         self.last_active = self.loop.time()
         self._out: list = []  # answers not yet handed to the socket, in order (bytes, views)
         self._flush_scheduled = False
+        #: The flush callback left answers queued (the socket was full): a writer callback
+        #: sends the rest as the socket takes it, while the task waits for its handler.
+        self._writer_armed = False
+        self._task_writing = False  # the task waits for room in the socket (its own writer)
         self._write_error: OSError | None = None  # from a send the flush callback made
+        #: (api key, time received) of the requests whose answers are still queued: their
+        #: time is counted when the queue has gone to the socket (Kafka's TotalTimeMs).
+        self._answered: list[tuple[int, float]] = []
 
     async def run(self) -> None:
         decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
@@ -141,7 +150,10 @@ class Connection:
         else:
             self._write(response)
         if metrics is not None:
-            metrics.request_done(request.api_key, received)
+            if self._out:
+                self._answered.append((request.api_key, received))
+            else:
+                metrics.request_done(request.api_key, received)
         return True
 
     # ------------------------------------------------------------ writing
@@ -155,13 +167,36 @@ class Connection:
 
     def _flush(self) -> None:
         """The event loop's turn, this connection's task waiting: send what is queued, as far
-        as the socket takes it now (the rest waits for the task's next `_drain`)."""
+        as the socket takes it now; what it does not take goes out as it makes room (a
+        handler that waits, a long-polling Fetch or a parked JoinGroup, must not hold back
+        the answers before it)."""
         self._flush_scheduled = False
-        if self._out and not self.closed and self._write_error is None:
+        if (self._out and not self.closed and self._write_error is None
+                and not self._writer_armed and not self._task_writing):
+            self._send_ready()
+            if self._out and self._write_error is None and not self.closed:
+                self.loop.add_writer(self.fd, self._send_ready)
+                self._writer_armed = True
+
+    def _send_ready(self) -> None:
+        """Send what is queued as far as the socket takes it (the flush callback, and the
+        writer callback it leaves while answers remain); a send error is kept for the task's
+        next `_drain`."""
+        if not self.closed and self._write_error is None:
             try:
                 self._send_queued()
             except OSError as exc:
                 self._write_error = exc  # raised in the task by its next `_drain`
+        if self._writer_armed and (not self._out or self._write_error is not None or self.closed):
+            self._disarm_writer()
+
+    def _disarm_writer(self) -> None:
+        if self._writer_armed:
+            self._writer_armed = False
+            try:
+                self.loop.remove_writer(self.fd)
+            except (RuntimeError, OSError, ValueError):  # the loop is closed or the fd gone
+                pass
 
     def _send_queued(self) -> None:
         """One `send` (or `sendmsg`, the pieces not joined) of the queued answers; what the
@@ -182,6 +217,12 @@ class Connection:
         del out[:sent]
         if n:
             out[0] = memoryview(out[0])[n:]
+        elif not out and self._answered:
+            metrics = self.broker.metrics
+            if metrics is not None:
+                for api_key, received in self._answered:
+                    metrics.request_done(api_key, received)
+            self._answered.clear()
 
     async def _drain(self) -> None:
         """Send every queued answer, waiting for room in the socket as long as it takes."""
@@ -189,6 +230,7 @@ class Connection:
             if self._write_error is not None:
                 raise self._write_error
             if not self._out:
+                self._disarm_writer()
                 return
             self._send_queued()
             if self._out:
@@ -228,6 +270,7 @@ class Connection:
             self.last_active = self.loop.time()
 
     async def _writable(self) -> None:
+        self._disarm_writer()  # the task sends from here on (one writer per descriptor)
         fut = self.loop.create_future()
 
         def ready() -> None:
@@ -235,9 +278,11 @@ class Connection:
                 fut.set_result(None)
 
         self.loop.add_writer(self.fd, ready)
+        self._task_writing = True
         try:
             await fut
         finally:
+            self._task_writing = False
             self.loop.remove_writer(self.fd)
 
     def close(self) -> None:
@@ -249,6 +294,9 @@ class Connection:
             return
         if not self.closed:
             self.closed = True
+            self._disarm_writer()
+            self._out.clear()  # nothing is sent after close
+            self._answered.clear()
             try:
                 self.sock.close()
             except OSError:
