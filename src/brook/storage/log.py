@@ -137,6 +137,7 @@ class Log:
         self.topic, self.partition = parse_topic_partition(directory)
         self.config = config  # the setter also derives what append needs
         self.clock = clock
+        self._now_ms = clock.milliseconds  # bound once: append reads the clock every call
         self.recovery_point = recovery_point
         self.log_start_offset = log_start_offset
         self.last_flush_ms = clock.milliseconds()
@@ -343,6 +344,7 @@ class Log:
         self._log_append_time = config.message_timestamp_type == "LogAppendTime"
         self._before_max_ms = config.timestamp_before_max_ms
         self._after_max_ms = config.timestamp_after_max_ms
+        self._flush_messages = config.flush_messages
 
     def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int | None = None,
                assign_offsets: bool = True, origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
@@ -367,7 +369,7 @@ class Log:
         """
         view = memoryview(records)
         end = len(view)
-        now = self.clock.milliseconds()
+        now = self._now_ms()
         # The common Produce takes a short path: one batch without a producer id, with
         # timestamps, passing every check of the general path. Anything else, errors
         # included, takes the general path. (Failed checks return at once: CPython 3.11
@@ -391,7 +393,7 @@ class Log:
             epoch = leader_epoch
         segment.append_batch(_PREFIX.pack(first, length, epoch), view[16:], end, first, last, max_ts)
         self.unflushed_messages += count
-        if self.unflushed_messages >= self._config.flush_messages:
+        if self.unflushed_messages >= self._flush_messages:
             self.flush()
         # tuple.__new__ skips the NamedTuple's Python-level constructor
         return _new_tuple(LogAppendInfo, (first, last, max_ts, last, -1, count, end, False))
