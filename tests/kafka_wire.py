@@ -13,6 +13,19 @@ from kio.serial import entity_reader, entity_writer
 from brook.protocol.messages import make
 
 
+def frame(body, correlation_id: int, client_id: str = "wire-test") -> bytes:
+    """A request entity as one size-prefixed frame with its header."""
+    cls = type(body)
+    header_cls = cls.__header_schema__
+    buf = io.BytesIO()
+    entity_writer(header_cls)(buf, make(header_cls, request_api_key=cls.__api_key__,
+                                        request_api_version=cls.__version__,
+                                        correlation_id=correlation_id, client_id=client_id))
+    entity_writer(cls)(buf, body)
+    data = buf.getvalue()
+    return struct.pack(">i", len(data)) + data
+
+
 class WireClient:
     def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
         host, port = bootstrap.rsplit(":", 1)
@@ -29,16 +42,8 @@ class WireClient:
         self.close()
 
     def encode(self, body) -> bytes:
-        cls = type(body)
         self.correlation_id += 1
-        header_cls = cls.__header_schema__
-        buf = io.BytesIO()
-        entity_writer(header_cls)(buf, make(header_cls, request_api_key=cls.__api_key__,
-                                            request_api_version=cls.__version__,
-                                            correlation_id=self.correlation_id, client_id="wire-test"))
-        entity_writer(cls)(buf, body)
-        data = buf.getvalue()
-        return struct.pack(">i", len(data)) + data
+        return frame(body, self.correlation_id)
 
     def send(self, body) -> int:
         self.sock.sendall(self.encode(body))

@@ -4,7 +4,6 @@ out together, in order, and no answer waits for a later request whose handler ha
 from __future__ import annotations
 
 import asyncio
-import io
 import socket
 import struct
 import time
@@ -12,28 +11,16 @@ from datetime import timedelta
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from broker_harness import BrokerProcess
 from brook.broker.broker import Broker
 from brook.broker.config import BrokerConfig
 from brook.broker.connection import Connection
 from brook.protocol.messages import make
-from kafka_wire import WireClient
+from kafka_wire import WireClient, frame
 
 OFFSET_COMMIT, JOIN_GROUP, API_VERSIONS = 8, 11, 18
-
-
-def frame(body, correlation_id: int) -> bytes:
-    cls = type(body)
-    header_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, make(header_cls, request_api_key=cls.__api_key__,
-                                        request_api_version=cls.__version__,
-                                        correlation_id=correlation_id, client_id="pipelining"))
-    entity_writer(cls)(buf, body)
-    data = buf.getvalue()
-    return struct.pack(">i", len(data)) + data
 
 
 def commit(group: str, offset: int):

@@ -8,7 +8,6 @@ A broker runs in this process on a socket pair whose sending side has a small bu
 from __future__ import annotations
 
 import asyncio
-import io
 import socket
 import struct
 import time
@@ -16,28 +15,17 @@ from datetime import timedelta
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from brook.broker.broker import Broker
 from brook.broker.config import BrokerConfig
 from brook.broker.connection import Connection
 from brook.protocol.messages import make
+from kafka_wire import frame
 
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP = 8, 9, 11
 PARTITIONS = 20_000  # an OffsetFetch answer of ~400 KB, far more than the socket holds
 JOIN_DELAY_MS = 3000
-
-
-def frame(body, correlation_id: int) -> bytes:
-    cls = type(body)
-    header_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, make(header_cls, request_api_key=cls.__api_key__,
-                                        request_api_version=cls.__version__,
-                                        correlation_id=correlation_id, client_id="writes"))
-    entity_writer(cls)(buf, body)
-    data = buf.getvalue()
-    return struct.pack(">i", len(data)) + data
 
 
 def commit_many(group: str):
