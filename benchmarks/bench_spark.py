@@ -20,6 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from brokers import (  # noqa: E402
     WORK_ROOT,
+    process_cpu_seconds,
     Broker,
     brook_broker,
     machine_busy_seconds,
@@ -54,7 +55,16 @@ bytes, values of {VALUE_BYTES} random bytes, LZ4 batches), written once before t
   `assign()` to the last record.
 - Rounds alternate which side goes first; the table gives medians of {ROUNDS} rounds. CPU use is
   per second of run (100 % is one core): the broker, this process (the direct reader, or Spark's
-  driver), and the rest of the machine (Spark's JVM and Python workers on the Spark side).
+  driver), and the rest of the machine (Spark's JVM and Python workers on the Spark side);
+  CPU per row splits the Spark side into its JVM and its Python processes (the query's
+  planning process and the readers).
+- **Spark alone** (informational): the same session runs a batch query into `noop` from a
+  source whose reads cost nothing (4 input partitions yielding one prebuilt Arrow batch of
+  10,000 rows of the same columns and sizes again and again, {RECORDS:,} rows in all): what the
+  JVM costs per row whatever the source, and how fast Spark goes on these cores with a free
+  source. With a real source both cores also run the reading: the direct reader's CPU per row
+  plus Spark's JVM CPU per row is what two cores must cover for Spark to keep up with the
+  direct reader.
 """
 
 
@@ -66,22 +76,31 @@ class Run:
     own_cpu: float
     other_cpu: float
     batch_seconds: float = 0.0  # Spark: the micro-batches alone
+    jvm_cpu: float = 0.0  # Spark: its JVM's share of other_cpu
+
+    def us_per_row(self, cpu_share: float) -> float:
+        return cpu_share * self.seconds / self.rows * 1e6
 
 
 class _Clock:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, jvm_pid: int | None = None) -> None:
         self.broker = broker
+        self.jvm_pid = jvm_pid
+
+    def _jvm(self) -> float:
+        return process_cpu_seconds(self.jvm_pid) if self.jvm_pid else 0.0
 
     def start(self) -> None:
         self.b, self.c, self.m = self.broker.cpu(), own_cpu_seconds(), machine_busy_seconds()
+        self.j = self._jvm()
         self.t = time.perf_counter()
 
     def stop(self, rows: int, batch_seconds: float = 0.0) -> Run:
         elapsed = time.perf_counter() - self.t
         b, c = self.broker.cpu() - self.b, own_cpu_seconds() - self.c
-        m = machine_busy_seconds() - self.m
+        m, j = machine_busy_seconds() - self.m, self._jvm() - self.j
         return Run(elapsed, rows, b / elapsed, c / elapsed, max(0.0, m - b - c) / elapsed,
-                   batch_seconds)
+                   batch_seconds, j / elapsed)
 
 
 def fill(broker: Broker, topic: str) -> None:
@@ -127,10 +146,14 @@ def direct(broker: Broker, topic: str) -> Run:
         consumer.close()
 
 
+def _jvm_pid(spark) -> int:
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+
+
 def spark_query(spark, broker: Broker, topic: str, checkpoint: str) -> Run:
     import json
 
-    clock = _Clock(broker)
+    clock = _Clock(broker, _jvm_pid(spark))
     clock.start()
     query = (spark.readStream.format("brook").option("kafka.bootstrap.servers", broker.bootstrap)
              .option("subscribe", topic).option("startingOffsets", "earliest").load()
@@ -149,6 +172,88 @@ def spark_query(spark, broker: Broker, topic: str, checkpoint: str) -> Run:
     return run
 
 
+def free_source(spark):
+    """Register format "bench-free": reads that cost nothing, rows of the source's shape."""
+    from pyspark import cloudpickle
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from brook.spark.schema import spark_schema
+
+    # Spark's Python processes cannot import this module: send its classes by value.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+    class Share(InputPartition):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+    class Reader(DataSourceReader):
+        def partitions(self):
+            return [Share(RECORDS // PARTITIONS) for _ in range(PARTITIONS)]
+
+        def read(self, share):
+            batch = _free_batch(10_000)
+            for _ in range(share.rows // batch.num_rows):
+                yield batch
+
+    class Free(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench-free"
+
+        def schema(self):
+            return spark_schema(False)
+
+        def reader(self, schema):
+            return Reader()
+
+    spark.dataSource.register(Free)
+
+
+def _free_batch(n: int):
+    import pyarrow as pa
+
+    from brook.spark.schema import arrow_schema
+
+    schema = arrow_schema(False)
+    value = os.urandom(VALUE_BYTES)
+    return pa.RecordBatch.from_arrays([
+        pa.array([b"key-%d" % i for i in range(n)], pa.binary()),
+        pa.array([value] * n, pa.binary()),
+        pa.array(["bench-spark"] * n, pa.string()),
+        pa.array([0] * n, pa.int32()),
+        pa.array(range(n), pa.int64()),
+        pa.array([1_700_000_000_000_000 + i for i in range(n)], pa.int64()).cast(
+            schema.field("timestamp").type),
+        pa.array([0] * n, pa.int32()),
+    ], schema=schema)
+
+
+def runner_start_cpu() -> float:
+    """CPU seconds of a new Python process importing what the Python process Spark starts for
+    every streaming query (its streaming-source runner) imports, with the PYTHONPATH Spark
+    gives it: pyspark from its zip file, which Python compiles anew every time."""
+    import resource
+    import subprocess
+
+    import pyspark
+
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    path = os.pathsep.join(str(p) for p in sorted(lib.glob("*.zip")))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", "import pyspark.sql.streaming."
+                    "python_streaming_source_runner, brook.spark.datasource"],
+                   env={**os.environ, "PYTHONPATH": path}, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def spark_free(spark, broker: Broker) -> Run:
+    clock = _Clock(broker, _jvm_pid(spark))
+    clock.start()
+    spark.read.format("bench-free").load().write.format("noop").mode("overwrite").save()
+    return clock.stop(RECORDS)
+
+
 def run() -> list[dict]:
     import brook.spark
 
@@ -156,18 +261,21 @@ def run() -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="spark-", dir=WORK_ROOT))
     broker = brook_broker(work)
     spark = None
-    runs: dict[str, list[Run]] = {"spark": [], "direct": []}
+    runs: dict[str, list[Run]] = {"spark": [], "direct": [], "free": []}
     try:
         broker.start()
         topic = "bench-spark"
         fill(broker, topic)
         spark = brook.spark.local_session("brook-bench")
+        free_source(spark)
         # warm-up: the Python workers, the JVM's code paths, the broker's page cache
         spark_query(spark, broker, topic, str(work / "warmup"))
+        spark_free(spark, broker)
         direct(broker, topic)
         for rnd in range(ROUNDS):
             print(f"   round {rnd + 1} of {ROUNDS}", file=sys.stderr, flush=True)
             sides = ["spark", "direct"] if rnd % 2 == 0 else ["direct", "spark"]
+            runs["free"].append(spark_free(spark, broker))
             for side in sides:
                 if side == "spark":
                     runs["spark"].append(spark_query(spark, broker, topic,
@@ -188,7 +296,7 @@ def _median(xs: list[float]) -> float:
 
 
 def results(runs: dict[str, list[Run]]) -> list[dict]:
-    spark, direct_runs = runs["spark"], runs["direct"]
+    spark, direct_runs, free = runs["spark"], runs["direct"], runs["free"]
     rate_s = [r.rows / r.seconds for r in spark]
     rate_d = [r.rows / r.seconds for r in direct_runs]
     rate_batches = [r.rows / r.batch_seconds for r in spark if r.batch_seconds]
@@ -205,8 +313,20 @@ def results(runs: dict[str, list[Run]]) -> list[dict]:
              f"{_median([r.seconds - r.batch_seconds for r in spark]):.1f} s of it outside its "
              f"micro-batches; CPU per second of run, Spark side: "
              f"{cpu(spark, 'driver', 'Spark JVM, workers and the rest')}; direct side: "
-             f"{cpu(direct_runs, 'reader', 'rest of the machine')}; load average at the end "
-             f"{os.getloadavg()[0]:.1f}")
+             f"{cpu(direct_runs, 'reader', 'rest of the machine')}; CPU per row: Spark side "
+             f"JVM {_median([r.us_per_row(r.jvm_cpu) for r in spark]):.2f} µs, Python "
+             f"processes {_median([r.us_per_row(r.other_cpu - r.jvm_cpu) for r in spark]):.2f} "
+             f"µs; direct reader {_median([r.us_per_row(r.own_cpu) for r in direct_runs]):.2f} "
+             f"µs; each query starts a Python process of Spark's (its streaming-source runner, "
+             f"which plans the query with brook's reader): its imports alone take "
+             f"{runner_start_cpu():.2f} s CPU, pyspark being compiled from its zip file every "
+             f"time; load average at the end {os.getloadavg()[0]:.1f}")
+    jvm_free = _median([r.us_per_row(r.jvm_cpu) for r in free])
+    direct_row = _median([r.us_per_row(r.own_cpu) for r in direct_runs])
+    free_notes = (f"rounds {', '.join(f'{r.rows / r.seconds:,.0f}' for r in free)} "
+                  f"rows/s; Spark's JVM {jvm_free:.2f} µs CPU per row with a free source; "
+                  f"with the direct reader's {direct_row:.2f} µs per row of reading on top, two "
+                  f"cores cover at most {2 / (jvm_free + direct_row) * 1e6:,.0f} rows/s")
     return [
         dict(name="streaming source into noop, rows/s", value=_median(rate_s), unit="rows/s",
              peer="confluent-kafka, 1 process", peer_value=_median(rate_d), command=COMMAND,
@@ -214,6 +334,10 @@ def results(runs: dict[str, list[Run]]) -> list[dict]:
         dict(name="streaming source, micro-batches alone, rows/s", value=_median(rate_batches),
              unit="rows/s", peer="confluent-kafka, 1 process", peer_value=_median(rate_d),
              command=COMMAND),
+        dict(name="Spark alone: a source that costs nothing, batch query into noop (informational)",
+             value=_median([r.rows / r.seconds for r in free]), unit="rows/s",
+             peer="confluent-kafka, 1 process", peer_value=_median(rate_d), command=COMMAND,
+             notes=free_notes),
     ]
 
 
