@@ -7,6 +7,7 @@ import asyncio
 import collections
 import gzip
 import random
+import re
 import sys
 import threading
 import time
@@ -436,6 +437,43 @@ def test_partition_and_lag_lines_are_what_prometheus_client_writes(broker):
             await rt.stop()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("accept", [
+    "application/openmetrics-text;version=1.0.0;escaping=dots",
+    "text/plain;version=1.0.0;escaping=dots",
+])
+def test_partition_and_lag_lines_follow_the_name_escaping_a_scraper_asks_for(broker, accept):
+    """With escaping=dots prometheus_client writes every ``_`` of a name as ``__``: the
+    partition and lag families must carry the same names as the rest of the scrape."""
+    metrics = BrokerMetrics(broker)
+    broker.create_topic("t", 2)
+    broker.partition("t", 0).append(batch(5))
+
+    async def main():
+        assert broker.ensure_offsets_topic()
+        rt = broker.groups
+        rt.start()
+        await rt.wait_loaded()
+        try:
+            for group, index, offset in (("g", 0, 2), ("g", 1, 0), ("h_1", 0, 5)):
+                rt.shards[rt.partition_for(group)].replay(OffsetCommitKey(group, "t", index),
+                                                          OffsetCommitValue(offset), 0)
+            body, content_type = metrics.exposition(accept)
+            return body.decode(), content_type, reference_families(broker)
+        finally:
+            await rt.stop()
+
+    text, content_type, expected = asyncio.run(main())
+    assert "escaping=dots" in content_type
+    found = families(text)
+    om = accept.startswith("application/openmetrics-text")
+    write = openmetrics_latest if om else generate_latest
+    for name, family in expected.items():
+        reference = write(One(family), escaping="dots").decode().replace("# EOF\n", "")
+        assert found[name.replace("_", "__")] == reference, name
+    assert '\nbrook__requests__total{request="Metadata"} ' in text  # prometheus_client's own
+    assert not [line for line in text.splitlines() if re.match(r"brook_[^_]", line)]
 
 
 # --- reading on the event loop -----------------------------------------------------------------

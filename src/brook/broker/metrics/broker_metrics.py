@@ -17,7 +17,13 @@ from .collector import BrokerCollector
 from .counts import REQUEST_TIME_BUCKETS, RequestStats, TopicStats
 from .loop_reader import LoopReader, running_loop
 from .serving import MetricsServer
-from .state_families import EOF, FAMILY_HEADERS, STATE_FAMILIES, StateFamilies
+from .state_families import (
+    DEFAULT_ESCAPING,
+    EOF,
+    STATE_FAMILIES,
+    StateFamilies,
+    family_headers,
+)
 
 log = logging.getLogger(__package__)
 
@@ -84,19 +90,22 @@ class BrokerMetrics:
         om = content_type.startswith("application/openmetrics-text")
         wanted = set(names) if names else None
         registry = self.registry if wanted is None else self.registry.restricted_registry(wanted)
+        # The name escaping the scraper asked for (prometheus_client's encoder carries it).
+        escaping = (getattr(encoder, "keywords", None) or {}).get("escaping", DEFAULT_ESCAPING)
         head = encoder(registry)
         if om:
             head = head[:-len(EOF)]  # the state families go before the end marker
         parts = [head]
         try:
-            state = self.state.collect(wanted)
+            state = self.state.collect(wanted, escaping)
         except Exception:  # a bug here must not cost the scrape its other metrics
             log.exception("collecting the partition and lag metrics failed")
             state = {}
+        headers = family_headers(escaping)
         for name, _ in STATE_FAMILIES:
             chunks = state.get(name)
             if chunks is not None and (wanted is None or name in wanted):
-                parts.append(FAMILY_HEADERS[name][om])
+                parts.append(headers[name][om])
                 parts.extend(chunks)
         if om:
             parts.append(EOF)

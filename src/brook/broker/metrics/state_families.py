@@ -7,11 +7,16 @@ object and its formatting per series made a scrape of 100,000 offsets cost about
 CPU; here each line is written as prometheus_client would write it (labels in name order,
 values by floatToGoString's rules), byte for byte, straight into text, and the lines are the
 same in the Prometheus text format and in OpenMetrics.
+
+A scraper may ask for a name escaping (``escaping=dots`` in its Accept header, where
+prometheus_client writes ``_`` as ``__``): the families here are written under the names
+prometheus_client gives every other family of that scrape.
 """
 
 from __future__ import annotations
 
 import logging
+from functools import lru_cache
 
 from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -61,15 +66,29 @@ class _Only:
         return [self.metric]
 
 
-def _family_headers(name: str, documentation: str) -> tuple[bytes, bytes]:
-    """(text format, OpenMetrics) HELP and TYPE lines of a gauge, as prometheus_client
-    writes them."""
-    family = GaugeMetricFamily(name, documentation)
-    return (generate_latest(_Only(family)),
-            openmetrics.generate_latest(_Only(family))[:-len(EOF)])
+#: The escaping of names prometheus_client applies when a scrape names none.
+DEFAULT_ESCAPING = getattr(openmetrics, "UNDERSCORES", "underscores")
+_escape_name = getattr(openmetrics, "escape_metric_name", None)
 
 
-FAMILY_HEADERS = {name: _family_headers(name, doc) for name, doc in STATE_FAMILIES}
+def written_names(escaping: str = DEFAULT_ESCAPING) -> dict[str, str]:
+    """{family name: the name its lines carry} under a scrape's name escaping."""
+    if _escape_name is None:  # a prometheus_client without escapings
+        return {name: name for name, _ in STATE_FAMILIES}
+    return {name: _escape_name(name, escaping) for name, _ in STATE_FAMILIES}
+
+
+@lru_cache(maxsize=8)
+def family_headers(escaping: str = DEFAULT_ESCAPING) -> dict[str, tuple[bytes, bytes]]:
+    """{family name: (text format, OpenMetrics) HELP and TYPE lines}, as prometheus_client
+    writes them under this escaping."""
+    kwargs = {} if _escape_name is None else {"escaping": escaping}
+    headers = {}
+    for name, documentation in STATE_FAMILIES:
+        only = _Only(GaugeMetricFamily(name, documentation))
+        headers[name] = (generate_latest(only, **kwargs),
+                         openmetrics.generate_latest(only, **kwargs)[:-len(EOF)])
+    return headers
 
 
 class StateFamilies:
@@ -86,24 +105,28 @@ class StateFamilies:
         self.broker = broker
         self.reader = reader
 
-    def collect(self, names: set[str] | None = None) -> dict[str, list[bytes]]:
+    def collect(self, names: set[str] | None = None,
+                escaping: str = DEFAULT_ESCAPING) -> dict[str, list[bytes]]:
         """{family name: its sample lines in chunks} of the families among `names` (all when
-        None); a section that fails is logged and left out."""
+        None), their lines named under `escaping`; a section that fails is logged and left
+        out."""
         found: dict[str, list[bytes]] = {}
+        written = written_names(escaping)
         for section, families, walk in (("partitions", PARTITION_FAMILIES, self._partitions),
                                         ("lag", (LAG_FAMILY,), self._lag)):
             if names is not None and not any(name in names for name, _ in families):
                 continue
             try:
-                found.update(self.reader.read(walk))
+                found.update(self.reader.read(lambda walk=walk: walk(written)))
             except Exception:  # a bug here must not cost the scrape its other metrics
                 log.exception("collecting the %s metrics failed", section)
         return found
 
-    def _partitions(self):
+    def _partitions(self, written: dict[str, str]):
         lines: tuple[list[str], ...] = ([], [], [], [])
         chunks: tuple[list[bytes], ...] = ([], [], [], [])
         end, start, size, count = lines
+        end_name, start_name, size_name, count_name = (written[n] for n, _ in PARTITION_FAMILIES)
         partitions = self.broker.partitions
         for key in list(partitions):
             partition = partitions.get(key)
@@ -112,17 +135,17 @@ class StateFamilies:
                 labels = f'{{partition="{index}",topic="{_label(topic)}"}} '
                 lg = partition.log
                 segs = lg.segments  # an immutable tuple, replaced (never changed) by the log
-                end.append(f"brook_log_end_offset{labels}{_number(segs[-1].next_offset)}\n")
-                start.append(f"brook_log_start_offset{labels}{_number(lg.log_start_offset)}\n")
-                size.append(f"brook_log_size_bytes{labels}{_number(sum(s.size for s in segs))}\n")
-                count.append(f"brook_log_segments{labels}{_number(len(segs))}\n")
+                end.append(f"{end_name}{labels}{_number(segs[-1].next_offset)}\n")
+                start.append(f"{start_name}{labels}{_number(lg.log_start_offset)}\n")
+                size.append(f"{size_name}{labels}{_number(sum(s.size for s in segs))}\n")
+                count.append(f"{count_name}{labels}{_number(len(segs))}\n")
                 if len(end) >= _CHUNK_LINES:
                     _flush(lines, chunks)
             yield
         _flush(lines, chunks)
         return {name: family for (name, _), family in zip(PARTITION_FAMILIES, chunks)}
 
-    def _lag(self):
+    def _lag(self, written: dict[str, str]):
         # One series per committed offset: the partition's high watermark minus the offset,
         # for the partitions the broker has (a deleted topic's offsets have none).
         lines: list[str] = []
@@ -131,13 +154,14 @@ class StateFamilies:
         partitions = self.broker.partitions
         runtime = self.broker.groups
         low, high, go = _EXACT_MIN, _EXACT_MAX, floatToGoString
+        lag_name = written[LAG_FAMILY[0]]
         for shard in list(runtime.shards) if runtime is not None else []:
             manager = shard.offsets
             if manager is None:
                 continue
             cache = manager.cache
             for group in cache.groups():  # a step each: a group's offsets from one instant
-                head = f'brook_consumergroup_lag{{group="{_label(group)}",partition="'
+                head = f'{lag_name}{{group="{_label(group)}",partition="'
                 for topic in cache.topics(group):
                     tail = f'",topic="{_label(topic)}"}} '
                     for index, offset in cache.committed_offsets(group, topic):
