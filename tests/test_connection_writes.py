@@ -210,3 +210,31 @@ def test_a_request_is_timed_until_its_answer_has_gone_to_the_socket(tmp_path):
             broker.metrics = None
 
     run_broker(tmp_path, test)
+
+
+def test_a_client_that_pipelines_without_reading_makes_the_broker_hold_a_bounded_amount(tmp_path):
+    """Thirty OffsetFetch requests sent at once, each answered with ~400 KB, and the client
+    reads nothing for a while: the connection stops taking requests once it holds more than
+    MAX_QUEUED_BYTES of answers the socket has not taken (it would otherwise hold all thirty,
+    ~12 MB). Once the client reads, every answer arrives, whole and in order."""
+    from brook.broker.connection import MAX_QUEUED_BYTES
+
+    requests = 30
+
+    async def test(broker, conn, theirs, reader):
+        await _setup(conn, theirs, reader)
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(theirs, b"".join(frame(fetch_all("big"), 10 + i)
+                                                 for i in range(requests)))
+        await asyncio.sleep(1.0)  # not reading
+        held = sum(len(piece) for piece in conn._out)
+        assert 0 < held <= MAX_QUEUED_BYTES + 500_000, held  # the bound and one answer past it
+        assert held == conn._out_bytes
+        for i in range(requests):
+            corr, body = await reader.frame(30)
+            assert corr == 10 + i
+            answer = decode(OFFSET_FETCH, 7, body)
+            assert sum(len(t.partitions) for t in answer.topics) == PARTITIONS
+        assert conn._out_bytes == 0 and not conn._out
+
+    run_broker(tmp_path, test)

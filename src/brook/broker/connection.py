@@ -42,6 +42,11 @@ log = logging.getLogger(__name__)
 #: Requests of one read answered before the connection lets the others have the event loop
 #: (each is answered without waiting when its shard is idle).
 YIELD_EVERY = 64
+#: Bytes of answers a connection may hold that the socket has not taken yet; past it, the
+#: connection reads no further request until they have gone. Kafka holds one answer per
+#: connection; this bounds what a client that pipelines requests without reading the answers
+#: costs the broker, whatever their size.
+MAX_QUEUED_BYTES = 1 << 20
 _IOV_MAX = 1024  # buffers one sendmsg takes (Linux's UIO_MAXIOV)
 
 
@@ -58,6 +63,7 @@ class Connection:
         self.busy = False  # a handler is working (a long-polling Fetch is not idle; a stalled write is)
         self.last_active = self.loop.time()
         self._out: list = []  # answers not yet handed to the socket, in order (bytes, views)
+        self._out_bytes = 0  # their length
         self._flush_scheduled = False
         #: The flush callback left answers queued (the socket was full): a writer callback
         #: sends the rest as the socket takes it, while the task waits for its handler.
@@ -84,6 +90,8 @@ class Connection:
                         await self._drain()  # the answers to the requests before it
                         return
                     handled += 1
+                    if self._out_bytes > MAX_QUEUED_BYTES:
+                        await self._drain()
                     if handled % YIELD_EVERY == 0:
                         await self._drain()
                         await asyncio.sleep(0)  # let other connections in
@@ -161,6 +169,7 @@ class Connection:
     def _write(self, data: bytes) -> None:
         """Queue an answer (see the module's docstring for when it is sent)."""
         self._out.append(data)
+        self._out_bytes += len(data)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
@@ -208,6 +217,7 @@ class Connection:
             return
         if n:
             self.last_active = self.loop.time()
+            self._out_bytes -= n
         sent = 0
         for piece in out:
             if n < len(piece):
@@ -296,6 +306,7 @@ class Connection:
             self.closed = True
             self._disarm_writer()
             self._out.clear()  # nothing is sent after close
+            self._out_bytes = 0
             self._answered.clear()
             try:
                 self.sock.close()
