@@ -14,11 +14,9 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
 from broker_harness import BrokerProcess
-from brook.broker.broker import Broker
-from brook.broker.config import BrokerConfig
-from brook.broker.connection import Connection
 from brook.protocol.messages import make
 from kafka_wire import WireClient, frame
+from socketpair_broker import run_broker
 
 OFFSET_COMMIT, JOIN_GROUP, API_VERSIONS = 8, 11, 18
 
@@ -61,47 +59,25 @@ class CountingSocket(socket.socket):
 
 
 def test_the_answers_to_one_read_of_pipelined_commits_go_out_in_order_in_one_send(tmp_path):
-    broker = Broker(BrokerConfig.from_props({"log.dirs": str(tmp_path),
-                                             "listeners": "PLAINTEXT://127.0.0.1:9092",
-                                             "offsets.topic.num.partitions": "1"}))
-    broker.open()
-
-    async def main():
-        broker.groups.start()
-        await broker.groups.wait_loaded()
+    async def test(broker, conn, ours, theirs):
         loop = asyncio.get_running_loop()
-        ours, theirs = socket.socketpair()
-        ours = CountingSocket(fileno=ours.detach())
-        for s in (ours, theirs):
-            s.setblocking(False)
-        conn = Connection(broker, ours, "test", "PLAINTEXT")
-        task = conn.task = asyncio.ensure_future(conn.run())
-        try:
-            await loop.sock_sendall(theirs, frame(commit("g", 1), 1))  # the offsets topic
-            first = await loop.sock_recv(theirs, 1 << 16)
-            assert [c for c, _ in answers(first)] == [1]
-            ours.sends = 0
-            await loop.sock_sendall(theirs, b"".join(frame(commit("g", 10 + i), 2 + i)
-                                                     for i in range(8)))
-            data = b""
-            while len(answers(data) if data else []) < 8:
-                data += await asyncio.wait_for(loop.sock_recv(theirs, 1 << 16), 10)
-            got = answers(data)
-            assert [c for c, _ in got] == list(range(2, 10))
-            assert all(p.error_code == ErrorCode.none
-                       for _, a in got for t in a.topics for p in t.partitions)
-            assert ours.sends == 1
-            assert broker.groups.shard_for("g").offsets.get("g", "t", 0).offset == 17
-        finally:
-            conn.close()
-            await asyncio.gather(task, return_exceptions=True)
-            theirs.close()
-            await broker.groups.stop()
+        await loop.sock_sendall(theirs, frame(commit("g", 1), 1))  # the offsets topic
+        first = await loop.sock_recv(theirs, 1 << 16)
+        assert [c for c, _ in answers(first)] == [1]
+        ours.sends = 0
+        await loop.sock_sendall(theirs, b"".join(frame(commit("g", 10 + i), 2 + i)
+                                                 for i in range(8)))
+        data = b""
+        while len(answers(data) if data else []) < 8:
+            data += await asyncio.wait_for(loop.sock_recv(theirs, 1 << 16), 10)
+        got = answers(data)
+        assert [c for c, _ in got] == list(range(2, 10))
+        assert all(p.error_code == ErrorCode.none
+                   for _, a in got for t in a.topics for p in t.partitions)
+        assert ours.sends == 1
+        assert broker.groups.shard_for("g").offsets.get("g", "t", 0).offset == 17
 
-    try:
-        asyncio.run(main())
-    finally:
-        broker.close()
+    run_broker(tmp_path, {}, test, socket_class=CountingSocket)
 
 
 def test_an_answer_does_not_wait_for_a_later_request_whose_handler_waits(tmp_path):

@@ -17,9 +17,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from brook.broker.broker import Broker
-from brook.broker.config import BrokerConfig
-from brook.broker.connection import Connection
+import socketpair_broker
 from brook.protocol.messages import make
 from kafka_wire import frame
 
@@ -80,35 +78,14 @@ def decode(api_key: int, version: int, body: bytes):
 
 
 def run_broker(tmp_path, test):
-    broker = Broker(BrokerConfig.from_props({
-        "log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:9092",
-        "offsets.topic.num.partitions": "1",
-        "group.initial.rebalance.delay.ms": str(JOIN_DELAY_MS)}))
-    broker.open()
+    """``await test(broker, conn, theirs, Reader(theirs))`` on a socket pair with 16 KiB
+    buffers."""
+    async def adapted(broker, conn, ours, theirs):
+        await test(broker, conn, theirs, Reader(theirs))
 
-    async def main():
-        broker.groups.start()
-        await broker.groups.wait_loaded()
-        ours, theirs = socket.socketpair()
-        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
-        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
-        for s in (ours, theirs):
-            s.setblocking(False)
-        conn = Connection(broker, ours, "test", "PLAINTEXT")
-        task = asyncio.ensure_future(conn.run())
-        conn.task = task
-        try:
-            await test(broker, conn, theirs, Reader(theirs))
-        finally:
-            conn.close()
-            await asyncio.gather(task, return_exceptions=True)
-            theirs.close()
-            await broker.groups.stop()
-
-    try:
-        asyncio.run(main())
-    finally:
-        broker.close()
+    socketpair_broker.run_broker(
+        tmp_path, {"group.initial.rebalance.delay.ms": str(JOIN_DELAY_MS)}, adapted,
+        buffer_bytes=16 * 1024)
 
 
 async def _setup(conn, theirs, reader) -> str:
