@@ -10,7 +10,10 @@ same in the Prometheus text format and in OpenMetrics.
 
 A scraper may ask for a name escaping (``escaping=dots`` in its Accept header, where
 prometheus_client writes ``_`` as ``__``): the families here are written under the names
-prometheus_client gives every other family of that scrape.
+prometheus_client's ``escape_metric_name`` gives them for that escaping, which are the names
+the scrape's other families carry. (One exception, prometheus_client's own: in OpenMetrics
+with ``escaping=values`` it writes its sample lines as ``U__...`` even for valid names, while
+these keep a valid name as it is, as the escaping scheme says.)
 """
 
 from __future__ import annotations
