@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 
-from confluent_kafka import Producer, TopicCollection
+from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from typer.testing import CliRunner
 
@@ -120,9 +120,60 @@ def test_delete_records(broker):
     assert producer.flush(30) == 0
     result = brook(broker, "topics", "delete-records", topic, "--partition", "1", "--offset", "3")
     assert result.exit_code == 0, result.output
-    assert rows(result.stdout)[1:] == [[topic, "1", "3"]]
+    assert rows(result.stdout) == [["TOPIC", "PARTITION", "LOW-WATERMARK", "ERROR"],
+                                   [topic, "1", "3", "-"]]
     result = brook(broker, "topics", "delete-records", topic, "--offset", "-1", "--output", "json")
-    assert json.loads(result.stdout) == [{"topic": topic, "partition": 0, "low_watermark": 5},
-                                         {"topic": topic, "partition": 1, "low_watermark": 5}]
+    assert json.loads(result.stdout) == [
+        {"topic": topic, "partition": 0, "low_watermark": 5, "error": None},
+        {"topic": topic, "partition": 1, "low_watermark": 5, "error": None}]
     result = brook(broker, "topics", "delete-records", topic, "--partition", "0", "--offset", "9")
     assert result.exit_code != 0 and "OFFSET_OUT_OF_RANGE" in result.output.upper().replace(" ", "_")
+
+
+def test_delete_records_reports_every_partition_when_some_fail(broker):
+    topic = f"dr-{uuid.uuid4().hex[:8]}"
+    assert brook(broker, "topics", "create", topic, "--partitions", "2").exit_code == 0
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for _ in range(5):
+        producer.produce(topic, value=b"v", partition=0)  # partition 1 stays empty
+    assert producer.flush(30) == 0
+    result = brook(broker, "topics", "delete-records", topic, "--offset", "3")
+    assert result.exit_code == 1, result.output
+    table = rows(result.stdout)
+    assert table[0] == ["TOPIC", "PARTITION", "LOW-WATERMARK", "ERROR"]
+    assert table[1] == [topic, "0", "3", "-"]
+    assert table[2][:3] == [topic, "1", "-"] and "OFFSET_OUT_OF_RANGE" in result.stdout
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"brook: could not delete records of 1 of 2 partition(s) "
+                                    f"of '{topic}', e.g. partition 1: ")
+
+    result = brook(broker, "topics", "delete-records", topic, "--offset", "4", "--output", "json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc[0] == {"topic": topic, "partition": 0, "low_watermark": 4, "error": None}
+    assert doc[1]["low_watermark"] is None and "OFFSET_OUT_OF_RANGE" in doc[1]["error"]
+
+
+def test_refusals_name_what_is_wrong(broker):
+    topic = f"r-{uuid.uuid4().hex[:8]}"
+    assert brook(broker, "topics", "create", topic, "--partitions", "3").exit_code == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "makes-offsets-topic",
+                         "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+    consumer.close()
+    cases = [
+        (["topics", "delete-records", topic, "--offset", "0", "--partition", "7"],
+         f"brook: topic '{topic}' has no partition 7 (it has 3)"),
+        (["topics", "delete-records", "nope", "--offset", "0", "--partition", "0"],
+         "brook: unknown topic 'nope'"),
+        (["topics", "delete", "__consumer_offsets"],
+         "brook: topic '__consumer_offsets' is internal and cannot be deleted"),
+        (["topics", "alter-config", topic, "--delete", "nosuch"],
+         f"brook: cannot alter the configs of topic '{topic}': unknown topic config 'nosuch'"),
+    ]
+    for args, message in cases:
+        result = brook(broker, *args)
+        assert result.exit_code == 1, (args, result.output)
+        assert result.stderr == message + "\n", (args, result.stderr)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    assert "__consumer_offsets" in admin.list_topics(timeout=10).topics

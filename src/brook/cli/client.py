@@ -154,8 +154,20 @@ class Cluster:
         except KafkaException as exc:
             raise CliError(f"{what}: {self.reason(exc)}") from exc
         except TimeoutError:
-            raise CliError(f"{what}: no answer from {self.bootstrap} within "
-                           f"{self.timeout:g} s") from None
+            raise CliError(f"{what}: {self._no_answer()}") from None
+
+    def outcome(self, future) -> tuple[Any, str | None]:
+        """(result, None) of an admin future, or (None, the reason it failed): for commands
+        that report every partition's outcome instead of stopping at the first failure."""
+        try:
+            return future.result(timeout=self.timeout + 5), None
+        except KafkaException as exc:
+            return None, self.reason(exc)
+        except TimeoutError:
+            return None, self._no_answer()
+
+    def _no_answer(self) -> str:
+        return f"no answer from {self.bootstrap} within {self.timeout:g} s"
 
     def reason(self, exc: BaseException | KafkaError) -> str:
         err = kafka_error(exc)

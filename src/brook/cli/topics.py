@@ -184,6 +184,18 @@ def create(
     output.line(f"Created topic '{topic}'.")
 
 
+def _internal(cluster: "Cluster", topics: list[str]) -> list[str]:
+    """Those of `topics` that exist and are internal (`__consumer_offsets`)."""
+    out = []
+    for topic in topics:
+        try:
+            if cluster.describe_topic(topic).is_internal:
+                out.append(topic)
+        except CliError:
+            pass  # unknown: the delete itself says so (or skips it with --if-exists)
+    return out
+
+
 @app.command("delete")
 def delete(
     topics: list[str] = typer.Argument(..., metavar="TOPIC..."),
@@ -197,6 +209,9 @@ def delete(
     from .client import kafka_error
 
     cluster = _cluster(bootstrap)
+    internal = _internal(cluster, topics)
+    if internal:
+        raise CliError(f"topic '{internal[0]}' is internal and cannot be deleted")
     futures = cluster.admin.delete_topics(topics, operation_timeout=cluster.timeout,
                                           request_timeout=cluster.timeout)
     for topic in topics:
@@ -226,23 +241,30 @@ def delete_records(
     from confluent_kafka import TopicPartition
 
     cluster = _cluster(bootstrap)
-    if not partitions:
-        metadata = cluster.topics().get(topic)
-        if metadata is None:
-            raise CliError(f"unknown topic '{topic}'")
-        partitions = sorted(metadata.partitions)
+    if partitions:
+        cluster.check_partitions((topic, p) for p in partitions)
+        partitions = sorted(set(partitions))
+    else:
+        partitions = cluster.partitions(topic)
     futures = cluster.admin.delete_records([TopicPartition(topic, p, offset) for p in partitions],
                                            operation_timeout=cluster.timeout,
                                            request_timeout=cluster.timeout)
     rows = []
     for tp, fut in sorted(futures.items(), key=lambda kv: kv[0].partition):
-        deleted = cluster.wait(fut, f"cannot delete records of '{topic}' partition {tp.partition}")
-        rows.append({"topic": topic, "partition": tp.partition, "low_watermark": deleted.low_watermark})
+        deleted, error = cluster.outcome(fut)
+        rows.append({"topic": topic, "partition": tp.partition,
+                     "low_watermark": None if deleted is None else deleted.low_watermark,
+                     "error": error})
     if fmt is Format.json:
         output.print_json(rows)
-        return
-    output.table(("TOPIC", "PARTITION", "LOW-WATERMARK"),
-                 [(r["topic"], r["partition"], r["low_watermark"]) for r in rows])
+    else:
+        output.table(("TOPIC", "PARTITION", "LOW-WATERMARK", "ERROR"),
+                     [(r["topic"], r["partition"], r["low_watermark"], r["error"]) for r in rows])
+    failed = [r for r in rows if r["error"] is not None]
+    if failed:
+        first = failed[0]
+        raise CliError(f"could not delete records of {len(failed)} of {len(rows)} partition(s) "
+                       f"of '{topic}', e.g. partition {first['partition']}: {first['error']}")
 
 
 @app.command("alter-config")
@@ -266,6 +288,12 @@ def alter_config(
         raise CliError(f"{both[0]} is both set and deleted", code=2)
     cluster = _cluster(bootstrap)
     cluster.describe_topic(topic)  # an unknown topic is named as such
+    if to_delete:
+        known = {c["name"] for c in _configs(cluster, topic)}
+        unknown = [k for k in to_delete if k not in known]
+        if unknown:  # the broker accepts deleting any key; refused as --set refuses it
+            raise CliError(f"cannot alter the configs of topic '{topic}': "
+                           f"unknown topic config '{unknown[0]}'")
     entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
                for k, v in to_set.items()]
     entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
