@@ -4,11 +4,17 @@ consumers and producers; the line formats without a broker."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import (Consumer, ConsumerGroupState, ConsumerGroupTopicPartitions, Producer,
+                             TopicPartition)
 from confluent_kafka.admin import AdminClient, NewTopic
 from typer.testing import CliRunner
 
@@ -17,6 +23,7 @@ from brook.cli.console import format_message, parse_headers, split_line
 from brook.cli.errors import CliError
 
 runner = CliRunner()
+BROOK = str(Path(sys.executable).with_name("brook"))
 
 
 def brook(broker, *args, input=None):
@@ -49,6 +56,8 @@ def test_produce_lines_with_keys_and_headers(broker):
                    input="k1:hello\nk2:wor:ld\n:no key\n")
     assert result.exit_code == 0, result.output
     assert result.stderr == f"Produced 3 messages to '{topic}'.\n"
+    result = brook(broker, "produce", topic, input="one\n")
+    assert result.stderr == f"Produced 1 message to '{topic}'.\n"
     msgs = read_all(broker, topic, 3)
     assert [(m.key(), m.value()) for m in msgs] == [(b"k1", b"hello"), (b"k2", b"wor:ld"),
                                                    (b"", b"no key")]
@@ -68,15 +77,85 @@ def test_produce_a_file(broker, tmp_path):
 
 def test_produce_errors(broker, tmp_path):
     topic = new_topic(broker)
-    result = brook(broker, "produce", topic, "--key-separator", ":", input="a:1\nno separator\n")
+    result = brook(broker, "produce", topic, "--key-separator", ":", input="no separator\n")
     assert result.exit_code == 2
-    assert result.stderr.splitlines()[-1] == "brook: line 2: no key separator ':'"
+    assert result.stderr == "brook: line 1: no key separator ':'\n"
+    result = brook(broker, "produce", topic, "--headers", "src=cli,bad", input="x\n")
+    assert result.exit_code == 2
+    assert result.stderr == "brook: invalid header 'bad' in --headers: expected key=value\n"
     result = brook(broker, "produce", "no-such-topic", input="x\n")
     assert result.exit_code == 1 and result.stderr == "brook: unknown topic 'no-such-topic'\n"
     result = brook(broker, "produce", topic, "--file", str(tmp_path / "missing.txt"))
     assert result.exit_code == 1 and "cannot read" in result.stderr
     result = brook(broker, "produce", topic, "--partition", "5", input="x\n")
     assert result.exit_code == 2 and "has no partition 5" in result.stderr
+
+
+def test_a_line_without_separator_says_the_lines_before_it_were_produced(broker):
+    topic = new_topic(broker)
+    result = brook(broker, "produce", topic, "--key-separator", "=",
+                   input="k1=v1\nk2=v2\nnosep\nk4=v4\n")
+    assert result.exit_code == 2
+    assert result.stderr == ("brook: line 3: no key separator '='; "
+                             "the 2 lines before it were produced\n")
+    assert [(m.key(), m.value()) for m in read_all(broker, topic, 2)] == [(b"k1", b"v1"),
+                                                                         (b"k2", b"v2")]
+    result = brook(broker, "produce", topic, "--key-separator", "=", input="k=v\nnosep\n")
+    assert result.stderr == ("brook: line 2: no key separator '='; "
+                             "the line before it was produced\n")
+
+
+def test_bytes_that_are_not_utf8_round_trip(broker, tmp_path):
+    topic = new_topic(broker)
+    data = b"\xff\xfe\n\xc3\x28\xa0=\x80\xfe\nplain\r\n"
+    proc = subprocess.run([BROOK, "produce", topic, "--key-separator", "\xa0=".encode("latin-1")
+                           .decode("utf-8", "surrogateescape"), "-b", broker.bootstrap],
+                          input=b"k\xa0=" + data.replace(b"\n", b"\nk\xa0=", 2),
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    msgs = read_all(broker, topic, 3)
+    assert [(m.key(), m.value()) for m in msgs] == [
+        (b"k", b"\xff\xfe"), (b"k", b"\xc3\x28\xa0=\x80\xfe"), (b"k", b"plain\r")]
+    path = tmp_path / "raw.bin"
+    path.write_bytes(data)
+    proc = subprocess.run([BROOK, "produce", topic, "--file", str(path), "-b", broker.bootstrap],
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert [m.value() for m in read_all(broker, topic, 6)[3:]] == data.split(b"\n")[:3]
+    result = brook(broker, "consume", topic, "--from-beginning", "--max-messages", "1")
+    assert result.stdout == "\\xff\\xfe\n"  # shown with escapes, as before
+
+
+def test_sigterm_stops_a_group_consumer_as_ctrl_c_does(broker):
+    topic = new_topic(broker)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(6):
+        producer.produce(topic, value=b"m%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen([BROOK, "consume", topic, "--group", group, "--from-beginning",
+                             "-b", broker.bootstrap],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(lines) < 6 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert lines == [f"m{i}\n" for i in range(6)]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.stderr.read() == "Processed a total of 6 messages\n"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+    assert [(tp.partition, tp.offset) for tp in offsets.result(10).topic_partitions] == [(0, 6)]
+    desc = admin.describe_consumer_groups([group])[group].result(10)
+    assert desc.state == ConsumerGroupState.EMPTY and not desc.members
 
 
 def test_consume_prints_kafka_console_lines(broker):
@@ -143,11 +222,13 @@ def test_consume_an_unknown_topic(broker):
 
 
 def test_line_helpers():
-    assert split_line("a=b=c", "=", 1) == (b"a", b"b=c")
-    assert split_line("plain", None, 1) == (None, b"plain")
+    assert split_line(b"a=b=c", b"=", 1) == (b"a", b"b=c")
+    assert split_line(b"pl\xffain", None, 1) == (None, b"pl\xffain")
     with pytest.raises(CliError, match="line 7"):
-        split_line("plain", "=", 7)
-    assert parse_headers("a=1, b=, c") == [("a", b"1"), ("b", b""), ("c", b"")]
+        split_line(b"plain", b"=", 7)
+    assert parse_headers("a=1, b=, c=x=y") == [("a", b"1"), ("b", b""), ("c", b"x=y")]
+    with pytest.raises(CliError, match="invalid header 'c'"):
+        parse_headers("a=1,c")
     assert parse_headers(None) == []
     with pytest.raises(CliError):
         parse_headers("=1")

@@ -4,6 +4,7 @@ producer and consumer, with confluent-kafka's Producer and Consumer)."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -25,28 +26,44 @@ NULL = "null"  # how Kafka's console consumer prints a null key or value
 # --- pure helpers -----------------------------------------------------------------------------
 
 
+def arg_bytes(text: str) -> bytes:
+    """A command-line argument as the bytes it was given as (not UTF-8 ones included)."""
+    return os.fsencode(text)
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def parse_headers(text: str | None) -> list[tuple[str, bytes]]:
-    """`k1=v1,k2=v2` as record headers (a key without `=` gets an empty value)."""
+    """`k1=v1,k2=v2` as record headers (`k=` gives an empty value; `k` alone is an error)."""
     out = []
     for item in (text or "").split(","):
         if not item.strip():
             continue
-        key, _, value = item.partition("=")
-        if not key.strip():
-            raise CliError(f"invalid header {item!r}: expected key=value", code=2)
-        out.append((key.strip(), value.encode()))
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"invalid header {item.strip()!r} in --headers: expected key=value",
+                           code=2)
+        out.append((key.strip(), arg_bytes(value)))
     return out
 
 
-def split_line(line: str, separator: str | None, number: int) -> tuple[bytes | None, bytes]:
-    """(key, value) of one input line: the whole line is the value unless a key separator is
-    given, which must then occur (Kafka's console producer with parse.key=true)."""
+class NoSeparator(CliError):
+    def __init__(self, number: int, separator: bytes) -> None:
+        shown = separator.decode("utf-8", errors="backslashreplace")
+        super().__init__(f"line {number}: no key separator {shown!r}", code=2)
+
+
+def split_line(line: bytes, separator: bytes | None, number: int) -> tuple[bytes | None, bytes]:
+    """(key, value) of one input line, as bytes: the whole line is the value unless a key
+    separator is given, which must then occur (Kafka's console producer with parse.key=true)."""
     if separator is None:
-        return None, line.encode()
+        return None, line
     key, sep, value = line.partition(separator)
     if not sep:
-        raise CliError(f"line {number}: no key separator {separator!r}", code=2)
-    return key.encode(), value.encode()
+        raise NoSeparator(number, separator)
+    return key, value
 
 
 def text(data: bytes | None) -> str:
@@ -82,9 +99,10 @@ def format_message(view: dict[str, Any], *, print_key: bool, print_offset: bool,
     return separator.join(parts)
 
 
-def _lines(stream: IO[str]) -> Iterator[str]:
+def _lines(stream: IO[bytes]) -> Iterator[bytes]:
+    """The lines of a binary stream without their b"\\n" (any other byte is kept)."""
     for line in stream:
-        yield line[:-1] if line.endswith("\n") else line
+        yield line[:-1] if line.endswith(b"\n") else line
 
 
 def _cluster(bootstrap: str) -> "Cluster":
@@ -113,6 +131,7 @@ def produce(
 
     if key_separator == "":
         raise CliError("--key-separator must not be empty", code=2)
+    separator = None if key_separator is None else arg_bytes(key_separator)
     header_list = parse_headers(headers)
     cluster = _cluster(bootstrap)
     partitions = cluster.partitions(topic)
@@ -130,10 +149,10 @@ def produce(
     count = 0
     extra: dict[str, Any] = {} if partition is None else {"partition": partition}
 
-    def send(lines: Iterator[str], advance=None) -> None:
+    def send(lines: Iterator[bytes], advance=None) -> None:
         nonlocal count
         for n, line in enumerate(lines, 1):
-            key, value = split_line(line, key_separator, n)
+            key, value = split_line(line, separator, n)
             while True:
                 try:
                     producer.produce(topic, value=value, key=key, headers=header_list or None,
@@ -146,23 +165,41 @@ def produce(
             if advance:
                 advance(len(line) + 1)
 
+    stopped: NoSeparator | None = None
     try:
         if file is None:
-            send(_lines(sys.stdin))
+            send(_lines(sys.stdin.buffer))
         else:
             _send_file(file, send)
+    except NoSeparator as exc:
+        stopped = exc  # what came before it is delivered first, and said so
     finally:
         remaining = producer.flush(cluster.timeout + 30)
+    if stopped is not None:
+        raise CliError(stopped.message + _before(count, remaining + len(failures), failures),
+                       code=stopped.code)
     if remaining:
-        raise CliError(f"{remaining} of {count} messages were not delivered in time")
+        raise CliError(f"{remaining} of {plural(count, 'message')} were not delivered in time")
     if failures:
-        raise CliError(f"{len(failures)} of {count} messages were not delivered: {failures[0]}")
-    output.note(f"Produced {count} messages to '{topic}'.")
+        raise CliError(f"{len(failures)} of {plural(count, 'message')} were not delivered: "
+                       f"{failures[0]}")
+    output.note(f"Produced {plural(count, 'message')} to '{topic}'.")
+
+
+def _before(count: int, undelivered: int, failures: list[str]) -> str:
+    """What became of the lines before one that stopped the producer."""
+    if count == 0:
+        return ""
+    lines = "the line before it" if count == 1 else f"the {count} lines before it"
+    if not undelivered:
+        return f"; {lines} {'was' if count == 1 else 'were'} produced"
+    why = f": {failures[0]}" if failures else ""
+    return f"; of {lines}, {undelivered} {'was' if undelivered == 1 else 'were'} not delivered{why}"
 
 
 def _send_file(path: Path, send) -> None:
     try:
-        stream = open(path, encoding="utf-8", newline="\n")
+        stream = open(path, "rb")
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror or exc}") from exc
     with stream:
@@ -218,10 +255,13 @@ def consume(
         consumer.assign([TopicPartition(topic, p, start) for p in partitions])
     count = 0
     last = time.monotonic()
+    stop = []  # SIGTERM stops the loop as Ctrl-C does: commit, leave the group, print the total
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     try:
-        while max_messages is None or count < max_messages:
+        while not stop and (max_messages is None or count < max_messages):
             msg = consumer.poll(0.2)
             if msg is None:
+                sys.stdout.flush()  # caught up: whoever reads the output sees it now
                 if timeout_ms is not None and (time.monotonic() - last) * 1000 >= timeout_ms:
                     break
                 continue
@@ -239,5 +279,6 @@ def consume(
     except KeyboardInterrupt:
         pass
     finally:
-        consumer.close()  # with --group, commits the offsets of what was printed
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        consumer.close()  # with --group, commits the offsets of what was printed and leaves
     output.note(f"Processed a total of {count} messages")
