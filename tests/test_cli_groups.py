@@ -320,6 +320,30 @@ def test_delete_offsets_of_one_topic(broker, admin):
     assert committed(admin, group) == {}
 
 
+def test_delete_offsets_refuses_partitions_and_topics_that_do_not_exist(broker, admin):
+    topic = make_topic(broker, admin, 3, {0: [1, 2]})
+    group = name("g")
+    commit(admin, group, {(topic, 0): 2})
+    cases = [([f"{topic}:7"], f"brook: topic '{topic}' has no partition 7 (it has 3)"),
+             ([f"{topic}:0", "no-such-topic"], "brook: unknown topic 'no-such-topic'"),
+             (["no-such-topic:0"], "brook: unknown topic 'no-such-topic'")]
+    for topics, message in cases:
+        args = [a for t in topics for a in ("--topic", t)]
+        result = brook(broker, "groups", "delete-offsets", group, *args)
+        assert result.exit_code == 1, (topics, result.output)
+        assert result.stderr == message + "\n" and result.stdout == "", (topics, result.output)
+    assert committed(admin, group) == {(topic, 0): 2}  # nothing was deleted
+
+    # Offsets of a topic deleted since can still be deleted (brook keeps them).
+    gone = make_topic(broker, admin, 2, {0: [1]})
+    commit(admin, group, {(gone, 1): 1})
+    admin.delete_topics([gone])[gone].result(10)
+    result = brook(broker, "groups", "delete-offsets", group, "--topic", gone)
+    assert result.exit_code == 0, result.output
+    assert rows(result.stdout)[1:] == [[gone, "1", "Successful"]]
+    assert committed(admin, group) == {(topic, 0): 2}
+
+
 # --- pure rows --------------------------------------------------------------------------------
 
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 TP = tuple[str, int]
 
 app = typer.Typer(no_args_is_help=True,
-                  help="Consumer groups: list, describe, reset offsets, delete.")
+                  help="Consumer groups: list, describe, reset-offsets, delete, delete-offsets.")
 
 OFFSET_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                   "CONSUMER-ID", "HOST", "CLIENT-ID")
@@ -113,6 +113,18 @@ def _cluster(bootstrap: str) -> "Cluster":
     from .client import Cluster  # confluent-kafka is imported only by commands that use it
 
     return Cluster(bootstrap)
+
+
+def _partitions_or_committed(cluster: "Cluster", topic: str, committed: set[TP]) -> list[int]:
+    """The topic's partitions; for a topic that no longer exists, those the group has offsets
+    of (an unknown topic is an error when it has none)."""
+    try:
+        return cluster.partitions(topic)
+    except CliError:
+        left = sorted(p for t, p in committed if t == topic)
+        if not left:
+            raise
+        return left
 
 
 def _existing_group(cluster: "Cluster", group_id: str) -> "Group":
@@ -313,11 +325,19 @@ def delete_offsets(
 
     cluster = _cluster(bootstrap)
     group = _existing_group(cluster, group_id)
+    committed = set(cluster.committed(group_id))
     tps: dict[str, list[int]] = {}
     for arg in topic:
         name, partitions = parse_topic_arg(arg)
-        tps.setdefault(name, []).extend(partitions if partitions is not None
-                                        else cluster.partitions(name))
+        if partitions is None:
+            partitions = _partitions_or_committed(cluster, name, committed)
+        for p in partitions:
+            if p not in tps.setdefault(name, []):
+                tps[name].append(p)
+    # Refused before anything is deleted, as reset-offsets refuses them; the group's offsets of
+    # a topic deleted since (or of partitions it no longer has) may still be deleted.
+    cluster.check_partitions((t, p) for t, ps in tps.items() for p in ps
+                             if (t, p) not in committed)
     if group.coordinator is None:
         raise CliError(f"no coordinator known for group '{group_id}'")
     _, host, port = group.coordinator
