@@ -74,7 +74,11 @@ def test_create_describe_alter_list_delete(broker):
 
     listed = json.loads(brook(broker, "topics", "list", "--output", "json").stdout)
     assert {"topic": topic, "partitions": 3, "internal": False} in listed
-    assert rows(brook(broker, "topics", "list").stdout)[0] == ["TOPIC", "PARTITIONS", "INTERNAL"]
+    listed = brook(broker, "topics", "list").stdout
+    assert rows(listed)[0] == ["TOPIC", "PARTITIONS", "INTERNAL"]
+    # Not a terminal: no line ends in spaces (rich pads the last column to its width).
+    described = brook(broker, "topics", "describe", topic).stdout
+    assert [ln for ln in (listed + described).splitlines() if ln != ln.rstrip()] == []
 
     result = brook(broker, "topics", "delete", topic)
     assert result.exit_code == 0 and result.stdout == f"Deleted topic '{topic}'.\n"

@@ -2,7 +2,8 @@
 
 Tables have Kafka's upper-case column names and no borders, so they read like Kafka's tools and
 stay easy to `grep`/`awk`; an absent value is `-`, as Kafka prints it. When stdout is not a
-terminal, tables are as wide as their content instead of the terminal's 80 columns.
+terminal, tables are as wide as their content instead of the terminal's 80 columns. No line
+ends in spaces.
 """
 
 from __future__ import annotations
@@ -49,7 +50,11 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | No
         col.no_wrap = True
     for row in rows:
         t.add_row(*(cell(v) for v in row))
-    _console(sys.stdout).print(t)
+    console = _console(sys.stdout)
+    with console.capture() as captured:
+        console.print(t)
+    # rich pads the last column to its width: no line ends in spaces
+    sys.stdout.write("".join(ln.rstrip(" ") + "\n" for ln in captured.get().splitlines()))
 
 
 def line(text: str = "") -> None:
