@@ -251,6 +251,18 @@ def test_offsets_decoder(tmp_path):
 def test_bad_paths(tmp_path):
     result = dump(tmp_path / "nothing.log")
     assert result.exit_code == 1 and "no such file" in result.stderr
+    log_path, _ = known_log(tmp_path)
+    directory = tmp_path / "orders-0"
+    result = dump(directory)
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"brook: {directory}: is a directory; give files in it, e.g. {log_path} (it has "
+        "00000000000000000000.index, 00000000000000000000.log, 00000000000000000000.timeindex)\n")
+    (tmp_path / "empty").mkdir()
+    result = dump(tmp_path / "empty")
+    assert result.exit_code == 2 and result.stderr == (
+        f"brook: {tmp_path / 'empty'}: is a directory, with no .log, .index or .timeindex file "
+        "in it\n")
     other = tmp_path / "notes.txt"
     other.write_text("x")
     result = dump(other)

@@ -251,6 +251,20 @@ def _progress(path: Path, fmt: Format) -> Iterator[Callable[[int], None] | None]
         yield lambda n: bar.advance(task, n)
 
 
+def _directory_message(path: Path) -> str:
+    """What to say for a directory given as PATH: the files in it that can be dumped."""
+    try:
+        names = sorted(p.name for p in path.iterdir()
+                       if p.suffix in (".log", ".index", ".timeindex") and p.is_file())
+    except OSError as exc:
+        return f"{path}: is a directory ({exc.strerror or exc})"
+    if not names:
+        return f"{path}: is a directory, with no .log, .index or .timeindex file in it"
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    example = next((n for n in names if n.endswith(".log")), names[0])
+    return f"{path}: is a directory; give files in it, e.g. {path / example} (it has {shown})"
+
+
 def dump_log(
     paths: list[Path] = typer.Argument(..., metavar="PATH...",
                                        help=".log, .index or .timeindex files."),
@@ -265,6 +279,8 @@ def dump_log(
     (JSON lines with --output json)."""
     problems = 0
     for i, path in enumerate(paths):
+        if path.is_dir():
+            raise CliError(_directory_message(path), code=2)
         if not path.is_file():
             raise CliError(f"{path}: no such file")
         if i and fmt is Format.table:
