@@ -7,6 +7,7 @@ import logging
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..storage.config import LogConfig
+from ..storage.dir_lock import LogDirLocks
 from ..storage.manager import LogManager
 from .config import BrokerConfig, Listener
 from ..coordinator.classic import ClassicGroupCoordinator, GroupConfig
@@ -42,11 +43,21 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, clock)
         self.groups: GroupRuntime | None = None
         self.metrics = None  # a brook.broker.metrics.BrokerMetrics when metrics.port is set
+        self.dir_locks = LogDirLocks(config.log_dirs)
 
     # ------------------------------------------------------------ lifecycle
 
     def open(self) -> None:
-        """Load metadata and every log (recovering after a crash)."""
+        """Lock the log dirs (`LogDirInUseError` if another broker has them), then load
+        metadata and every log (recovering after a crash)."""
+        self.dir_locks.acquire()
+        try:
+            self._load()
+        except BaseException:
+            self.close()
+            raise
+
+    def _load(self) -> None:
         self.metadata.load()
         self.log_manager = LogManager(self.config.log_dirs, self.config.log_config, clock=self.clock,
                                       manager_config=self.config.manager_config,
@@ -98,9 +109,12 @@ class Broker:
         return True
 
     def close(self) -> None:
-        if self.log_manager is not None and self.log_manager.started:
-            self.log_manager.shutdown()
-        self.metadata.close()
+        try:
+            if self.log_manager is not None and self.log_manager.started:
+                self.log_manager.shutdown()
+            self.metadata.close()
+        finally:
+            self.dir_locks.release()  # last: the dirs are the next broker's once all is written
 
     def tick(self) -> int:
         """Run due periodic log work; returns the delay in ms until the next is due."""

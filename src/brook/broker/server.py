@@ -19,9 +19,14 @@ log = logging.getLogger(__name__)
 def _listen(listener: Listener) -> socket.socket:
     family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((listener.host or "0.0.0.0", listener.port))
-    sock.listen(1024)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((listener.host or "0.0.0.0", listener.port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {listener.name}://{listener.host or '0.0.0.0'}:"
+                                 f"{listener.port}: {exc.strerror}") from exc
     sock.setblocking(False)
     return sock
 
@@ -43,6 +48,7 @@ class BrokerServer:
         self._stopping = asyncio.Event()
         self.broker.open()
         self.broker.groups.start()
+        started = False
         try:
             self.broker.log_manager.start_cleaner()  # compaction off the event loop; close() stops it
             # Metrics first: once a listener accepts, everything the broker serves is up.
@@ -62,6 +68,7 @@ class BrokerServer:
                      self.broker.broker_id,
                      ", ".join(f"{l.name}://{l.host}:{l.port}" for l in self.config.listeners),
                      self.broker.metadata.cluster_id, ", ".join(self.config.log_dirs))
+            started = True
             await self._stopping.wait()
             for t in accepting + [ticker, sweeper]:
                 t.cancel()
@@ -76,8 +83,11 @@ class BrokerServer:
                 s.close()
             if self.broker.metrics is not None:
                 self.broker.metrics.stop()
+            if not started:  # a listener or the metrics port failed: the groups never served
+                await self.broker.groups.stop()
             self.broker.close()
-            log.info("brook broker %d stopped cleanly", self.broker.broker_id)
+            if started:
+                log.info("brook broker %d stopped cleanly", self.broker.broker_id)
 
     def stop(self) -> None:
         if self._stopping is not None:

@@ -41,6 +41,7 @@ def broker(
     """Run a broker in the foreground (Ctrl-C or SIGTERM stops it cleanly)."""
     from ..broker.config import BrokerConfig, ConfigError
     from ..broker.server import run_broker
+    from ..storage.dir_lock import LogDirInUseError
 
     if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise typer.BadParameter(f"{log_level!r} is not DEBUG, INFO, WARNING or ERROR",
@@ -55,6 +56,11 @@ def broker(
         raise typer.Exit(2)
     try:
         run_broker(cfg)
-    except OSError as exc:
+    except LogDirInUseError as exc:
         typer.echo(f"brook: {exc}", err=True)
+        raise typer.Exit(1)
+    except OSError as exc:
+        # "[Errno 98] ..." is noise when the message says it all; a file's name is kept.
+        message = exc.strerror if exc.strerror and not exc.filename else str(exc)
+        typer.echo(f"brook: {message}", err=True)
         raise typer.Exit(1)
