@@ -45,7 +45,10 @@ async def run_group_op(broker, group_id: str, op):
 
 def _coordinator(broker, connection, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
     if key_type == TRANSACTION_KEY_TYPE:
-        return ErrorCode.coordinator_not_available, "transactions are not supported"
+        # What Kafka answers for a transactional id the client may not use: clients fail at
+        # once with a fatal error (COORDINATOR_NOT_AVAILABLE made them retry for ever).
+        return (ErrorCode.transactional_id_authorization_failed,
+                "transactions are not supported by this broker")
     if key_type != GROUP_KEY_TYPE:
         return ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}"
     if broker.groups is None or not broker.ensure_offsets_topic():
