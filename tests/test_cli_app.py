@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import urllib.request
 import sys
@@ -100,3 +101,77 @@ def test_broker_serves_metrics_on_the_metrics_port(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
+
+
+COMMANDS = [[], ["topics"], ["groups"], ["offsets"], ["topics", "list"], ["topics", "describe"],
+            ["topics", "create"], ["topics", "delete"], ["topics", "alter-config"],
+            ["topics", "delete-records"], ["groups", "list"], ["groups", "describe"],
+            ["groups", "reset-offsets"], ["groups", "delete"], ["groups", "delete-offsets"],
+            ["offsets", "export"], ["offsets", "import"], ["produce"], ["consume"], ["dump-log"],
+            ["broker"]]
+
+
+def help_text(*args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "BROOK_BOOTSTRAP_SERVER"}
+    env["COLUMNS"] = "200"
+    result = subprocess.run([BROOK, *args, "--help"], capture_output=True, text=True, env=env,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_help_texts():
+    texts = {" ".join(c): help_text(*c) for c in COMMANDS}
+    for name, text in texts.items():
+        assert "<bool>" not in text, name  # flags take no value
+    assert "--version  " in texts[""] and "--if-not-exists  " in texts["topics create"]
+    root = texts[""].splitlines()
+    dump_line = next(ln for ln in root if "dump-log " in ln)
+    assert "(JSON lines with --output json)." in dump_line  # no line break inside
+    assert "list, describe, reset-offsets, delete, delete-offsets." in texts["groups"]
+    assert "[default: \\t, a tab]" in texts["consume"]
+    create = texts["topics create"]
+    assert "(default: the broker's)" in create and "[default: -1]" not in create
+    assert "YYYY-MM-DDTHH:mm:SS.sss[zone]" in texts["groups reset-offsets"]  # not eaten as markup
+    assert "/consumers/GROUP/offsets/TOPIC/PARTITION" in texts["offsets import"]
+    for name in ("topics list", "groups delete-offsets", "offsets import", "produce", "consume"):
+        assert "--bootstrap-server" in texts[name] and "--timeout" in texts[name], name
+
+
+def test_bootstrap_and_timeout_before_or_after_the_command(broker):
+    env = {k: v for k, v in os.environ.items() if k != "BROOK_BOOTSTRAP_SERVER"}
+    dead = f"127.0.0.1:{free_port()}"
+
+    def brook(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
+        return subprocess.run([BROOK, *args], capture_output=True, text=True, timeout=60,
+                              env={**env, **extra_env})
+
+    for args in (["-b", broker.bootstrap, "topics", "list"],
+                 ["--bootstrap-server", broker.bootstrap, "--timeout", "5", "groups", "list"],
+                 ["topics", "list", "--timeout", "5", "-b", broker.bootstrap],
+                 ["-b", dead, "topics", "list", "-b", broker.bootstrap],  # after the command wins
+                 ["-b", broker.bootstrap, "topics", "list"]):
+        result = brook(*args, BROOK_BOOTSTRAP_SERVER=dead)  # either -b beats the environment
+        assert result.returncode == 0, (args, result.stderr)
+    result = brook("topics", "list", BROOK_BOOTSTRAP_SERVER=broker.bootstrap)
+    assert result.returncode == 0, result.stderr
+    result = brook("-b", broker.bootstrap, "topics", "list", "-b", dead)
+    assert result.returncode == 1 and f"cannot connect to a broker at {dead}" in result.stderr
+    result = brook("topics", "list", "--timeout", "0", "-b", broker.bootstrap)
+    assert result.returncode == 2 and "Invalid value for '--timeout'" in result.stderr
+
+
+def test_timeout_after_the_command_applies():
+    silent = socket.socket()  # accepts connections (the backlog) and never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        result = run(BROOK, "topics", "list", "-b", address, "--timeout", "1")
+        assert time.monotonic() - started < 8
+        assert result.returncode == 1
+        assert result.stderr.startswith(f"brook: cannot list topics: no answer from {address} "
+                                        "within 1 s"), result.stderr
+    finally:
+        silent.close()

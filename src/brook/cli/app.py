@@ -1,4 +1,4 @@
-"""The root `brook` command: its subcommands, `--version`, `--debug`, `--timeout`, and how
+"""The root `brook` command: its subcommands, `--version`, `--debug`, `--timeout`, `-b`, and how
 errors reach the user: one line on stderr, `brook: <what went wrong>`, and a non-zero exit code
 (1 when an operation failed, 2 for invalid arguments); a traceback only with `--debug`.
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import traceback
-from typing import Any
+from typing import Any, Optional
 
 import typer
 from typer.core import TyperGroup
@@ -27,6 +27,7 @@ class BrookGroup(TyperGroup):
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
         options.reset()
+        _flags_without_metavar(self)
         try:
             rv = super().main(args=args, prog_name=prog_name or "brook",
                               complete_var=complete_var, standalone_mode=False, **extra)
@@ -37,6 +38,16 @@ class BrookGroup(TyperGroup):
         except Exception as exc:  # noqa: BLE001 - every error is an answer, never a crash
             _fail(*_describe(exc), exc)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _flags_without_metavar(command: Any) -> None:
+    """Flags (and --help) take no value, so their help shows none (typer would show `<bool>`)."""
+    help_option = command.get_help_option(typer.Context(command))
+    for param in [*command.params, help_option]:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _flags_without_metavar(sub)
 
 
 def _describe(exc: Exception) -> tuple[str, int]:
@@ -79,8 +90,9 @@ def _fail(message: str, code: int, exc: BaseException) -> None:
     sys.exit(code)
 
 
+# Markdown: help texts' single line breaks join, and [brackets] are shown, not read as markup.
 app = typer.Typer(cls=BrookGroup, add_completion=False, no_args_is_help=True,
-                  pretty_exceptions_enable=False,
+                  rich_markup_mode="markdown", pretty_exceptions_enable=False,
                   help="brook: a Kafka-protocol-compatible message log broker, and its tools.")
 
 
@@ -96,9 +108,13 @@ def root(
                                  help="Print the version and exit."),
     debug: bool = typer.Option(False, "--debug", help="Tracebacks and client logs on errors."),
     timeout: float = typer.Option(options.DEFAULT_TIMEOUT, "--timeout", min=0.1,
-                                  help="Seconds to wait for a broker's answer."),
+                                  help="Seconds to wait for a broker's answer (also after the "
+                                       "command)."),
+    bootstrap: Optional[str] = typer.Option(
+        None, "--bootstrap-server", "-b", show_default=False,
+        help="host:port of a broker (also after the command, where it wins)."),
 ) -> None:
-    options.reset(debug=debug, timeout=timeout)
+    options.reset(debug=debug, timeout=timeout, bootstrap=bootstrap)
 
 
 app.command()(broker)

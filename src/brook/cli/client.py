@@ -126,12 +126,13 @@ class Group:
 
 
 class Cluster:
-    """One AdminClient on `bootstrap`; every call waits at most `options.current.timeout`."""
+    """One AdminClient on a bootstrap address (the command's -b, the root's, the environment's
+    or the default); every call waits at most `timeout` (the command's, else the root's)."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
-        self.timeout = options.current.timeout
-        probe(bootstrap, min(self.timeout, PROBE_TIMEOUT))
+    def __init__(self, bootstrap: str | None, timeout: float | None = None) -> None:
+        self.bootstrap = options.bootstrap(bootstrap)
+        self.timeout = options.timeout(timeout)
+        probe(self.bootstrap, min(self.timeout, PROBE_TIMEOUT))
         self.admin = AdminClient(self.config())
 
     def config(self, **extra: Any) -> dict[str, Any]:

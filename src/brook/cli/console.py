@@ -14,7 +14,7 @@ import typer
 
 from . import output
 from .errors import CliError
-from .options import bootstrap_option
+from .options import bootstrap_option, timeout_option
 from .output import Format, output_option
 
 if TYPE_CHECKING:
@@ -105,10 +105,10 @@ def _lines(stream: IO[bytes]) -> Iterator[bytes]:
         yield line[:-1] if line.endswith(b"\n") else line
 
 
-def _cluster(bootstrap: str) -> "Cluster":
+def _cluster(bootstrap: str | None, timeout: float | None) -> "Cluster":
     from .client import Cluster
 
-    return Cluster(bootstrap)
+    return Cluster(bootstrap, timeout)
 
 
 # --- produce ----------------------------------------------------------------------------------
@@ -124,7 +124,8 @@ def produce(
                                           help="k1=v1,k2=v2: headers of every message."),
     partition: Optional[int] = typer.Option(None, "--partition",
                                             help="Write to this partition (default: by key)."),
-    bootstrap: str = bootstrap_option(),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Send each line of stdin (or of --file) as one message."""
     from confluent_kafka import Producer
@@ -133,7 +134,7 @@ def produce(
         raise CliError("--key-separator must not be empty", code=2)
     separator = None if key_separator is None else arg_bytes(key_separator)
     header_list = parse_headers(headers)
-    cluster = _cluster(bootstrap)
+    cluster = _cluster(bootstrap, timeout)
     partitions = cluster.partitions(topic)
     if partition is not None and partition not in partitions:
         raise CliError(f"topic '{topic}' has no partition {partition}", code=2)
@@ -232,14 +233,16 @@ def consume(
                                       help="Print each message's partition and offset."),
     print_timestamp: bool = typer.Option(False, "--print-timestamp",
                                          help="Print each message's timestamp."),
-    separator: str = typer.Option("\t", "--separator", help="Between printed fields."),
-    bootstrap: str = bootstrap_option(),
+    separator: str = typer.Option("\t", "--separator", show_default=False,
+                                  help="Between printed fields. [default: \\t, a tab]"),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
     fmt: Format = output_option(),
 ) -> None:
     """Print messages of a topic, one per line (JSON lines with --output json)."""
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
-    cluster = _cluster(bootstrap)
+    cluster = _cluster(bootstrap, timeout)
     partitions = cluster.partitions(topic)
     conf = cluster.config(**{
         "group.id": group or "brook-console",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 import typer
 
 from . import output
-from .options import bootstrap_option
+from .options import bootstrap_option, timeout_option
 from .errors import CliError
 from .output import Format, output_option
 from .reset import Change, parse_topic_arg, plan, reset_spec
@@ -109,10 +109,10 @@ def require_inactive(group: "Group", action: str) -> None:
                        "stop its consumers first")
 
 
-def _cluster(bootstrap: str) -> "Cluster":
+def _cluster(bootstrap: str | None, timeout: float | None) -> "Cluster":
     from .client import Cluster  # confluent-kafka is imported only by commands that use it
 
-    return Cluster(bootstrap)
+    return Cluster(bootstrap, timeout)
 
 
 def _partitions_or_committed(cluster: "Cluster", topic: str, committed: set[TP]) -> list[int]:
@@ -141,11 +141,12 @@ def _existing_group(cluster: "Cluster", group_id: str) -> "Group":
 def list_groups(
     state: Optional[str] = typer.Option(
         None, "--state", help="Only groups in these states, comma-separated (e.g. Stable,Empty)."),
-    bootstrap: str = bootstrap_option(),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
     fmt: Format = output_option(),
 ) -> None:
     """List the consumer groups with their state, protocol and number of members."""
-    cluster = _cluster(bootstrap)
+    cluster = _cluster(bootstrap, timeout)
     states = [s for s in (state or "").split(",") if s.strip()]
     ids = [g for g, _ in cluster.group_ids(states)]
     groups = cluster.groups(ids)
@@ -165,13 +166,14 @@ def describe(
                                  help="The group's members instead of offsets."),
     state: bool = typer.Option(False, "--state", help="The group's state and coordinator."),
     verbose: bool = typer.Option(False, "--verbose", help="With --members: each one's assignment."),
-    bootstrap: str = bootstrap_option(),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
     fmt: Format = output_option(),
 ) -> None:
     """Offsets and lag of a group's partitions (Kafka's columns), or its members, or its state."""
     if members and state:
         raise CliError("choose one of --members and --state", code=2)
-    cluster = _cluster(bootstrap)
+    cluster = _cluster(bootstrap, timeout)
     group = _existing_group(cluster, group_id)
     if state:
         view = state_view(group)
@@ -241,7 +243,8 @@ def reset_offsets(
         None, "--by-duration", help="To the first record at or after now minus PnDTnHnMnS."),
     execute: bool = typer.Option(False, "--execute", help="Apply the change (default: dry run)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only show the change (the default)."),
-    bootstrap: str = bootstrap_option(),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
     fmt: Format = output_option(),
 ) -> None:
     """Reset a group's offsets (kafka-consumer-groups.sh --reset-offsets): a dry run unless
@@ -253,7 +256,7 @@ def reset_offsets(
     spec = reset_spec(to_earliest=to_earliest, to_latest=to_latest, to_offset=to_offset,
                       shift_by=shift_by, to_datetime=to_datetime, by_duration=by_duration,
                       now_ms=int(time.time() * 1000))
-    cluster = _cluster(bootstrap)
+    cluster = _cluster(bootstrap, timeout)
     group = cluster.group(group_id)
     require_inactive(group, "reset offsets")
     committed = {tp: o for tp, (o, _) in cluster.committed(group_id).items()}
@@ -289,10 +292,11 @@ def reset_offsets(
 @app.command("delete")
 def delete(
     group_ids: list[str] = typer.Argument(..., metavar="GROUP..."),
-    bootstrap: str = bootstrap_option(),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Delete groups without members, with all their offsets."""
-    cluster = _cluster(bootstrap)
+    cluster = _cluster(bootstrap, timeout)
     results = cluster.delete_groups(group_ids)
     failed = []
     for group_id in group_ids:
@@ -315,7 +319,8 @@ def delete(
 def delete_offsets(
     group_id: str = typer.Argument(..., metavar="GROUP"),
     topic: list[str] = typer.Option(..., "--topic", help="TOPIC or TOPIC:P[,P...]; repeatable."),
-    bootstrap: str = bootstrap_option(),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
     fmt: Format = output_option(),
 ) -> None:
     """Delete a group's committed offsets of topics its members do not consume (KIP-496)."""
@@ -323,7 +328,7 @@ def delete_offsets(
 
     from .wire import offset_delete
 
-    cluster = _cluster(bootstrap)
+    cluster = _cluster(bootstrap, timeout)
     group = _existing_group(cluster, group_id)
     committed = set(cluster.committed(group_id))
     tps: dict[str, list[int]] = {}

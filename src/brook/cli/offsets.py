@@ -14,7 +14,7 @@ from . import output
 from .errors import CliError
 from .groups import require_inactive
 from .offsets_io import Offsets, export_document, parse
-from .options import bootstrap_option
+from .options import bootstrap_option, timeout_option
 from .output import Format, output_option
 from .reset import clamp
 
@@ -26,12 +26,13 @@ def export(
     group_id: str = typer.Argument(..., metavar="GROUP"),
     file: Optional[Path] = typer.Option(None, "--file", "-f",
                                         help="Write here instead of stdout."),
-    bootstrap: str = bootstrap_option(),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Write a group's committed offsets as JSON (brook-offsets format)."""
     from .client import Cluster
 
-    cluster = Cluster(bootstrap)
+    cluster = Cluster(bootstrap, timeout)
     committed = cluster.committed(group_id)
     if not committed and not cluster.group(group_id).exists:
         raise CliError(f"consumer group '{group_id}' does not exist")
@@ -77,16 +78,17 @@ def import_(
     to_group: Optional[str] = typer.Option(None, "--to-group",
                                            help="Commit the offsets for this group instead."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be committed."),
-    bootstrap: str = bootstrap_option(),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
     fmt: Format = output_option(),
 ) -> None:
     """Commit the offsets in FILE (brook's export, or a ZooKeeper dump of
-    /consumers/<group>/offsets/<topic>/<partition>); refused while a group has active members."""
+    /consumers/GROUP/offsets/TOPIC/PARTITION); refused while a group has active members."""
     from .client import Cluster
 
     text, source = _read(file)
     data = select(parse(text, source), group, to_group, source)
-    cluster = Cluster(bootstrap)
+    cluster = Cluster(bootstrap, timeout)
     for group_id in data:
         require_inactive(cluster.group(group_id), "import offsets")
     all_tps = [tp for offsets in data.values() for tp in offsets]

@@ -4,13 +4,13 @@ kafka-delete-records.sh)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from . import output
 from .errors import CliError
-from .options import bootstrap_option
+from .options import bootstrap_option, timeout_option
 from .output import Format, output_option
 
 if TYPE_CHECKING:
@@ -41,10 +41,10 @@ def topic_id_text(topic_id: Any) -> str | None:
     return str(topic_id).replace("+", "-").replace("/", "_").rstrip("=")
 
 
-def _cluster(bootstrap: str) -> "Cluster":
+def _cluster(bootstrap: str | None, timeout: float | None) -> "Cluster":
     from .client import Cluster
 
-    return Cluster(bootstrap)
+    return Cluster(bootstrap, timeout)
 
 
 def _configs(cluster: "Cluster", topic: str) -> list[dict[str, Any]]:
@@ -87,13 +87,14 @@ def topic_view(cluster: "Cluster", topic: str, all_configs: bool) -> dict[str, A
 
 @app.command("list")
 def list_topics(
-    bootstrap: str = bootstrap_option(),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
     fmt: Format = output_option(),
 ) -> None:
     """List the topics with their number of partitions."""
     from confluent_kafka import TopicCollection
 
-    cluster = _cluster(bootstrap)
+    cluster = _cluster(bootstrap, timeout)
     metadata = cluster.topics()
     names = sorted(metadata)
     internal = set()
@@ -120,11 +121,12 @@ def describe(
     topics: list[str] = typer.Argument(..., metavar="TOPIC..."),
     all_configs: bool = typer.Option(False, "--all-configs",
                                      help="Every config, not only those set on the topic."),
-    bootstrap: str = bootstrap_option(),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
     fmt: Format = output_option(),
 ) -> None:
     """Partitions (leader, replicas, log start and end offsets) and configs of topics."""
-    cluster = _cluster(bootstrap)
+    cluster = _cluster(bootstrap, timeout)
     views = [topic_view(cluster, t, all_configs) for t in topics]
     if fmt is Format.json:
         output.print_json(views)
@@ -148,14 +150,15 @@ def describe(
 @app.command("create")
 def create(
     topic: str = typer.Argument(..., metavar="TOPIC"),
-    partitions: int = typer.Option(-1, "--partitions", "-p",
+    partitions: int = typer.Option(-1, "--partitions", "-p", show_default=False,
                                    help="Number of partitions (default: the broker's)."),
-    replication_factor: int = typer.Option(-1, "--replication-factor", "-r",
+    replication_factor: int = typer.Option(-1, "--replication-factor", "-r", show_default=False,
                                            help="Replicas per partition (default: the broker's)."),
     config: list[str] = typer.Option([], "--config", help="key=value topic config; repeatable."),
     if_not_exists: bool = typer.Option(False, "--if-not-exists",
                                        help="Succeed if the topic exists already."),
-    bootstrap: str = bootstrap_option(),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Create a topic."""
     from confluent_kafka import KafkaError
@@ -166,7 +169,7 @@ def create(
     if partitions == 0 or partitions < -1:
         raise CliError("--partitions must be at least 1", code=2)
     configs = parse_configs(config, "--config")
-    cluster = _cluster(bootstrap)
+    cluster = _cluster(bootstrap, timeout)
     new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
                    config=configs)
     future = cluster.admin.create_topics([new], operation_timeout=cluster.timeout,
@@ -201,14 +204,15 @@ def delete(
     topics: list[str] = typer.Argument(..., metavar="TOPIC..."),
     if_exists: bool = typer.Option(False, "--if-exists",
                                    help="Succeed for topics that do not exist."),
-    bootstrap: str = bootstrap_option(),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Delete topics and their data."""
     from confluent_kafka import KafkaError
 
     from .client import kafka_error
 
-    cluster = _cluster(bootstrap)
+    cluster = _cluster(bootstrap, timeout)
     internal = _internal(cluster, topics)
     if internal:
         raise CliError(f"topic '{internal[0]}' is internal and cannot be deleted")
@@ -234,13 +238,14 @@ def delete_records(
                                help="Delete the records below this offset; -1: every record."),
     partitions: list[int] = typer.Option([], "--partition", "-p", min=0,
                                          help="A partition; repeatable. Default: every partition."),
-    bootstrap: str = bootstrap_option(),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
     fmt: Format = output_option(),
 ) -> None:
     """Delete a topic's records below an offset (its log start offset moves there)."""
     from confluent_kafka import TopicPartition
 
-    cluster = _cluster(bootstrap)
+    cluster = _cluster(bootstrap, timeout)
     if partitions:
         cluster.check_partitions((topic, p) for p in partitions)
         partitions = sorted(set(partitions))
@@ -273,7 +278,8 @@ def alter_config(
     set_: list[str] = typer.Option([], "--set", help="key=value to set; repeatable."),
     delete_: list[str] = typer.Option([], "--delete",
                                       help="Key to reset to the default; repeatable."),
-    bootstrap: str = bootstrap_option(),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Set or remove topic configs (incrementally: other configs stay as they are)."""
     from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource,
@@ -286,7 +292,7 @@ def alter_config(
     both = sorted(set(to_set) & set(to_delete))
     if both:
         raise CliError(f"{both[0]} is both set and deleted", code=2)
-    cluster = _cluster(bootstrap)
+    cluster = _cluster(bootstrap, timeout)
     cluster.describe_topic(topic)  # an unknown topic is named as such
     if to_delete:
         known = {c["name"] for c in _configs(cluster, topic)}
