@@ -460,6 +460,26 @@ def test_delete_offsets_group_errors():
     ]
 
 
+@given(st.lists(st.tuples(st.sampled_from(["g1", "g2", "g3"]),
+                          st.sampled_from(["gone", "kept", "also-gone"]),
+                          st.one_of(st.integers(0, 40), st.integers(100_000, 200_000)),
+                          st.integers(0, 10**6)), max_size=60))
+def test_deleting_topics_tombstones_every_groups_offsets_of_them_and_nothing_else(commits):
+    """Whatever was committed (rows and far-away partitions kept apart alike), deleting topics
+    leaves no offset of them in any group and every other offset as it was."""
+    h = Harness()
+    for group_id, topic, partition, offset in commits:
+        h.commit(P(partition, offset), topic=topic, group_id=group_id)
+    kept_before = {(g, t, p): v for g in h.manager.cache.groups()
+                   for t, p, v in h.manager.group_offsets(g) if t == "kept"}
+    records = h.apply(h.manager.delete_topics({"gone", "also-gone"}))
+    assert all(r.value is None for r in records)
+    assert len(records) == len({(g, t, p) for g, t, p, _ in commits if t != "kept"})
+    after = {(g, t, p): v for g in h.manager.cache.groups() for t, p, v in h.manager.group_offsets(g)}
+    assert after == kept_before
+    assert h.manager.delete_topics({"gone", "also-gone"}) == []
+
+
 # --- subscriptions --------------------------------------------------------------------------
 
 

@@ -170,6 +170,69 @@ def test_committed_offsets_survive_a_restart_and_the_group_resumes_from_them(bro
     assert sorted(first + second) == sorted(values)
 
 
+def test_deleting_a_topic_removes_every_groups_offsets_of_it(broker_factory):
+    """As in Kafka, a topic's committed offsets go with it: once DeleteTopics is answered no
+    group has any (nor after a restart), and a group consuming a topic created again under
+    the same name starts from auto.offset.reset, not from the old topic's offset 2 (which
+    the new topic also has, so a stale offset would silently skip two records)."""
+    from confluent_kafka import Producer, TopicPartition
+
+    broker = broker_factory(GROUP_BROKER)
+    topic = "recreated"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1), NewTopic("other", 1, 1)])[topic].result(10)
+    groups = ["first", "second"]
+    for group in groups:
+        c = consumer(broker.bootstrap, group)
+        try:
+            c.commit(offsets=[TopicPartition(topic, 0, 2), TopicPartition(topic, 1, 7),
+                              TopicPartition("other", 0, 3)], asynchronous=False)
+        finally:
+            c.close()
+    admin.delete_topics([topic])[topic].result(10)
+
+    def committed(group: str) -> dict[tuple[str, int], int]:
+        c = consumer(broker.bootstrap, group)
+        try:
+            found = c.committed([TopicPartition(topic, 0), TopicPartition(topic, 1),
+                                 TopicPartition("other", 0)], timeout=20)
+        finally:
+            c.close()
+        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
+
+    for group in groups:
+        assert committed(group) == {("other", 0): 3}
+    broker.restart()
+    for group in groups:
+        assert committed(group) == {("other", 0): 3}
+
+    deadline = time.monotonic() + 30
+    while True:  # the deletion may still be settling in the client's metadata
+        result = admin.create_topics([NewTopic(topic, 2, 1)])[topic]
+        try:
+            result.result(10)
+            break
+        except Exception:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(5):
+        producer.produce(topic, value=b"new-%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    c = consumer(broker.bootstrap, "first")
+    seen = []
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while len(seen) < 5 and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                seen.append(m.value())
+    finally:
+        c.close()
+    assert seen == [b"new-%d" % i for i in range(5)]
+
+
 def test_offset_commit_fetch_delete_over_the_wire(broker_factory):
     broker = broker_factory(GROUP_BROKER)
     commit_cls = request_class(8, 9)

@@ -46,7 +46,7 @@ import enum
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -586,6 +586,30 @@ class GroupRuntime:
         if isinstance(answer, asyncio.Future):
             return await answer
         return answer
+
+    async def delete_topics_offsets(self, topics: Collection[str]) -> int:
+        """Tombstone every group's committed offsets of these deleted topics, on every active
+        shard (in each shard's order, as any other group operation); returns how many. A
+        shard that fails is logged: the topics are gone all the same."""
+        topics = frozenset(topics)
+
+        def op(shard: Shard, now: int) -> Result:
+            if shard.offsets is None:
+                return Result(response=0)
+            records = shard.offsets.delete_topics(topics)
+            return Result(records=records, response=len(records))
+
+        shards = [s for s in self.shards if s.state is ShardState.ACTIVE]
+        done = await asyncio.gather(*(self.run_on(s, op) for s in shards), return_exceptions=True)
+        count = 0
+        for shard, outcome in zip(shards, done):
+            if isinstance(outcome, BaseException):
+                log.warning("%s-%d: removing the committed offsets of deleted topic(s) %s "
+                            "failed: %s", OFFSETS_TOPIC, shard.index, ", ".join(sorted(topics)),
+                            outcome)
+            else:
+                count += outcome
+        return count
 
     async def read(self, shard: Shard, fn: Callable[[Shard, int], Any]) -> Any:
         """Run a read-only ``fn(shard, now)`` in the shard's order; return what it returns."""

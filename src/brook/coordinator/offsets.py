@@ -19,7 +19,7 @@ that has no metadata, and its offsets expire from their commit timestamps.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -431,6 +431,20 @@ class OffsetsManager:
                 if self.cache.get(group_id, topic, partition) is not None:
                     records.append(Record(OffsetCommitKey(group_id, topic, partition), None))
         return DeleteOffsetsResult(ErrorCode.none, records, errors)
+
+    def delete_topics(self, topics: Collection[str]) -> list[Record]:
+        """Tombstones for every group's committed offsets of these topics, which were deleted:
+        Kafka removes them with the topic, so that a topic created again under the same name
+        does not start its groups at the old topic's offsets. (An Empty group left without
+        offsets is then removed by the next expiry check, as one whose offsets expired.)"""
+        cache = self.cache
+        records: list[Record] = []
+        for group_id in cache.groups():
+            for topic in cache.topics(group_id):
+                if topic in topics:
+                    records += [Record(OffsetCommitKey(group_id, topic, partition), None)
+                                for partition, _ in cache.topic_offsets(group_id, topic)]
+        return records
 
     # --- expiry (KIP-211) ------------------------------------------------------------------
 

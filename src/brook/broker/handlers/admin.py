@@ -106,6 +106,7 @@ async def delete_topics(broker, request, connection):
     else:
         wanted = [(name, None) for name in body.topic_names]
     results = []
+    deleted = []
     for name, topic_id in wanted:
         code, text = ErrorCode.none, None
         if name is None:
@@ -128,8 +129,16 @@ async def delete_topics(broker, request, connection):
                     broker.delete_topic(name)
                 except MetadataError as exc:
                     code, text = error_code_for(exc), str(exc)
+                else:
+                    deleted.append(name)
         results.append(make(mod.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID,
                             error_code=code, error_message=text))
+    if deleted and broker.groups is not None:
+        # Groups' committed offsets go with the topic, as in Kafka; answered once written.
+        count = await broker.groups.delete_topics_offsets(deleted)
+        if count:
+            log.info("removed %d committed offset(s) of deleted topic(s) %s", count,
+                     ", ".join(deleted))
     return make(response_class(20, version), throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
