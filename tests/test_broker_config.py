@@ -120,3 +120,14 @@ def test_topic_name_collision_and_duplicates(tmp_path):
     again = MetadataStore((str(tmp_path),), 1)
     again.load()
     assert list(again.topics) == ["a.b"]
+
+
+def test_one_log_dir_named_twice_is_a_config_error(tmp_path):
+    """Two names of one directory would be two log dirs sharing files (and its lock)."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    (tmp_path / "link").symlink_to(d)
+    for dirs in (f"{d},{d}/", f"{d},{tmp_path / 'link'}", f"{d},{tmp_path}/./logs"):
+        with pytest.raises(ConfigError, match="names one directory twice"):
+            BrokerConfig.from_props({"log.dirs": dirs})
+    assert len(BrokerConfig.from_props({"log.dirs": f"{d},{tmp_path / 'other'}"}).log_dirs) == 2

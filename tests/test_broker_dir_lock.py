@@ -44,6 +44,11 @@ def test_locks_are_exclusive_across_holders_and_given_back(tmp_path):
     third = LogDirLocks([str(tmp_path / "c")])
     third.acquire()  # c was given back when a could not be had
     third.release()
+    with pytest.raises(RuntimeError, match="locked already"):
+        first.acquire()  # a second acquire keeps what the first took
+    assert first.held
+    with pytest.raises(LogDirInUseError):
+        LogDirLocks([a]).acquire()
     first.release()
     second.acquire()
     second.release()

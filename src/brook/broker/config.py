@@ -107,6 +107,11 @@ class BrokerConfig:
         advertised = tuple(Listener.parse(s) for s in props.get("advertised.listeners", "").split(",")
                            if s.strip())
         dirs = props.get("log.dirs") or props.get("log.dir") or "./data"
+        seen: dict[str, str] = {}
+        for d in (d.strip() for d in dirs.split(",")):
+            if d and seen.setdefault(os.path.realpath(d), d) != d:
+                raise ConfigError(f"log.dirs names one directory twice: {seen[os.path.realpath(d)]!r} "
+                                  f"and {d!r}")
         broker_id = get("node.id", get("broker.id", 1))
         try:
             log_config = LogConfig.from_broker_props(props)

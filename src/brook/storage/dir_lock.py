@@ -31,6 +31,8 @@ class LogDirLocks:
 
     def acquire(self) -> None:
         """Lock every dir (creating it), or lock none and raise `LogDirInUseError`."""
+        if self._fds:
+            raise RuntimeError("the log dirs are locked already")
         try:
             for log_dir in self.log_dirs:
                 os.makedirs(log_dir, exist_ok=True)
