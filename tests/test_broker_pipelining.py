@@ -60,6 +60,7 @@ class CountingSocket(socket.socket):
 
 def test_the_answers_to_one_read_of_pipelined_commits_go_out_in_order_in_one_send(tmp_path):
     async def test(broker, conn, ours, theirs):
+        broker.create_topic("t", 1)
         loop = asyncio.get_running_loop()
         await loop.sock_sendall(theirs, frame(commit("g", 1), 1))  # the offsets topic
         first = await loop.sock_recv(theirs, 1 << 16)

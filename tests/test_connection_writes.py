@@ -22,7 +22,9 @@ from brook.protocol.messages import make
 from kafka_wire import frame
 
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP = 8, 9, 11
-PARTITIONS = 20_000  # an OffsetFetch answer of ~400 KB, far more than the socket holds
+PARTITIONS = 100
+METADATA = "m" * 4000  # with each offset: an OffsetFetch answer of ~400 KB, far more than the
+                       # socket holds
 JOIN_DELAY_MS = 3000
 
 
@@ -33,7 +35,7 @@ def commit_many(group: str):
                 group_instance_id=None, topics=(mod.OffsetCommitRequestTopic(
                     name="t", partitions=tuple(mod.OffsetCommitRequestPartition(
                         partition_index=i, committed_offset=i, committed_leader_epoch=-1,
-                        committed_metadata="") for i in range(PARTITIONS))),))
+                        committed_metadata=METADATA) for i in range(PARTITIONS))),))
 
 
 def fetch_all(group: str):
@@ -90,6 +92,7 @@ def run_broker(tmp_path, test):
 
 async def _setup(conn, theirs, reader) -> str:
     """Commit the offsets the big answer lists; return a member id for the JoinGroup."""
+    conn.broker.create_topic("t", PARTITIONS)
     loop = asyncio.get_running_loop()
     await loop.sock_sendall(theirs, frame(commit_many("big"), 1))
     corr, body = await reader.frame(30)

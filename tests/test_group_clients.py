@@ -202,6 +202,16 @@ def test_deleting_a_topic_removes_every_groups_offsets_of_it(broker_factory):
 
     for group in groups:
         assert committed(group) == {("other", 0): 3}
+    # A consumer still at work commits its old positions again: refused, the topic is gone.
+    c = consumer(broker.bootstrap, "first")
+    try:
+        from confluent_kafka import KafkaException
+        with pytest.raises(KafkaException) as refused:
+            c.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+        assert "UNKNOWN_TOPIC_OR_PART" in refused.value.args[0].name()
+    finally:
+        c.close()
+    assert committed("first") == {("other", 0): 3}
     broker.restart()
     for group in groups:
         assert committed(group) == {("other", 0): 3}
@@ -235,6 +245,8 @@ def test_deleting_a_topic_removes_every_groups_offsets_of_it(broker_factory):
 
 def test_offset_commit_fetch_delete_over_the_wire(broker_factory):
     broker = broker_factory(GROUP_BROKER)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("t", 3, 1)])["t"].result(10)
     commit_cls = request_class(8, 9)
     cm = __import__(commit_cls.__module__, fromlist=["x"])
     with WireClient(broker.bootstrap) as w:
@@ -252,6 +264,10 @@ def test_offset_commit_fetch_delete_over_the_wire(broker_factory):
             (0, ErrorCode.none), (1, ErrorCode.none)]
         too_large = commit("simple", {2: 1}, metadata="m" * 5000)
         assert too_large.topics[0].partitions[0].error_code == ErrorCode.offset_metadata_too_large
+        # As Kafka: a partition the broker does not have is refused, the others committed.
+        mixed = commit("simple", {3: 1, 1: 7})
+        assert sorted((p.partition_index, p.error_code) for p in mixed.topics[0].partitions) == [
+            (1, ErrorCode.none), (3, ErrorCode.unknown_topic_or_partition)]
 
         fetch_cls = request_class(9, 9)
         fm = __import__(fetch_cls.__module__, fromlist=["x"])
@@ -357,6 +373,8 @@ def test_a_simple_group_is_a_group_as_kafka_has_it(broker_factory):
     """Kafka creates the group on a simple commit: a generation's commit is then checked against
     its (absent) members, and the group outlives the deletion of its offsets until expiry."""
     broker = broker_factory(GROUP_BROKER)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("t", 1, 1)])["t"].result(10)
     commit_cls = request_class(8, 9)
     cm = __import__(commit_cls.__module__, fromlist=["x"])
     with WireClient(broker.bootstrap) as w:

@@ -61,6 +61,14 @@ class OffsetsWire:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def create_topics(self, **partitions: int) -> None:
+        """Topics for the offsets to be committed to (the broker refuses commits for
+        partitions it does not have, as Kafka does)."""
+        from test_broker_protocol import create_topic
+
+        for topic, count in partitions.items():
+            assert create_topic(self.client, topic, count).error_code == ErrorCode.none
+
     # --- OffsetCommit ------------------------------------------------------------------------
 
     def commit_request(self, group: str, offsets: dict[str, list[tuple[int, int, int, str]]],
@@ -287,6 +295,7 @@ def test_a_million_offset_commits_reload_exactly(broker_factory):
     expected: Offsets = {g: {} for g in MILLION_GROUPS}
     started = time.monotonic()
     with OffsetsWire(broker.bootstrap, timeout=120) as wire:
+        wire.create_topics(**{topic: MILLION_PARTITIONS for topic in MILLION_TOPICS})
         for round_ in range(ROUNDS):
             wire.commit_all(million_round(wire, round_, expected))
             if round_ == 1:
@@ -439,6 +448,7 @@ def test_a_log_compacted_by_the_broker_reloads_to_the_same_answers(broker_factor
     broker = broker_factory(COMPACTING)
     groups = [f"compact-{g}" for g in range(8)] + ["members", "left", "expiring", "dropped"]
     with OffsetsWire(broker.bootstrap) as wire:
+        wire.create_topics(orders=20, audit=3)
         # A Stable consumer group and one whose member left (Empty, protocol type consumer).
         member, generation = wire.join_and_sync("members", subscription("orders"), b"assigned",
                                                 session_timeout_ms=120_000)
@@ -516,6 +526,7 @@ def test_a_commit_with_a_retention_time_expires_into_tombstones(broker_factory):
     broker = broker_factory(EXPIRING)
     short = {version: f"short-v{version}" for version in (2, 3, 4)}
     with OffsetsWire(broker.bootstrap) as wire:
+        wire.create_topics(t=2)
         for version, group in short.items():
             wire.commit(group, {"t": [(0, 10, -1, "m"), (1, 11, -1, "")]}, version=version,
                         retention_ms=RETENTION_MS)
@@ -550,6 +561,7 @@ def test_an_empty_group_whose_offsets_expired_is_dead_and_its_metadata_tombstone
         broker_factory):
     broker = broker_factory(EXPIRING)
     with OffsetsWire(broker.bootstrap) as wire:
+        wire.create_topics(t=2)
         member, generation = wire.join_and_sync("consumers", subscription("t"), b"a")
         wire.commit("consumers", {"t": [(0, 5, -1, ""), (1, 6, -1, "")]}, version=4,
                     retention_ms=RETENTION_MS, generation=generation, member_id=member)
@@ -579,6 +591,7 @@ def test_a_partition_with_a_record_that_cannot_be_read_answers_not_coordinator(b
     groups = {partition_for(g, 3): g for g in (f"group-{i}" for i in range(20))}
     bad, good = groups[0], groups[1]
     with OffsetsWire(broker.bootstrap) as wire:
+        wire.create_topics(t=1)
         wire.commit(bad, {"t": [(0, 1, -1, "")]})
         wire.commit(good, {"t": [(0, 2, -1, "")]})
     broker.stop()

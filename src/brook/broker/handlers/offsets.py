@@ -68,19 +68,50 @@ def commit_request(body, version: int) -> OffsetCommit:
     )
 
 
-def _commit(request: OffsetCommit, shard, now: int) -> Result:
+def known_partitions(broker, request: OffsetCommit) -> tuple[OffsetCommit, list]:
+    """The request without the partitions the broker does not have, and
+    UNKNOWN_TOPIC_OR_PARTITION for those, as Kafka answers them before its coordinator sees
+    the request (offsets of a deleted topic must not come back with a consumer's next commit)."""
+    kept: list[CommitTopic] | None = None
+    unknown: list = []
+    topics = request.topics
+    for i, topic in enumerate(topics):
+        tm = broker.metadata.get(topic.name)
+        count = tm.partitions if tm is not None else 0
+        if all(0 <= p.partition < count for p in topic.partitions):
+            if kept is not None:
+                kept.append(topic)
+            continue
+        if kept is None:
+            kept = list(topics[:i])
+        ok = tuple(p for p in topic.partitions if 0 <= p.partition < count)
+        unknown += [(topic.name, p.partition, ErrorCode.unknown_topic_or_partition)
+                    for p in topic.partitions if not 0 <= p.partition < count]
+        if ok:
+            kept.append(CommitTopic(topic.name, ok))
+    if kept is None:
+        return request, unknown
+    return request._replace(topics=tuple(kept)), unknown
+
+
+def _commit(broker, request: OffsetCommit, shard, now: int) -> Result:
+    # Checked when the operation runs, in the shard's order: a topic deleted meanwhile counts.
+    request, unknown = known_partitions(broker, request)
+    if not request.topics:
+        return Result(response=unknown)
     core = shard.core
     committed = shard.offsets.commit(request, core.groups.get(request.group_id), now)
     if committed.records:
         core.commit_heartbeat(request.group_id, request.member_id, now)
-    return Result(records=committed.records, response=committed.errors)
+    return Result(records=committed.records,
+                  response=unknown + committed.errors if unknown else committed.errors)
 
 
 async def handle_offset_commit(broker, request, connection):
     version = request.api_version
     req = commit_request(request.body, version)
     try:
-        errors = await _runtime(broker).run(req.group_id, partial(_commit, req),
+        errors = await _runtime(broker).run(req.group_id, partial(_commit, broker, req),
                                             append_error=offset_commit_append_error)
     except CoordinatorError as exc:
         errors = [(t.name, p.partition, exc.code) for t in req.topics for p in t.partitions]
