@@ -10,6 +10,7 @@ partition is loading gets COORDINATOR_LOAD_IN_PROGRESS.
 from __future__ import annotations
 
 from functools import partial
+from operator import itemgetter
 
 from kio.schema.errors import ErrorCode
 
@@ -68,6 +69,9 @@ def commit_request(body, version: int) -> OffsetCommit:
     )
 
 
+_partition_of = itemgetter(0)  # CommitPartition.partition
+
+
 def known_partitions(broker, request: OffsetCommit) -> tuple[OffsetCommit, list]:
     """The request without the partitions the broker does not have, and
     UNKNOWN_TOPIC_OR_PARTITION for those, as Kafka answers them before its coordinator sees
@@ -78,7 +82,8 @@ def known_partitions(broker, request: OffsetCommit) -> tuple[OffsetCommit, list]
     for i, topic in enumerate(topics):
         tm = broker.metadata.get(topic.name)
         count = tm.partitions if tm is not None else 0
-        if all(0 <= p.partition < count for p in topic.partitions):
+        indexes = list(map(_partition_of, topic.partitions))  # C-level: the hot path
+        if not indexes or (min(indexes) >= 0 and max(indexes) < count):
             if kept is not None:
                 kept.append(topic)
             continue
