@@ -37,6 +37,16 @@ def new_topic(broker, partitions: int = 1) -> str:
     return topic
 
 
+def topic_with_messages(broker, count: int) -> str:
+    """A new topic holding the values m0, m1, ... in its partition 0."""
+    topic = new_topic(broker)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(count):
+        producer.produce(topic, value=b"m%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    return topic
+
+
 def read_all(broker, topic: str, n: int) -> list:
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused",
                   "enable.auto.commit": False})
@@ -127,11 +137,7 @@ def test_bytes_that_are_not_utf8_round_trip(broker, tmp_path):
 
 
 def test_sigterm_stops_a_group_consumer_as_ctrl_c_does(broker):
-    topic = new_topic(broker)
-    producer = Producer({"bootstrap.servers": broker.bootstrap})
-    for i in range(6):
-        producer.produce(topic, value=b"m%d" % i, partition=0)
-    assert producer.flush(30) == 0
+    topic = topic_with_messages(broker, 6)
     group = f"g-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen([BROOK, "consume", topic, "--group", group, "--from-beginning",
                              "-b", broker.bootstrap],
@@ -196,11 +202,7 @@ def test_consume_prints_kafka_console_lines(broker):
 
 
 def test_consume_as_a_group_commits_what_it_printed(broker):
-    topic = new_topic(broker)
-    producer = Producer({"bootstrap.servers": broker.bootstrap})
-    for i in range(6):
-        producer.produce(topic, value=b"m%d" % i, partition=0)
-    assert producer.flush(30) == 0
+    topic = topic_with_messages(broker, 6)
     group = f"g-{uuid.uuid4().hex[:8]}"
     result = brook(broker, "consume", topic, "--group", group, "--from-beginning",
                    "--max-messages", "4")

@@ -191,10 +191,7 @@ def test_lag_and_groups_per_state_from_the_coordinator(broker):
     broker.partition("t", 1).append(batch(4))
 
     async def main():
-        assert broker.ensure_offsets_topic()
-        rt = broker.groups
-        rt.start()
-        await rt.wait_loaded()
+        rt = await started_groups(broker)
         try:
             before = samples(metrics)
             await join_and_sync(rt, "members")  # a classic group with one member: Stable
@@ -257,10 +254,7 @@ def test_scrapes_tolerate_the_event_loop_changing_what_they_read(broker, caplog,
                 return
 
     async def main():
-        assert broker.ensure_offsets_topic()
-        rt = broker.groups
-        rt.start()
-        await rt.wait_loaded()
+        rt = await started_groups(broker)
         if served:
             metrics.start("127.0.0.1", 0)
         thread = threading.Thread(target=collect_forever)
@@ -344,6 +338,15 @@ def families(text: str) -> dict[str, str]:
     return {name: "".join(lines) for name, lines in found.items()}
 
 
+async def started_groups(broker):
+    """The broker's group coordinator, started and loaded (the caller stops it)."""
+    assert broker.ensure_offsets_topic()
+    rt = broker.groups
+    rt.start()
+    await rt.wait_loaded()
+    return rt
+
+
 class One:
     def __init__(self, family) -> None:
         self.family = family
@@ -403,10 +406,7 @@ def test_partition_and_lag_lines_are_what_prometheus_client_writes(broker):
     rng = random.Random(7)
 
     async def main():
-        assert broker.ensure_offsets_topic()
-        rt = broker.groups
-        rt.start()
-        await rt.wait_loaded()
+        rt = await started_groups(broker)
         try:
             def put(group, topic, index, value):
                 rt.shards[rt.partition_for(group)].replay(OffsetCommitKey(group, topic, index),
@@ -451,10 +451,7 @@ def test_partition_and_lag_lines_follow_the_name_escaping_a_scraper_asks_for(bro
     broker.partition("t", 0).append(batch(5))
 
     async def main():
-        assert broker.ensure_offsets_topic()
-        rt = broker.groups
-        rt.start()
-        await rt.wait_loaded()
+        rt = await started_groups(broker)
         try:
             for group, index, offset in (("g", 0, 2), ("g", 1, 0), ("h_1", 0, 5)):
                 rt.shards[rt.partition_for(group)].replay(OffsetCommitKey(group, "t", index),
@@ -593,10 +590,7 @@ def test_serving_formats_names_and_compression(broker):
     broker.partition("t", 0).append(batch(5))
 
     async def main():
-        assert broker.ensure_offsets_topic()
-        rt = broker.groups
-        rt.start()
-        await rt.wait_loaded()
+        rt = await started_groups(broker)
         metrics.start("127.0.0.1", 0)
         try:
             shard = rt.shards[rt.partition_for("g")]
@@ -729,10 +723,7 @@ def test_a_groups_lags_are_read_at_one_instant(broker):
             scrapes += 1
 
     async def main():
-        assert broker.ensure_offsets_topic()
-        rt = broker.groups
-        rt.start()
-        await rt.wait_loaded()
+        rt = await started_groups(broker)
         metrics.start("127.0.0.1", 0)
         shard = rt.shards[rt.partition_for("g")]
         for i in range(5):  # other groups' offsets on the same shard: more steps to the walk
@@ -923,10 +914,7 @@ def test_a_large_scrape_holds_its_text_about_once(broker, encoding):
         return peak, total
 
     async def main():
-        assert broker.ensure_offsets_topic()
-        rt = broker.groups
-        rt.start()
-        await rt.wait_loaded()
+        rt = await started_groups(broker)
         for g in range(500):
             shard = rt.shards[rt.partition_for(f"g{g}")]
             for t in range(10):
