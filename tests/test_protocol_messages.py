@@ -3,16 +3,15 @@ bytes that are not a valid request raise only the protocol's two errors."""
 
 from __future__ import annotations
 
-import io
 import struct
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from kio.index import load_payload_module
-from kio.serial import entity_writer
 from kio.static.constants import EntityType
 
+import kafka_wire
 from brook.broker.handlers import registry
 from brook.protocol.messages import (
     MalformedRequestError,
@@ -28,14 +27,8 @@ SUPPORTED = {k: (a.min_version, a.max_version) for k, a in APIS.items()}
 
 
 def encode_request(body, correlation_id=7, client_id="test") -> bytes:
-    cls = type(body)
-    header_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, make(header_cls, request_api_key=cls.__api_key__,
-                                        request_api_version=cls.__version__,
-                                        correlation_id=correlation_id, client_id=client_id))
-    entity_writer(cls)(buf, body)
-    return buf.getvalue()
+    """A request's header and body, without the size prefix a frame has."""
+    return kafka_wire.frame(body, correlation_id, client_id)[4:]
 
 
 def test_advertised_versions_exist_in_kio():
