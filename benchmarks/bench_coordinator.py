@@ -47,11 +47,12 @@ from brokers import (
 )
 from brook.broker.broker import Broker as BrookBroker
 from brook.broker.config import BrokerConfig
-from brook.broker.group_runtime import OFFSETS_TOPIC, PartitionOffsetsLog
-from brook.coordinator.classic import Record
+from brook.broker.offsets_log import PartitionOffsetsLog
+from brook.coordinator.result import CoordinatorRecord
+from brook.coordinator.runtime import OFFSETS_TOPIC
 from brook.coordinator.offsets import OffsetsManager
 from brook.coordinator.partitioner import partition_for
-from brook.coordinator.records import (
+from brook.coordinator.schemas import (
     OffsetCommitKey,
     OffsetCommitValue,
     decode_key,
@@ -984,8 +985,9 @@ def own_load_rate(records: int) -> tuple[float, float, str]:
                         n = min(partitions, records - written)
                         if n <= 0:
                             break
-                        writer.append(0, [Record(OffsetCommitKey(group_id, topic, p),
-                                                 _value(rng, p)) for p in range(n)], NOW_MS)
+                        writer.append(0, 0, [
+                            CoordinatorRecord(OffsetCommitKey(group_id, topic, p), _value(rng, p))
+                            for p in range(n)], NOW_MS)
                         written += n
                         batches += 1
             write = time.perf_counter() - t0
@@ -995,12 +997,12 @@ def own_load_rate(records: int) -> tuple[float, float, str]:
         broker = _offsets_log_broker(work)  # a restart: the partition is loaded from disk
         try:
             async def load() -> tuple[float, float, int]:
-                runtime = broker.groups
+                runtime = broker.coordinator
                 cpu, t = time.process_time(), time.perf_counter()
                 runtime.start()
                 await runtime.wait_loaded()
                 elapsed, cpu = time.perf_counter() - t, time.process_time() - cpu
-                cached = len(runtime.shards[0].offsets.cache)
+                cached = len(runtime.contexts[0].shard.offsets.cache)
                 await runtime.stop()
                 return elapsed, cpu, cached
 
@@ -1037,7 +1039,7 @@ def load_rate() -> list[dict]:
                      notes=f"`benchmarks/load_rate.py`'s `measure_load_rate({LOAD_RECORDS:,})`: "
                            "a realistic partition written into a `Log` by the runtime's encoder "
                            "(offset commits with group metadata rewrites and OffsetDelete "
-                           "tombstones), loaded by `Shard.load` from the log's batches; best of "
+                           "tombstones), loaded into a shard by `loader.replay_batches`; best of "
                            "three loads, records per CPU second of the process, page cache warm; "
                            + load_avg + reference)]
     rate, cpu_rate, notes = own_load_rate(LOAD_RECORDS)

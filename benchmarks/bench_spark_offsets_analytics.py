@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from brook.coordinator.records import (
+from brook.coordinator.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -26,7 +26,7 @@ from brook.coordinator.records import (
 TITLE = "Offsets-topic analytics on Spark"
 DESCRIPTION = """\
 `brook.spark.offsets_analytics` on `local[2]` against one Python process that decodes the
-same records with the same decoder (`brook.coordinator.records`) and keeps the latest value per
+same records with the same decoder (`brook.coordinator.schemas`) and keeps the latest value per
 key in a dict. Records: offset commits as brook writes them (key version 1, value version 3) of
 1,000 groups x 10 topics x 10 partitions, committed again and again, plus one group metadata
 record per group every 100 commits; built as a pyarrow table with the rows of Spark's Kafka

@@ -3,11 +3,11 @@
     .venv/bin/python benchmarks/load_rate.py [records]      # default 1,000,000
 
 ``measure_load_rate(records)`` writes a realistic partition into a real log (``storage.Log`` in a
-temporary directory, batches written by the group runtime's encoder, as a broker writes them),
+temporary directory, batches written by the coordinator's batch writer, as a broker writes them),
 then times the broker's own loading path over it: reading the log's batches
-(``group_runtime.read_batches``), decoding them (``RecordsDecoder``: runs of plain commits and
-single records) and replaying them into a classic group coordinator and an offsets manager
-(``Shard.load``, the replay functions the live path uses). It returns the best of three loads,
+(``offsets_log.read_batches``), decoding them (``RecordsDecoder``: runs of plain commits and
+single records) and replaying them into a coordinator shard (``loader.replay_batches``, the
+replay functions the live path uses). It returns the best of three loads,
 in records per second of CPU time (the process's, which is the wall time of a load on an idle
 machine, and is not stretched when other processes share the CPU); the page cache is warm.
 
@@ -37,10 +37,12 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "src") not in sys.path:
     sys.path.insert(0, str(REPO / "src"))
 
-from brook.broker.group_runtime import Shard, encode_records, read_batches  # noqa: E402
-from brook.coordinator.classic import ClassicGroupCoordinator, Record  # noqa: E402
-from brook.coordinator.offsets import OffsetsConfig, OffsetsManager  # noqa: E402
-from brook.coordinator.records import (  # noqa: E402
+from brook.broker.offsets_log import read_batches  # noqa: E402
+from brook.coordinator.batch_writer import encode_records  # noqa: E402
+from brook.coordinator.loader import replay_batches  # noqa: E402
+from brook.coordinator.result import CoordinatorRecord as Record  # noqa: E402
+from brook.coordinator.shard import CoordinatorShard  # noqa: E402
+from brook.coordinator.schemas import (  # noqa: E402
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -63,7 +65,7 @@ OFFSETS_LOG = LogConfig(cleanup_policy="compact", segment_bytes=100 * 1024 * 102
 
 
 def realistic_partition(records: int, seed: int = SEED) -> Iterator[list[Record]]:
-    """Batches of ``classic.Record``s, as a coordinator writes them, ``records`` in all."""
+    """Batches of ``CoordinatorRecord``s, as a coordinator writes them, ``records`` in all."""
     rng = random.Random(seed)
     groups = []
     for g in range(max(1, records // 600)):
@@ -127,20 +129,16 @@ def write_partition(directory: Path, records: int) -> tuple[Log, int]:
     return lg, count
 
 
-def _cores():
-    core = ClassicGroupCoordinator()
-    return core, OffsetsManager(OffsetsConfig(), core.groups)
-
-
 def _load(lg: Log) -> tuple[float, int]:
-    core, offsets = _cores()
+    shard = CoordinatorShard()
     started = time.process_time()
-    Shard(None, 0, core, offsets).load(read_batches(lg), T0)
-    return time.process_time() - started, offsets.cached_offsets
+    replay_batches(shard, read_batches(lg), T0)
+    return time.process_time() - started, shard.offsets.cached_offsets
 
 
 def _load_record_by_record(lg: Log) -> tuple[float, int]:
-    core, offsets = _cores()
+    shard = CoordinatorShard()
+    core, offsets = shard.classic, shard.offsets
     started = time.process_time()
     for data in read_batches(lg):
         pos = 0

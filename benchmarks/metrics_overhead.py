@@ -120,7 +120,7 @@ def scrape_cost(groups: int) -> tuple[int, float, int]:
     from brook.broker.broker import Broker as InProcessBroker
     from brook.broker.config import BrokerConfig
     from brook.broker.metrics import BrokerMetrics
-    from brook.coordinator.records import OffsetCommitKey, OffsetCommitValue
+    from brook.coordinator.schemas import OffsetCommitKey, OffsetCommitValue
 
     work = Path(tempfile.mkdtemp(prefix="metrics-scrape-", dir=WORK_ROOT))
     broker = InProcessBroker(BrokerConfig.from_props({"log.dirs": str(work)}))
@@ -131,12 +131,12 @@ def scrape_cost(groups: int) -> tuple[int, float, int]:
         for t in range(10):
             broker.create_topic(f"t{t}", 10)
         broker.ensure_offsets_topic()
-        rt = broker.groups
+        rt = broker.coordinator
         rt.start()
         await rt.wait_loaded()
         try:
             for g in range(groups):
-                shard = rt.shards[rt.partition_for(f"g{g}")]
+                shard = rt.contexts[rt.partition_for(f"g{g}")].shard
                 for t in range(10):
                     for p in range(10):
                         shard.replay(OffsetCommitKey(f"g{g}", f"t{t}", p), OffsetCommitValue(5), 0)

@@ -105,7 +105,7 @@ class Target:
         logging.getLogger("brook").propagate = False  # closed connections are expected here
 
     async def _start_groups(self) -> None:
-        self.broker.groups.start()
+        self.broker.coordinator.start()
 
     def frame(self, data: bytes) -> bytes:
         if not data or data[0] == RAW:

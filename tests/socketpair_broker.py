@@ -24,8 +24,8 @@ def run_broker(tmp_path, props: dict[str, str],
     broker.open()
 
     async def main():
-        broker.groups.start()
-        await broker.groups.wait_loaded()
+        broker.coordinator.start()
+        await broker.coordinator.wait_loaded()
         ours, theirs = socket.socketpair()
         if socket_class is not None:
             ours = socket_class(fileno=ours.detach())
@@ -42,7 +42,7 @@ def run_broker(tmp_path, props: dict[str, str],
             conn.close()
             await asyncio.gather(task, return_exceptions=True)
             theirs.close()
-            await broker.groups.stop()
+            await broker.coordinator.stop()
 
     try:
         asyncio.run(main())

@@ -76,7 +76,7 @@ def test_the_answers_to_one_read_of_pipelined_commits_go_out_in_order_in_one_sen
         assert all(p.error_code == ErrorCode.none
                    for _, a in got for t in a.topics for p in t.partitions)
         assert ours.sends == 1
-        assert broker.groups.shard_for("g").offsets.get("g", "t", 0).offset == 17
+        assert broker.coordinator.context_for("g").shard.offsets.get("g", "t", 0).offset == 17
 
     run_broker(tmp_path, {}, test, socket_class=CountingSocket)
 

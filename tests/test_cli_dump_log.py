@@ -1,6 +1,6 @@
 """`brook dump-log` on segments written by brook's own Log: the known records come back, and
 damage (a CRC, a torn tail, index entries the log disagrees with) is reported with exit code 1.
-The offsets decoder reads __consumer_offsets records written with brook.coordinator.records."""
+The offsets decoder reads __consumer_offsets records written with brook.coordinator.schemas."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from brook.cli import app
 from brook.cli.dump_log import PROGRESS_MIN_BYTES, show_progress
 from brook.cli.output import Format
 from brook.clock import FakeClock
-from brook.coordinator.records import (GroupMetadataKey, GroupMetadataValue, MemberMetadata,
+from brook.coordinator.schemas import (GroupMetadataKey, GroupMetadataValue, MemberMetadata,
                                        OffsetCommitKey, OffsetCommitValue, encode_key,
                                        encode_value)
 from brook.records import Codec, Record, encode_batch, read_header

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import random
 
 import pytest
@@ -12,7 +11,6 @@ from kio.schema.errors import ErrorCode as E
 from brook.clock import FakeClock
 from brook.coordinator.classic import (
     ClassicGroupCoordinator,
-    Completion,
     GroupConfig,
     Heartbeat,
     HeartbeatResponse,
@@ -21,37 +19,26 @@ from brook.coordinator.classic import (
     JoinGroupResponse,
     LeaveGroup,
     LeavingMember,
-    Record,
     SyncGroup,
     SyncGroupResponse,
 )
 from brook.coordinator.group import GroupState as S
-from brook.coordinator.records import GroupMetadataKey, GroupMetadataValue, MemberMetadata
+from brook.coordinator.result import Completion, CoordinatorRecord
+from brook.coordinator.schemas import GroupMetadataKey, GroupMetadataValue, MemberMetadata
+from coordinator_harness import CoordinatorHarness, counting_member_ids
 
 PROTOS = (("range", b"sub"),)
 
 
-class Harness:
-    """The runtime's part, in miniature: append (to a list), replay, then complete."""
+class Harness(CoordinatorHarness):
+    """The shared harness, driving the classic groups of its shard."""
 
     def __init__(self, **config):
-        self.clock = FakeClock(0)
-        ids = itertools.count(1)
-        self.core = ClassicGroupCoordinator(
-            GroupConfig(**{"initial_rebalance_delay_ms": 0, **config}),
-            new_member_id=lambda client, instance: f"{instance or client}-{next(ids)}",
-        )
-        self.log: list[Record] = []
-        self.replies: dict[str, object] = {}
+        super().__init__(0, GroupConfig(**{"initial_rebalance_delay_ms": 0, **config}))
+        self.core = self.shard.classic
 
     def _run(self, result):
-        now = self.clock.milliseconds()
-        for record in result.records:
-            self.log.append(record)
-            self.core.replay(record.key, record.value, now)
-        for c in result.completions:
-            self.replies[c.key] = c.response
-        return result
+        return self.run(result)
 
     def join(self, member_id="", client="c", protocols=PROTOS, session=10_000, rebalance=30_000,
              instance=None, ptype="consumer", version=9):
@@ -75,6 +62,7 @@ class Harness:
             self.clock.milliseconds()))
 
     def advance(self, ms):
+        """The groups' timers only (the offsets' expiry has nothing to do here)."""
         self.clock.advance(ms)
         return self._run(self.core.poll(self.clock.milliseconds()))
 
@@ -103,7 +91,7 @@ class Harness:
 
 
 def stored(generation, leader, members, protocol="range", ts=0):
-    return Record(
+    return CoordinatorRecord(
         GroupMetadataKey("g"),
         GroupMetadataValue("consumer", generation, protocol, leader, ts, tuple(members)),
     )
@@ -341,7 +329,7 @@ def test_last_member_expiring_leaves_an_empty_group_and_writes_it():
     [a] = h.stable("a")
     r = h.advance(10_000)
     assert r.records == [
-        Record(GroupMetadataKey("g"), GroupMetadataValue("consumer", 2, None, None, 10_000, ()))
+        CoordinatorRecord(GroupMetadataKey("g"), GroupMetadataValue("consumer", 2, None, None, 10_000, ()))
     ]
     assert h.group.state is S.EMPTY and h.group.generation == 2
 
@@ -400,7 +388,7 @@ def test_everyone_leaving_empties_the_group():
     a, b = h.stable("a", "b")
     r = h.leave((a,), (b,))
     assert r.records == [
-        Record(GroupMetadataKey("g"), GroupMetadataValue("consumer", 2, None, None, 0, ()))
+        CoordinatorRecord(GroupMetadataKey("g"), GroupMetadataValue("consumer", 2, None, None, 0, ()))
     ]
     assert h.group.state is S.EMPTY
 
@@ -506,7 +494,7 @@ def test_failed_append_of_the_assignment_answers_the_parked_syncs_and_rebalances
     h.sync("b-2", 2)  # parked
     r = h.core.sync_group(SyncGroup("g", "a-1", 2, (("a-1", b"A"), ("b-2", b"B"))), 0)
     assert r.records and r.parked == "sync-g-a-1"
-    after = h.core.append_failed(r, E.not_coordinator, 0)
+    after = r.failed(E.not_coordinator, 0)
     assert after.completions == [
         Completion("sync-g-a-1", SyncGroupResponse(E.not_coordinator)),
         Completion("sync-g-b-2", SyncGroupResponse(E.not_coordinator)),
@@ -523,7 +511,7 @@ def test_a_failed_append_error_is_mapped_as_kafka_does():
     h = Harness()
     two_joined(h)
     r = h.core.sync_group(SyncGroup("g", "a-1", 2, ()), 0)
-    after = h.core.append_failed(r, E.request_timed_out, 0)
+    after = r.failed(E.request_timed_out, 0)
     assert after.completions[0].response.error is E.coordinator_not_available
 
 
@@ -532,7 +520,7 @@ def test_a_failed_append_of_an_empty_groups_metadata_changes_nothing():
     a, b = h.stable("a", "b")
     r = h.core.leave_group(LeaveGroup("g", (LeavingMember(a), LeavingMember(b))), 0)
     assert r.records and h.group.state is S.EMPTY
-    after = h.core.append_failed(r, E.not_coordinator, 0)
+    after = r.failed(E.not_coordinator, 0)
     assert after.completions == [] and after.records == [] and h.group.state is S.EMPTY
 
 
@@ -577,12 +565,11 @@ class Simulation:
     def __init__(self, seed):
         self.rng = random.Random(seed)
         self.now = 0
-        ids = itertools.count(1)
         self.core = ClassicGroupCoordinator(
             GroupConfig(initial_rebalance_delay_ms=self.rng.choice([0, 0, 500]), max_size=6),
-            new_member_id=lambda client, instance: f"{instance or client}-{next(ids)}",
+            new_member_id=counting_member_ids(),
         )
-        self.log: list[Record] = []
+        self.log: list[CoordinatorRecord] = []
         self.written: dict[str, GroupMetadataValue] = {}
         self.parked: dict[str, SimClient | None] = {}
         self.leaders: dict[tuple[str, int], set[str]] = {}
@@ -604,13 +591,16 @@ class Simulation:
                 failed.append(result.parked)
             for key in failed:
                 self.deliver(key, None)
-            self.run(self.core.append_failed(result, error, self.now))
+            self.run(result.failed(error, self.now))
             return None
         for record in result.records:
             self.log.append(record)
-            self.core.replay(record.key, record.value, self.now)
+            if result.replay:
+                self.core.replay(record.key, record.value, self.now)
             if isinstance(record.key, GroupMetadataKey):
                 self.written[record.key.group] = record.value
+        if result.on_success is not None:
+            result.on_success(self.now)
         for completion in result.completions:
             self.deliver(completion.key, completion.response)
         if result.response is not None and owner is not None:
@@ -790,7 +780,7 @@ def test_commits_keep_sessions_only_of_members_of_stable_or_rebalancing_groups()
 
 
 def commit_record(group, partition=0, offset=1):
-    from brook.coordinator.records import OffsetCommitKey, OffsetCommitValue
+    from brook.coordinator.schemas import OffsetCommitKey, OffsetCommitValue
 
     return OffsetCommitKey(group, "t", partition), OffsetCommitValue(offset, -1, "", 0)
 
@@ -842,12 +832,12 @@ def test_simple_groups_are_loaded_from_their_commits_and_expire_with_them():
     manager.poll(clock.milliseconds())  # schedules the first check
     clock.advance(60_000)
     expired = manager.poll(clock.milliseconds())
-    from brook.coordinator.records import OffsetCommitKey
+    from brook.coordinator.schemas import OffsetCommitKey
 
     assert expired.records == [
-        Record(OffsetCommitKey("simple", "t", 0), None),
-        Record(OffsetCommitKey("simple", "t", 1), None),
-        Record(GroupMetadataKey("simple"), None),
+        CoordinatorRecord(OffsetCommitKey("simple", "t", 0), None),
+        CoordinatorRecord(OffsetCommitKey("simple", "t", 1), None),
+        CoordinatorRecord(GroupMetadataKey("simple"), None),
     ]
     for record in expired.records:
         core.replay(record.key, record.value, clock.milliseconds())

@@ -15,7 +15,7 @@ from brook.coordinator.group import (
     GroupState,
     IllegalStateTransition,
 )
-from brook.coordinator.records import GroupMetadataValue, MemberMetadata
+from brook.coordinator.schemas import GroupMetadataValue, MemberMetadata
 
 S = GroupState
 NOW = 1_700_000_000_000

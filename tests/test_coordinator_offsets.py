@@ -22,7 +22,6 @@ from kio.schema.errors import ErrorCode as E
 from kio.serial import entity_writer
 
 from brook.clock import FakeClock
-from brook.coordinator.classic import Record
 from brook.coordinator.group import ClassicGroup
 from brook.coordinator.group import GroupState as S
 from brook.coordinator.offsets import (
@@ -37,8 +36,8 @@ from brook.coordinator.offsets import (
     subscribed_topics,
 )
 from brook.coordinator.offsets_cache import OffsetsCache
-from brook.coordinator.records import (
-    CommitRun,
+from brook.coordinator.result import CommitRun, CoordinatorRecord, CoordinatorResult, record_pairs
+from brook.coordinator.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -48,8 +47,8 @@ from brook.coordinator.records import (
     decode_value,
     encode_key,
     encode_value,
-    record_pairs,
 )
+from coordinator_harness import CoordinatorHarness
 
 T0 = 1_700_000_000_000
 MINUTE = 60_000
@@ -93,9 +92,9 @@ def empty_group(protocol_type: str = "consumer", ts: int = T0, generation: int =
     return group
 
 
-def expanded(records) -> list[Record]:
+def expanded(records) -> list[CoordinatorRecord]:
     """The records ``records`` stand for, a ``CommitRun`` as one record per row."""
-    return [Record(key, value) for key, value in record_pairs(records)]
+    return [CoordinatorRecord(key, value) for key, value in record_pairs(records)]
 
 
 def replay_all(manager: OffsetsManager, records, now: int = T0) -> None:
@@ -108,21 +107,15 @@ def replay_all(manager: OffsetsManager, records, now: int = T0) -> None:
             manager.replay(record.key, record.value, now)
 
 
-class Harness:
-    """The runtime's part in miniature: append the records (to a list), then replay them."""
+class Harness(CoordinatorHarness):
+    """The shared harness, driving the offsets of its shard without groups of its own."""
 
     def __init__(self, **config):
-        self.clock = FakeClock(T0)
-        self.manager = OffsetsManager(OffsetsConfig(**config))
-        self.log: list[Record] = []
-
-    @property
-    def now(self) -> int:
-        return self.clock.milliseconds()
+        super().__init__(T0, offsets_config=OffsetsConfig(**config))
+        self.manager = self.shard.offsets
 
     def apply(self, records):
-        self.log += expanded(records)
-        replay_all(self.manager, records, self.now)
+        self.run(CoordinatorResult(records=list(records)))
         return records
 
     def commit(self, *partitions, group=None, topic="t", group_id="g", **request):
@@ -154,12 +147,12 @@ def test_simple_commit_without_a_group_writes_one_record_per_partition():
     h = Harness()
     result = h.commit(P(0, 10, leader_epoch=2, metadata="m"), P(1, 20, metadata=None))
     assert result.records == [
-        Record(K(0), OffsetCommitValue(10, 2, "m", T0, -1)),
+        CoordinatorRecord(K(0), OffsetCommitValue(10, 2, "m", T0, -1)),
         CommitRun("g", "t", [(1, 20, -1, T0)]),  # no metadata: a row
     ]
     assert expanded(result.records) == [
-        Record(K(0), OffsetCommitValue(10, 2, "m", T0, -1)),
-        Record(K(1), OffsetCommitValue(20, -1, "", T0, -1)),
+        CoordinatorRecord(K(0), OffsetCommitValue(10, 2, "m", T0, -1)),
+        CoordinatorRecord(K(1), OffsetCommitValue(20, -1, "", T0, -1)),
     ]
     assert result.errors == [("t", 0, E.none), ("t", 1, E.none)]
     assert h.manager.fetch("g", [("t", [0, 1, 2])]) == [
@@ -179,7 +172,7 @@ def test_partitions_without_metadata_are_written_as_runs_in_request_order():
     result = h.manager.commit(req, None, T0)
     assert result.records == [
         CommitRun("g", "a", [(0, 1, -1, T0), (1, 2, 3, T0)]),
-        Record(OffsetCommitKey("g", "a", 2), OffsetCommitValue(3, -1, "m", T0, -1)),
+        CoordinatorRecord(OffsetCommitKey("g", "a", 2), OffsetCommitValue(3, -1, "m", T0, -1)),
         CommitRun("g", "a", [(3, 4, -1, T0), (5, 6, -1, T0)]),  # partition 4 was refused
         CommitRun("g", "b", [(0, 7, -1, T0)]),
     ]
@@ -213,7 +206,7 @@ def test_retention_time_sets_an_expire_timestamp_and_value_version_1():
     h = Harness()
     result = h.commit(P(0, 10), retention_time_ms=5_000, version=2)
     value = OffsetCommitValue(10, -1, "", T0, T0 + 5_000)
-    assert result.records == [Record(K(0), value)]
+    assert result.records == [CoordinatorRecord(K(0), value)]
     assert encode_value(value)[:2] == b"\x00\x01"
 
 
@@ -221,7 +214,7 @@ def test_v1_commit_timestamp_is_kept():
     h = Harness()
     result = h.commit(P(0, 10, commit_timestamp=123), version=1)
     assert result.records == [CommitRun("g", "t", [(0, 10, -1, 123)])]
-    assert expanded(result.records) == [Record(K(0), OffsetCommitValue(10, -1, "", 123, -1))]
+    assert expanded(result.records) == [CoordinatorRecord(K(0), OffsetCommitValue(10, -1, "", 123, -1))]
 
 
 def test_metadata_too_large_fails_only_that_partition():
@@ -364,7 +357,7 @@ def test_a_later_commit_replaces_and_a_tombstone_deletes():
     h.clock.advance(10)
     h.commit(P(0, 2))
     assert h.manager.cache.get("g", "t", 0) == OffsetCommitValue(2, -1, "", T0 + 10, -1)
-    h.apply([Record(K(0), None)])
+    h.apply([CoordinatorRecord(K(0), None)])
     assert h.manager.fetch("g") == []
     assert not h.manager.has_offsets("g")
     assert len(h.manager.cache) == 0
@@ -381,7 +374,7 @@ def test_loading_from_encoded_records_gives_the_same_state():
     h = Harness()
     h.commit(P(0, 1, metadata="m"), P(3, 9, leader_epoch=7))
     h.commit(P(1, 4), retention_time_ms=100, topic="u")
-    h.apply([Record(K(3), None)])
+    h.apply([CoordinatorRecord(K(3), None)])
     encoded = [(encode_key(r.key), encode_value(r.value)) for r in h.log]
     loaded = OffsetsManager()
     for key_bytes, value_bytes in encoded:
@@ -422,7 +415,7 @@ def test_delete_group_tombstones_every_offset():
     h.commit(P(5, 1), topic="b")
     records = h.apply(h.manager.delete_group("g"))
     assert records == [
-        Record(K(0, "a"), None), Record(K(1, "a"), None), Record(K(5, "b"), None)
+        CoordinatorRecord(K(0, "a"), None), CoordinatorRecord(K(1, "a"), None), CoordinatorRecord(K(5, "b"), None)
     ]
     assert not h.manager.has_offsets("g")
     assert h.manager.delete_group("g") == []
@@ -435,7 +428,7 @@ def test_delete_offsets_refuses_subscribed_topics_and_tombstones_only_committed_
     group = stable_group(member("m1", subscription("t")))
     result = h.manager.delete_offsets("g", [("old", [0, 1, 2]), ("t", [0])], group)
     assert result.error is E.none
-    assert result.records == [Record(K(0, "old"), None), Record(K(1, "old"), None)]
+    assert result.records == [CoordinatorRecord(K(0, "old"), None), CoordinatorRecord(K(1, "old"), None)]
     assert result.errors == [
         ("old", 0, E.none), ("old", 1, E.none), ("old", 2, E.none),
         ("t", 0, E.group_subscribed_to_topic),
@@ -448,7 +441,7 @@ def test_delete_offsets_group_errors():
     assert h.manager.delete_offsets("g", [("t", [0])], None).error is E.group_id_not_found
     h.commit(P(0, 1))
     simple = h.manager.delete_offsets("g", [("t", [0])], None)
-    assert simple.error is E.none and simple.records == [Record(K(0), None)]
+    assert simple.error is E.none and simple.records == [CoordinatorRecord(K(0), None)]
     other = stable_group(member("m1", b"whatever"), protocol_type="connect")
     assert m.delete_offsets("g", [("t", [0])], other).error is E.non_empty_group
     dead = empty_group()
@@ -520,9 +513,9 @@ def test_standalone_offsets_expire_retention_after_their_commit():
     h.clock.advance(RETENTION - MINUTE - 1)
     assert h.expire() == ExpireResult([], [])
     h.clock.advance(1)
-    assert h.expire() == ExpireResult([Record(K(0), None)], [])
+    assert h.expire() == ExpireResult([CoordinatorRecord(K(0), None)], [])
     h.clock.advance(MINUTE)
-    assert h.expire() == ExpireResult([Record(K(1), None)], [])
+    assert h.expire() == ExpireResult([CoordinatorRecord(K(1), None)], [])
     assert not h.manager.has_offsets("g")
 
 
@@ -533,7 +526,7 @@ def test_empty_consumer_group_offsets_expire_from_when_it_became_empty():
     h.clock.advance(RETENTION + MINUTE)  # retention passed since the commit, not since Empty
     assert h.expire({"g": group}) == ExpireResult([], [])
     h.clock.advance(4 * MINUTE)
-    assert h.expire({"g": group}) == ExpireResult([Record(K(0), None), Record(K(1), None)], ["g"])
+    assert h.expire({"g": group}) == ExpireResult([CoordinatorRecord(K(0), None), CoordinatorRecord(K(1), None)], ["g"])
 
 
 def test_simple_group_without_protocol_type_uses_commit_timestamps():
@@ -542,7 +535,7 @@ def test_simple_group_without_protocol_type_uses_commit_timestamps():
     group = empty_group(protocol_type="", ts=T0 + RETENTION)  # "" is loaded as no type
     assert group.protocol_type is None
     h.clock.advance(RETENTION)
-    assert h.expire({"g": group}) == ExpireResult([Record(K(0), None)], ["g"])
+    assert h.expire({"g": group}) == ExpireResult([CoordinatorRecord(K(0), None)], ["g"])
 
 
 def test_explicit_expire_timestamp_wins():
@@ -553,7 +546,7 @@ def test_explicit_expire_timestamp_wins():
     assert h.expire({"g": group}).records == []
     h.clock.advance(1)
     # The group's own retention has not passed, but the offset's expire timestamp has.
-    assert h.expire({"g": group}) == ExpireResult([Record(K(0), None)], ["g"])
+    assert h.expire({"g": group}) == ExpireResult([CoordinatorRecord(K(0), None)], ["g"])
 
 
 def test_stable_consumer_group_expires_only_unsubscribed_topics():
@@ -563,7 +556,7 @@ def test_stable_consumer_group_expires_only_unsubscribed_topics():
     group = stable_group(member("m1", subscription("t")), member("m2", subscription("t")))
     h.clock.advance(RETENTION)
     result = h.expire({"g": group})
-    assert result == ExpireResult([Record(K(0, "gone"), None), Record(K(1, "gone"), None)], [])
+    assert result == ExpireResult([CoordinatorRecord(K(0, "gone"), None), CoordinatorRecord(K(1, "gone"), None)], [])
     assert h.manager.fetch("g") == [FetchedOffset("t", 0, 1, -1, "")]
 
 
@@ -603,7 +596,7 @@ def test_empty_group_with_unexpired_offsets_is_not_dead():
     h.commit(P(0, 1), retention_time_ms=10 * RETENTION, version=2)
     h.commit(P(1, 1))
     h.clock.advance(RETENTION)
-    assert h.expire({"g": empty_group()}) == ExpireResult([Record(K(1), None)], [])
+    assert h.expire({"g": empty_group()}) == ExpireResult([CoordinatorRecord(K(1), None)], [])
 
 
 # --- the property: replay agrees with a dict ------------------------------------------------
@@ -775,7 +768,7 @@ def test_poll_expires_every_check_interval_and_tombstones_emptied_groups():
     clock.advance(RETENTION)
     now = clock.milliseconds()
     result = manager.poll(now)
-    assert result.records == [Record(K(0), None), Record(GroupMetadataKey("g"), None)]
+    assert result.records == [CoordinatorRecord(K(0), None), CoordinatorRecord(GroupMetadataKey("g"), None)]
     assert manager.next_deadline() == now + 1_000
     for record in result.records:
         manager.replay(record.key, record.value, now)
@@ -798,5 +791,5 @@ def test_expiry_covers_offsets_kept_outside_the_rows():
     h.clock.advance(MINUTE)
     h.commit(P(-1, 4), retention_time_ms=10 * RETENTION, version=2)
     h.clock.advance(RETENTION)
-    assert h.expire().records == [Record(K(1), None), Record(K(500_000), None)]
+    assert h.expire().records == [CoordinatorRecord(K(1), None), CoordinatorRecord(K(500_000), None)]
     assert h.manager.fetch("g") == [FetchedOffset("t", -1, 4, -1, "")]

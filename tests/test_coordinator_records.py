@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from brook.coordinator.partitioner import java_abs, java_string_hash, partition_for
-from brook.coordinator.records import (
+from brook.coordinator.schemas import (
     CorruptOffsetsRecordError,
     GroupMetadataKey,
     GroupMetadataValue,
@@ -790,7 +790,8 @@ def test_fuzz_mutated_records(value, key):
 # --------------------------------------------------------------------------------------------
 # Whole batches: RecordsDecoder's runs of plain commits against record-by-record decoding
 
-from brook.coordinator.records import CommitRun, DecodedRecord, RecordsDecoder  # noqa: E402
+from brook.coordinator.batch_decoder import DecodedRecord, RecordsDecoder  # noqa: E402
+from brook.coordinator.result import CommitRun  # noqa: E402
 from brook.records import Record as BatchRecord  # noqa: E402
 from brook.records import encode_batch  # noqa: E402
 from brook.records.batch import HEADER_SIZE, decode_records, read_header  # noqa: E402
@@ -1005,8 +1006,8 @@ def test_any_byte_of_a_run_changed_reads_as_record_by_record_decoding_reads_it(g
 # --------------------------------------------------------------------------------------------
 # Writing: encode_commit_batch writes what encode_batch writes
 
-from brook.coordinator.classic import Record as CoordinatorRecord  # noqa: E402
-from brook.coordinator.records import encode_commit_batch  # noqa: E402
+from brook.coordinator.batch_writer import encode_commit_batch  # noqa: E402
+from brook.coordinator.result import CoordinatorRecord  # noqa: E402
 
 
 def batch_as_encode_batch_writes(records, timestamp):
@@ -1049,7 +1050,7 @@ def test_other_batches_are_left_to_encode_batch(odd):
 
 # An offset commit's records come as CommitRuns (rows of numbers) as well as Records.
 
-from brook.coordinator.records import record_pairs  # noqa: E402
+from brook.coordinator.result import record_pairs  # noqa: E402
 
 rows_ = st.lists(st.tuples(int32s, int64s, int32s, int64s), min_size=1, max_size=90)
 

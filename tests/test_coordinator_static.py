@@ -7,13 +7,13 @@ from test_coordinator_classic import PROTOS, Harness, mm, stored
 
 from brook.coordinator.classic import (
     ClassicGroupCoordinator,
-    Completion,
     JoinedMember,
     JoinGroup,
     JoinGroupResponse,
     SyncGroupResponse,
 )
 from brook.coordinator.group import GroupState as S
+from brook.coordinator.result import Completion
 
 
 def static_stable(*instances: str) -> tuple[Harness, list[str]]:
@@ -190,11 +190,11 @@ def test_leave_with_member_id_and_unknown_instance_id_is_refused():
 
 def test_append_failure_of_a_restart_puts_the_old_member_back():
     h, (a, b) = static_stable("a", "b")
-    # the handler's Result, not run through the harness: its append fails
+    # the operation's result, not run through the harness: its append fails
     request = JoinGroup("g", "", "consumer", (("range", b"new"),), 10_000, 30_000, "b", "b", "/h")
     r = h.core.join_group(request, h.clock.milliseconds())
     assert r.records and r.parked == "join-g-b-3"
-    failed = h.core.append_failed(r, E.kafka_storage_error, h.clock.milliseconds())
+    failed = r.failed(E.kafka_storage_error, h.clock.milliseconds())
     assert failed.records == []
     assert failed.completions == [
         Completion(

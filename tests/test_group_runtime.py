@@ -8,20 +8,23 @@ import asyncio
 import pytest
 from kio.schema.errors import ErrorCode
 
-from brook.broker.group_runtime import (
-    AppendFailed,
-    CoordinatorLoading,
-    GroupRuntime,
-    NotCoordinator,
-    PartitionOffsetsLog,
-    ShardState,
-    append_error,
-    encode_records,
-)
+from brook.broker.errors import error_code_for
+from brook.broker.offsets_log import PartitionOffsetsLog
 from brook.clock import SYSTEM_CLOCK, FakeClock
 from brook.coordinator import classic
+from brook.coordinator.batch_writer import encode_records
 from brook.coordinator.classic import ClassicGroupCoordinator, GroupConfig
-from brook.coordinator.records import (
+from brook.coordinator.result import CoordinatorRecord, CoordinatorResult, group_append_error
+from brook.coordinator.runtime import (
+    AppendError,
+    AppendFailed,
+    CoordinatorLoading,
+    CoordinatorRuntime,
+    NotCoordinator,
+    ShardState,
+)
+from brook.coordinator.shard import CoordinatorShard
+from brook.coordinator.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -45,10 +48,17 @@ class MemoryLog:
         self.appends: list[tuple[int, list]] = []
         self.fail: Exception | None = None
 
-    def append(self, partition: int, records: list, now: int) -> None:
+    def append(self, partition: int, epoch: int, records: list, now: int) -> int:
+        """The runtime's writer: fails with the Kafka error of ``fail`` when it is set, as the
+        broker's writer reports the exception its partition raised."""
         if self.fail is not None:
-            raise self.fail
+            raise AppendError(error_code_for(self.fail), str(self.fail))
         self.appends.append((partition, list(records)))
+        self.write(partition, records, now)
+        return self.end(partition)
+
+    def write(self, partition: int, records: list, now: int) -> None:
+        """A batch of ``records`` as the coordinator writes them."""
         batches = self.partitions.setdefault(partition, [])
         batches.append(encode_records(records, now, self.end(partition)))
 
@@ -66,9 +76,9 @@ class MemoryLog:
         yield from self.partitions.get(partition, [])
 
 
-def new_runtime(log: MemoryLog, partitions: int = 4, **config) -> GroupRuntime:
+def new_runtime(log: MemoryLog, partitions: int = 4, **config) -> CoordinatorRuntime:
     cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10, **config)
-    return GroupRuntime(partitions, log, SYSTEM_CLOCK, lambda: ClassicGroupCoordinator(cfg))
+    return CoordinatorRuntime(partitions, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg))
 
 
 def join(group: str, member_id: str = "", session_ms: int = 10_000) -> classic.JoinGroup:
@@ -77,19 +87,19 @@ def join(group: str, member_id: str = "", session_ms: int = 10_000) -> classic.J
                              rebalance_timeout_ms=session_ms, client_id="c", version=9)
 
 
-async def join_and_sync(rt: GroupRuntime, group: str, session_ms: int = 10_000):
-    first = await rt.run(group, lambda s, now: s.core.join_group(join(group, session_ms=session_ms), now))
+async def join_and_sync(rt: CoordinatorRuntime, group: str, session_ms: int = 10_000):
+    first = await rt.run(group, lambda s, now: s.join_group(join(group, session_ms=session_ms), now))
     assert first.error == ErrorCode.member_id_required
-    joined = await rt.run(group, lambda s, now: s.core.join_group(
+    joined = await rt.run(group, lambda s, now: s.join_group(
         join(group, first.member_id, session_ms), now))
     assert joined.error == ErrorCode.none
     sync = classic.SyncGroup(group, joined.member_id, joined.generation,
                              assignments=((joined.member_id, b"assignment"),))
-    synced = await rt.run(group, lambda s, now: s.core.sync_group(sync, now))
+    synced = await rt.run(group, lambda s, now: s.sync_group(sync, now))
     return joined, synced
 
 
-async def started(rt: GroupRuntime) -> GroupRuntime:
+async def started(rt: CoordinatorRuntime) -> CoordinatorRuntime:
     rt.start()
     await rt.wait_loaded()
     return rt
@@ -107,7 +117,7 @@ def test_join_sync_appends_the_assignment_then_replays_it():
             assert partition == index
             assert records[0].key == GroupMetadataKey("g")
             assert records[0].value.members[0].assignment == b"assignment"
-            group = rt.shards[index].core.groups["g"]
+            group = rt.contexts[index].shard.groups["g"]
             assert str(group.state) == "Stable"
         finally:
             await rt.stop()
@@ -121,12 +131,12 @@ def test_parked_joins_complete_when_the_join_phase_ends():
         try:
             joined, _ = await join_and_sync(rt, "g")
             # A second member joins: the first must rejoin; both parked replies complete together.
-            new = await rt.run("g", lambda s, now: s.core.join_group(join("g"), now))
+            new = await rt.run("g", lambda s, now: s.join_group(join("g"), now))
             second = asyncio.ensure_future(
-                rt.run("g", lambda s, now: s.core.join_group(join("g", new.member_id), now)))
+                rt.run("g", lambda s, now: s.join_group(join("g", new.member_id), now)))
             await asyncio.sleep(0.01)
             assert not second.done()
-            first = await rt.run("g", lambda s, now: s.core.join_group(join("g", joined.member_id), now))
+            first = await rt.run("g", lambda s, now: s.join_group(join("g", joined.member_id), now))
             second = await second
             assert first.error == second.error == ErrorCode.none
             assert first.generation == second.generation == joined.generation + 1
@@ -142,17 +152,17 @@ def test_a_failed_append_answers_kafkas_error_and_fails_parked_replies():
         log = MemoryLog()
         rt = await started(new_runtime(log))
         try:
-            first = await rt.run("g", lambda s, now: s.core.join_group(join("g"), now))
-            joined = await rt.run("g", lambda s, now: s.core.join_group(join("g", first.member_id), now))
+            first = await rt.run("g", lambda s, now: s.join_group(join("g"), now))
+            joined = await rt.run("g", lambda s, now: s.join_group(join("g", first.member_id), now))
             log.fail = KafkaStorageError("disk gone")
             sync = classic.SyncGroup("g", joined.member_id, joined.generation,
                                      assignments=((joined.member_id, b"a"),))
             with pytest.raises(AppendFailed) as info:
-                await rt.run("g", lambda s, now: s.core.sync_group(sync, now))
+                await rt.run("g", lambda s, now: s.sync_group(sync, now))
             assert info.value.code == ErrorCode.not_coordinator
             assert not log.appends
             # Nothing was replayed: the group did not become Stable with that assignment.
-            group = rt.shards[rt.partition_for("g")].core.groups["g"]
+            group = rt.contexts[rt.partition_for("g")].shard.groups["g"]
             assert str(group.state) != "Stable"
             assert all(m.assignment != b"a" for m in group.members.values())
         finally:
@@ -165,9 +175,12 @@ def test_append_errors_map_as_kafka_maps_them():
     from brook.broker.metadata import UnknownTopicError
     from brook.records import CorruptRecordError
 
-    assert append_error(UnknownTopicError("x")) == ErrorCode.coordinator_not_available
-    assert append_error(KafkaStorageError("x")) == ErrorCode.not_coordinator
-    assert append_error(CorruptRecordError("x")) == ErrorCode.unknown_server_error
+    def answer(exc):
+        return group_append_error(error_code_for(exc))
+
+    assert answer(UnknownTopicError("x")) == ErrorCode.coordinator_not_available
+    assert answer(KafkaStorageError("x")) == ErrorCode.not_coordinator
+    assert answer(CorruptRecordError("x")) == ErrorCode.unknown_server_error
 
 
 def test_session_expiry_fires_from_the_timer_task_without_requests():
@@ -176,7 +189,7 @@ def test_session_expiry_fires_from_the_timer_task_without_requests():
         rt = await started(new_runtime(log))
         try:
             await join_and_sync(rt, "g", session_ms=50)
-            group = rt.shards[rt.partition_for("g")].core.groups["g"]
+            group = rt.contexts[rt.partition_for("g")].shard.groups["g"]
             for _ in range(100):
                 if str(group.state) == "Empty":
                     break
@@ -203,7 +216,7 @@ def test_loading_replays_the_log_and_skips_unknown_record_types():
         log.append_raw(index, [(b"\x00\x03\x00\x01g", b"\x00\x00")])
         again = await started(new_runtime(log))
         try:
-            group = again.shards[index].core.groups["g"]
+            group = again.contexts[index].shard.groups["g"]
             assert str(group.state) == "Stable"
             assert [m.assignment for m in group.members.values()] == [b"assignment"]
         finally:
@@ -218,10 +231,10 @@ def test_groups_of_a_loading_partition_get_load_in_progress():
         rt.start()  # loading has not had a chance to run yet
         try:
             with pytest.raises(CoordinatorLoading) as info:
-                await rt.run("g", lambda s, now: s.core.join_group(join("g"), now))
+                await rt.run("g", lambda s, now: s.join_group(join("g"), now))
             assert info.value.code == ErrorCode.coordinator_load_in_progress
             await rt.wait_loaded()
-            answer = await rt.run("g", lambda s, now: s.core.join_group(join("g"), now))
+            answer = await rt.run("g", lambda s, now: s.join_group(join("g"), now))
             assert answer.error == ErrorCode.member_id_required
         finally:
             await rt.stop()
@@ -232,7 +245,7 @@ def test_groups_of_a_loading_partition_get_load_in_progress():
 def test_partition_log_writes_one_batch_with_kafkas_keys_and_values(tmp_path):
     from brook.broker.broker import Broker
     from brook.broker.config import BrokerConfig
-    from brook.broker.group_runtime import OFFSETS_TOPIC
+    from brook.coordinator.runtime import OFFSETS_TOPIC
 
     broker = Broker(BrokerConfig.from_props({"log.dirs": str(tmp_path), "offsets.topic.num.partitions": "3"}))
     broker.open()
@@ -244,8 +257,9 @@ def test_partition_log_writes_one_batch_with_kafkas_keys_and_values(tmp_path):
         assert tm.configs["segment.bytes"] == "104857600"
         value = GroupMetadataValue("consumer", 1, None, None, 5, ())
         plog = PartitionOffsetsLog(broker)
-        plog.append(1, [classic.Record(GroupMetadataKey("a"), value),
-                        classic.Record(GroupMetadataKey("b"), None)], 1_700_000_000_000)
+        assert plog.append(1, 0, [CoordinatorRecord(GroupMetadataKey("a"), value),
+                                  CoordinatorRecord(GroupMetadataKey("b"), None)],
+                           1_700_000_000_000) == 2
         p = broker.partition(OFFSETS_TOPIC, 1)
         assert p.log_end_offset == 2
         assert len(p.log.read(0, 1 << 20).batches()) == 1
@@ -265,16 +279,14 @@ def test_expired_offsets_are_tombstoned_by_the_timer_task():
         CommitTopic,
         OffsetCommit,
         OffsetsConfig,
-        OffsetsManager,
     )
-    from brook.coordinator.records import OffsetCommitKey
+    from brook.coordinator.schemas import OffsetCommitKey
 
     async def main():
         log = MemoryLog()
         cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
         offsets_cfg = OffsetsConfig(offsets_retention_check_interval_ms=20)
-        rt = GroupRuntime(4, log, SYSTEM_CLOCK, lambda: ClassicGroupCoordinator(cfg),
-                          lambda core: OffsetsManager(offsets_cfg, core.groups))
+        rt = CoordinatorRuntime(4, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg, offsets_cfg))
         await started(rt)
         try:
             commit = OffsetCommit("simple", (CommitTopic("t", (CommitPartition(0, 42),)),),
@@ -282,10 +294,10 @@ def test_expired_offsets_are_tombstoned_by_the_timer_task():
 
             def op(shard, now):
                 done = shard.offsets.commit(commit, None, now)
-                return classic.Result(records=list(done.records), response=done.errors)
+                return CoordinatorResult(records=list(done.records), response=done.errors)
 
             assert await rt.run("simple", op) == [("t", 0, ErrorCode.none)]
-            shard = rt.shards[rt.partition_for("simple")]
+            shard = rt.contexts[rt.partition_for("simple")].shard
             assert shard.offsets.get("simple", "t", 0).offset == 42
             for _ in range(100):
                 if shard.offsets.get("simple", "t", 0) is None:
@@ -293,9 +305,9 @@ def test_expired_offsets_are_tombstoned_by_the_timer_task():
                 await asyncio.sleep(0.01)
             assert shard.offsets.get("simple", "t", 0) is None
             # The simple group the commit created goes with its last offset.
-            assert log.appends[-1][1] == [classic.Record(OffsetCommitKey("simple", "t", 0), None),
-                                          classic.Record(GroupMetadataKey("simple"), None)]
-            assert "simple" not in shard.core.groups
+            assert log.appends[-1][1] == [CoordinatorRecord(OffsetCommitKey("simple", "t", 0), None),
+                                          CoordinatorRecord(GroupMetadataKey("simple"), None)]
+            assert "simple" not in shard.groups
         finally:
             await rt.stop()
 
@@ -312,18 +324,15 @@ def commit_op(group: str, partitions, offset: int = 7):
                                                          for p in partitions)),))
 
     def op(shard, now):
-        done = shard.offsets.commit(commit, shard.core.groups.get(group), now)
-        return classic.Result(records=list(done.records), response=done.errors)
+        done = shard.offsets.commit(commit, shard.groups.get(group), now)
+        return CoordinatorResult(records=list(done.records), response=done.errors)
 
     return op
 
 
-def offsets_runtime(log: MemoryLog, clock=SYSTEM_CLOCK, partitions: int = 4) -> GroupRuntime:
-    from brook.coordinator.offsets import OffsetsManager
-
+def offsets_runtime(log: MemoryLog, clock=SYSTEM_CLOCK, partitions: int = 4) -> CoordinatorRuntime:
     cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
-    return GroupRuntime(partitions, log, clock, lambda: ClassicGroupCoordinator(cfg),
-                        lambda core: OffsetsManager(None, core.groups))
+    return CoordinatorRuntime(partitions, log, clock, lambda: CoordinatorShard(cfg))
 
 
 def test_each_shard_reports_how_long_its_load_took_and_how_many_records_it_read():
@@ -338,16 +347,17 @@ def test_each_shard_reports_how_long_its_load_took_and_how_many_records_it_read(
         index = rt.partition_for("g")
         again = offsets_runtime(log)
         again.start()
-        assert all(s.load_time_ms is None and s.records_loaded == 0 for s in again.shards)
+        assert all(c.load_time_ms is None and c.records_loaded == 0
+                   for c in again.contexts.values())
         await again.wait_loaded()
         try:
-            shard = again.shards[index]
-            assert shard.records_loaded == 15
-            assert shard.load_time_ms is not None and shard.load_time_ms >= 0
-            assert [s.records_loaded for s in again.shards if s is not shard] == [0, 0, 0]
-            assert shard.offsets.cached_offsets == 10
-            assert shard.offsets.get("g", "t", 3).offset == 103
-            assert shard.offsets.get("g", "t", 7).offset == 14
+            ctx = again.contexts[index]
+            assert ctx.records_loaded == 15
+            assert ctx.load_time_ms is not None and ctx.load_time_ms >= 0
+            assert [c.records_loaded for c in again.contexts.values() if c is not ctx] == [0, 0, 0]
+            assert ctx.shard.offsets.cached_offsets == 10
+            assert ctx.shard.offsets.get("g", "t", 3).offset == 103
+            assert ctx.shard.offsets.get("g", "t", 7).offset == 14
         finally:
             await again.stop()
 
@@ -360,16 +370,16 @@ def test_record_types_brook_does_not_read_are_skipped_with_one_warning(caplog):
         index = new_runtime(log).partition_for("g")
         log.append_raw(index, [(b"\x00\x05\x00\x01g", b"\x00\x00")] * 3
                        + [(b"\x00\x07\x00\x01g", None)])
-        log.append(index, [classic.Record(OffsetCommitKey("g", "t", 0), OffsetCommitValue(9))], 0)
+        log.write(index, [CoordinatorRecord(OffsetCommitKey("g", "t", 0), OffsetCommitValue(9))], 0)
         rt = await started(offsets_runtime(log))
         try:
-            shard = rt.shards[index]
-            assert shard.records_loaded == 5  # Kafka counts the skipped records too
-            assert shard.offsets.get("g", "t", 0).offset == 9
+            ctx = rt.contexts[index]
+            assert ctx.records_loaded == 5  # Kafka counts the skipped records too
+            assert ctx.shard.offsets.get("g", "t", 0).offset == 9
         finally:
             await rt.stop()
 
-    with caplog.at_level("WARNING", logger="brook.broker.group_runtime"):
+    with caplog.at_level("WARNING", logger="brook.coordinator.runtime"):
         asyncio.run(main())
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 2
@@ -392,13 +402,13 @@ def test_a_record_that_cannot_be_read_fails_its_partition_only(caplog):
         other = next(g for g in ("a", "b", "c", "d", "e") if rt.partition_for(g) != index)
         # A commit whose value is cut short, then a later, good commit.
         log.append_raw(index, [(encode_key(OffsetCommitKey("g", "t", 0)), b"\x00\x03\x00")])
-        log.append(index, [classic.Record(OffsetCommitKey("g", "t", 1), OffsetCommitValue(99))], 0)
+        log.write(index, [CoordinatorRecord(OffsetCommitKey("g", "t", 1), OffsetCommitValue(99))], 0)
         again = await started(offsets_runtime(log))
         try:
-            shard = again.shards[index]
-            assert shard.state is ShardState.FAILED
-            assert shard.offsets.cached_offsets == 0  # nothing half-loaded is kept
-            assert shard.load_time_ms is not None
+            ctx = again.contexts[index]
+            assert ctx.state is ShardState.FAILED
+            assert ctx.shard.offsets.cached_offsets == 0  # nothing half-loaded is kept
+            assert ctx.load_time_ms is not None
             with pytest.raises(NotCoordinator) as info:
                 await again.run("g", commit_op("g", [0]))
             assert info.value.code == ErrorCode.not_coordinator
@@ -406,7 +416,7 @@ def test_a_record_that_cannot_be_read_fails_its_partition_only(caplog):
         finally:
             await again.stop()
 
-    with caplog.at_level("ERROR", logger="brook.broker.group_runtime"):
+    with caplog.at_level("ERROR", logger="brook.coordinator.runtime"):
         asyncio.run(main())
     [error] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert "loading failed after" in error and "NOT_COORDINATOR" in error
@@ -422,12 +432,12 @@ def test_a_core_failing_to_replay_a_record_fails_the_load():
 
     async def main():
         log = MemoryLog()
-        log.append(0, [classic.Record(GroupMetadataKey("g"),
+        log.write(0, [CoordinatorRecord(GroupMetadataKey("g"),
                                       GroupMetadataValue("consumer", 1, None, None, 5, ()))], 0)
-        rt = GroupRuntime(1, log, SYSTEM_CLOCK, Refusing)
+        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(classic=Refusing()))
         await started(rt)
         try:
-            assert rt.shards[0].state is ShardState.FAILED
+            assert rt.contexts[0].state is ShardState.FAILED
         finally:
             await rt.stop()
 
@@ -449,18 +459,18 @@ def test_timers_wait_while_their_shard_loads():
     async def main():
         log = MemoryLog()
         for i in range(40):  # forty buffers: the load yields to the event loop forty times
-            log.append(0, [classic.Record(OffsetCommitKey("g", "t", i), OffsetCommitValue(i))], 0)
+            log.write(0, [CoordinatorRecord(OffsetCommitKey("g", "t", i), OffsetCommitValue(i))], 0)
         clock = CountingClock()
         rt = offsets_runtime(log, clock, partitions=8)
         rt.start()
         turns = 0
-        while rt.shards[0].state is ShardState.LOADING:
+        while rt.contexts[0].state is ShardState.LOADING:
             await asyncio.sleep(0)
             turns += 1
         assert turns >= 40
         assert clock.calls <= 8  # the loader's "now" for each shard, nothing else
         await rt.wait_loaded()
-        assert rt.shards[0].offsets.cached_offsets == 40
+        assert rt.contexts[0].shard.offsets.cached_offsets == 40
         await rt.stop()
 
     asyncio.run(main())
@@ -471,7 +481,7 @@ def test_timers_wait_while_their_shard_loads():
 
 def test_a_commit_is_written_as_its_records_and_replayed_as_loading_replays_them():
     from brook.coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
-    from brook.coordinator.records import CommitRun, record_pairs
+    from brook.coordinator.result import CommitRun, record_pairs
 
     commit = OffsetCommit("g", (
         CommitTopic("t", (CommitPartition(0, 5), CommitPartition(1, 6, 2, "m"),
@@ -480,8 +490,8 @@ def test_a_commit_is_written_as_its_records_and_replayed_as_loading_replays_them
     ))
 
     def op(shard, now):
-        done = shard.offsets.commit(commit, shard.core.groups.get("g"), now)
-        return classic.Result(records=done.records, response=done.errors)
+        done = shard.offsets.commit(commit, shard.groups.get("g"), now)
+        return CoordinatorResult(records=done.records, response=done.errors)
 
     async def main():
         log = MemoryLog()
@@ -491,7 +501,7 @@ def test_a_commit_is_written_as_its_records_and_replayed_as_loading_replays_them
             await rt.run("g", op)
             [(partition, records)] = log.appends
             assert partition == index
-            assert [type(r) for r in records] == [CommitRun, classic.Record, CommitRun, CommitRun]
+            assert [type(r) for r in records] == [CommitRun, CoordinatorRecord, CommitRun, CommitRun]
             [batch] = log.partitions[index]
             timestamp = read_header(batch).max_timestamp
             pairs = list(record_pairs(records))
@@ -499,15 +509,15 @@ def test_a_commit_is_written_as_its_records_and_replayed_as_loading_replays_them
                 BatchRecord(i, timestamp, encode_key(k), encode_value(v))
                 for i, (k, v) in enumerate(pairs)])
             assert [k.partition for k, _ in pairs] == [0, 1, 2, 3, *range(80)]
-            live = rt.shards[index].offsets.fetch("g")
+            live = rt.contexts[index].shard.offsets.fetch("g")
             assert len(live) == 84 and live[1].metadata == "m" and live[2].leader_epoch == 3
-            assert "g" in rt.shards[index].core.groups  # a simple consumer's group exists
+            assert "g" in rt.contexts[index].shard.groups  # a simple consumer's group exists
         finally:
             await rt.stop()
         again = await started(offsets_runtime(log))
         try:
-            assert again.shards[index].offsets.fetch("g") == live
-            assert "g" in again.shards[index].core.groups
+            assert again.contexts[index].shard.offsets.fetch("g") == live
+            assert "g" in again.contexts[index].shard.groups
         finally:
             await again.stop()
 
@@ -515,9 +525,9 @@ def test_a_commit_is_written_as_its_records_and_replayed_as_loading_replays_them
 
 
 def test_runs_are_written_with_other_base_offsets_as_their_records():
-    from brook.coordinator.records import CommitRun
+    from brook.coordinator.result import CommitRun
 
-    records = [classic.Record(OffsetCommitKey("g", "t", 9), None),
+    records = [CoordinatorRecord(OffsetCommitKey("g", "t", 9), None),
                CommitRun("g", "t", [(0, 1, 2, 3), (1, 4, 5, 6)])]
     assert encode_records(records, 7, base_offset=12) == encode_batch([
         BatchRecord(12, 7, encode_key(OffsetCommitKey("g", "t", 9)), None),
@@ -548,18 +558,18 @@ def test_an_operation_on_an_idle_shard_is_answered_without_waiting_for_the_worke
 def test_an_operation_arriving_behind_a_queued_one_runs_after_it():
     async def main():
         rt = await started(offsets_runtime(MemoryLog()))
-        shard = rt.shard_for("g")
+        shard = rt.context_for("g")
         ran: list[str] = []
 
         def op(tag):
             def run(s, now):
                 ran.append(tag)
-                return classic.Result(response=tag)
+                return CoordinatorResult(response=tag)
             return run
 
         try:
             queued, later, idle = (rt.loop.create_future() for _ in range(3))
-            shard.queue.put_nowait((op("queued"), queued, append_error))  # the worker's next
+            shard.queue.put_nowait((op("queued"), queued))  # the worker's next
             shard.submit(op("later"), later)
             assert ran == []  # not run at once: it waits its turn
             assert await later == "later" and await queued == "queued"
@@ -591,12 +601,12 @@ def test_operations_that_schedule_no_earlier_deadline_leave_the_timer_task_aslee
                 await rt.run("g", commit_op("g", range(3), offset=i))
                 await asyncio.sleep(0)
             assert clock.calls == 50  # each commit's "now"; the timer task never looked
-            expiry_check = rt.shards[0].timer_deadline
+            expiry_check = rt.contexts[0].timer_deadline
             # A member's session deadline, earlier than the expiry check, wakes it.
             await join_and_sync(rt, "members", session_ms=10_000)
             for _ in range(10):
                 await asyncio.sleep(0)
-            assert rt.shards[0].timer_deadline == clock.milliseconds() + 10_000 < expiry_check
+            assert rt.contexts[0].timer_deadline == clock.milliseconds() + 10_000 < expiry_check
         finally:
             await rt.stop()
 

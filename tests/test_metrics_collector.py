@@ -28,8 +28,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from brook.broker.broker import Broker
 from brook.broker.config import BrokerConfig
 from brook.broker.metrics import REQUEST_TIME_BUCKETS, SLICE_SECONDS, BrokerMetrics, LoopReader
-from brook.coordinator import classic
-from brook.coordinator.records import CommitRun, OffsetCommitKey, OffsetCommitValue
+from brook.coordinator.result import CoordinatorRecord, CoordinatorResult
+from brook.coordinator.result import CommitRun
+from brook.coordinator.schemas import OffsetCommitKey, OffsetCommitValue
 from brook.protocol.fetch_response import PartitionResult, TopicResult
 from brook.records import Record, encode_batch
 from broker_harness import free_port
@@ -175,13 +176,13 @@ def test_counters_are_the_sums_of_what_was_counted(topics_broker, ops):
 
 def commit(group: str, topic: str, partition: int, offset: int):
     """An offset commit as the runtime writes it: appended to __consumer_offsets, then replayed."""
-    record = classic.Record(OffsetCommitKey(group, topic, partition), OffsetCommitValue(offset))
-    return lambda shard, now: classic.Result(records=[record])
+    record = CoordinatorRecord(OffsetCommitKey(group, topic, partition), OffsetCommitValue(offset))
+    return lambda shard, now: CoordinatorResult(records=[record])
 
 
 def tombstone(group: str, topic: str, partition: int):
-    record = classic.Record(OffsetCommitKey(group, topic, partition), None)
-    return lambda shard, now: classic.Result(records=[record])
+    record = CoordinatorRecord(OffsetCommitKey(group, topic, partition), None)
+    return lambda shard, now: CoordinatorResult(records=[record])
 
 
 def test_lag_and_groups_per_state_from_the_coordinator(broker):
@@ -264,13 +265,13 @@ def test_scrapes_tolerate_the_event_loop_changing_what_they_read(broker, caplog,
             i = 0
             while time.monotonic() < deadline and not errors:
                 group = f"g{i % 7}"
-                shard = rt.shards[rt.partition_for(group)]
+                shard = rt.contexts[rt.partition_for(group)].shard
                 for p in range(0, 40, 3):
                     shard.replay(OffsetCommitKey(group, "t", p), OffsetCommitValue(i), 0)
                 for p in range(39, 0, -1):  # partition 0 stays: the group stays
                     shard.replay(OffsetCommitKey(group, "t", p), None, 0)
                 passing = f"passing{i % 5}"  # a group whose only offset comes and goes
-                shard = rt.shards[rt.partition_for(passing)]
+                shard = rt.contexts[rt.partition_for(passing)].shard
                 shard.replay(OffsetCommitKey(passing, "t", 0), OffsetCommitValue(i), 0)
                 shard.replay(OffsetCommitKey(passing, "t", 0), None, 0)
                 if i % 50 == 0:
@@ -309,11 +310,11 @@ def test_a_failing_section_costs_the_scrape_only_its_own_metrics(broker, caplog)
     broker.partition("t", 0).append(batch(2))
 
     async def main():
-        rt = broker.groups
+        rt = broker.coordinator
         rt.start()
         await rt.wait_loaded()
         try:
-            rt.shards[0].core = None  # broken state: the coordinator's figures cannot be read
+            rt.contexts[0].shard = None  # broken state: the coordinator's figures cannot be read
             return samples(metrics)
         finally:
             await rt.stop()
@@ -341,7 +342,7 @@ def families(text: str) -> dict[str, str]:
 async def started_groups(broker):
     """The broker's group coordinator, started and loaded (the caller stops it)."""
     assert broker.ensure_offsets_topic()
-    rt = broker.groups
+    rt = broker.coordinator
     rt.start()
     await rt.wait_loaded()
     return rt
@@ -376,8 +377,8 @@ def reference_families(broker) -> dict[str, GaugeMetricFamily]:
     lag = GaugeMetricFamily("brook_consumergroup_lag",
                             "High watermark minus the group's committed offset.",
                             labels=["group", "topic", "partition"])
-    for shard in broker.groups.shards:
-        manager = shard.offsets
+    for ctx in broker.coordinator.contexts.values():
+        manager = ctx.shard.offsets
         for group in manager.cache.groups():
             for topic, index, value in manager.group_offsets(group):
                 partition = broker.partitions.get((topic, index))
@@ -409,7 +410,7 @@ def test_partition_and_lag_lines_are_what_prometheus_client_writes(broker):
         rt = await started_groups(broker)
         try:
             def put(group, topic, index, value):
-                rt.shards[rt.partition_for(group)].replay(OffsetCommitKey(group, topic, index),
+                rt.contexts[rt.partition_for(group)].shard.replay(OffsetCommitKey(group, topic, index),
                                                           value, 0)
 
             for i, lag in enumerate(bounds):
@@ -454,7 +455,7 @@ def test_partition_and_lag_lines_follow_the_name_escaping_a_scraper_asks_for(bro
         rt = await started_groups(broker)
         try:
             for group, index, offset in (("g", 0, 2), ("g", 1, 0), ("h_1", 0, 5)):
-                rt.shards[rt.partition_for(group)].replay(OffsetCommitKey(group, "t", index),
+                rt.contexts[rt.partition_for(group)].shard.replay(OffsetCommitKey(group, "t", index),
                                                           OffsetCommitValue(offset), 0)
             body, content_type = metrics.exposition(accept)
             return body.decode(), content_type, reference_families(broker)
@@ -593,7 +594,7 @@ def test_serving_formats_names_and_compression(broker):
         rt = await started_groups(broker)
         metrics.start("127.0.0.1", 0)
         try:
-            shard = rt.shards[rt.partition_for("g")]
+            shard = rt.contexts[rt.partition_for("g")].shard
             shard.replay(OffsetCommitKey("g", "t", 0), OffsetCommitValue(2), 0)
             return await asyncio.to_thread(requests, f"http://127.0.0.1:{metrics.port}")
         finally:
@@ -725,21 +726,21 @@ def test_a_groups_lags_are_read_at_one_instant(broker):
     async def main():
         rt = await started_groups(broker)
         metrics.start("127.0.0.1", 0)
-        shard = rt.shards[rt.partition_for("g")]
+        shard = rt.contexts[rt.partition_for("g")].shard
         for i in range(5):  # other groups' offsets on the same shard: more steps to the walk
             other = next(f"o{j}" for j in range(i * 1000, 10**6)
-                         if rt.partition_for(f"o{j}") == shard.index)
+                         if rt.partition_for(f"o{j}") == rt.partition_for("g"))
             shard.replay(OffsetCommitKey(other, "a", 0), OffsetCommitValue(0), 0)
         thread = threading.Thread(target=scrape_forever)
         try:
             i = 0
-            shard.replay_records([classic.Record(OffsetCommitKey("g", t, 0), OffsetCommitValue(i))
+            shard.replay_records([CoordinatorRecord(OffsetCommitKey("g", t, 0), OffsetCommitValue(i))
                                   for t in ("a", "b")], 0)
             thread.start()
             deadline = time.monotonic() + 1.5
             while time.monotonic() < deadline and not torn:
                 i += 1
-                shard.replay_records([classic.Record(OffsetCommitKey("g", t, 0),
+                shard.replay_records([CoordinatorRecord(OffsetCommitKey("g", t, 0),
                                                      OffsetCommitValue(i)) for t in ("a", "b")], 0)
                 await asyncio.sleep(0)
         finally:
@@ -916,7 +917,7 @@ def test_a_large_scrape_holds_its_text_about_once(broker, encoding):
     async def main():
         rt = await started_groups(broker)
         for g in range(500):
-            shard = rt.shards[rt.partition_for(f"g{g}")]
+            shard = rt.contexts[rt.partition_for(f"g{g}")].shard
             for t in range(10):
                 shard.replay_commits(CommitRun(f"g{g}", f"t{t}",
                                                [(p, 1, -1, 0) for p in range(10)]), 0)

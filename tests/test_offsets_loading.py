@@ -7,10 +7,12 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from brook.broker.group_runtime import Shard, encode_records, read_batches
-from brook.coordinator.classic import ClassicGroupCoordinator, Record
-from brook.coordinator.offsets import OffsetsConfig, OffsetsManager
-from brook.coordinator.records import (
+from brook.broker.offsets_log import read_batches
+from brook.coordinator.batch_writer import encode_records
+from brook.coordinator.loader import replay_batches
+from brook.coordinator.result import CoordinatorRecord
+from brook.coordinator.shard import CoordinatorShard
+from brook.coordinator.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -35,8 +37,8 @@ MEMBERS = ["m-a", "m-b", "m-c"]
 
 
 def new_cores():
-    core = ClassicGroupCoordinator()
-    return core, OffsetsManager(OffsetsConfig(), core.groups)
+    shard = CoordinatorShard()
+    return shard.classic, shard.offsets
 
 
 def snapshot(core, offsets):
@@ -50,9 +52,9 @@ def snapshot(core, offsets):
 
 def load(batches, now=LOADED_AT):
     """The runtime's loader: runs of plain commits and single records."""
-    core, offsets = new_cores()
-    Shard(None, 0, core, offsets).load(batches, now)
-    return core, offsets
+    shard = CoordinatorShard()
+    replay_batches(shard, batches, now)
+    return shard.classic, shard.offsets
 
 
 def replay_one_by_one(batches, now=LOADED_AT):
@@ -101,7 +103,7 @@ def operations(draw):
     partitions in any order), offset deletions, group deletions (offset tombstones, then the
     group's), group metadata with growing generations, and now and then a record type brook
     does not read."""
-    batches: list[list[Record]] = []
+    batches: list[list[CoordinatorRecord]] = []
     committed: set[tuple[str, str, int]] = set()
     generations = dict.fromkeys(GROUPS, 0)
     for _ in range(draw(st.integers(1, 25))):
@@ -111,19 +113,19 @@ def operations(draw):
             records = []
             for topic in draw(st.lists(st.sampled_from(TOPICS), min_size=1, unique=True)):
                 for p in draw(st.lists(st.integers(0, 9), min_size=1, max_size=10, unique=True)):
-                    records.append(Record(OffsetCommitKey(group, topic, p), draw(commit_values)))
+                    records.append(CoordinatorRecord(OffsetCommitKey(group, topic, p), draw(commit_values)))
                     committed.add((group, topic, p))
             batches.append(records)
         elif kind == "delete":
             keys = sorted(k for k in committed if k[0] == group)
             chosen = draw(st.lists(st.sampled_from(keys), unique=True)) if keys else []
             if chosen:
-                batches.append([Record(OffsetCommitKey(*k), None) for k in chosen])
+                batches.append([CoordinatorRecord(OffsetCommitKey(*k), None) for k in chosen])
                 committed -= set(chosen)
         elif kind == "drop":
             keys = sorted(k for k in committed if k[0] == group)
-            batches.append([Record(OffsetCommitKey(*k), None) for k in keys]
-                           + [Record(GroupMetadataKey(group), None)])
+            batches.append([CoordinatorRecord(OffsetCommitKey(*k), None) for k in keys]
+                           + [CoordinatorRecord(GroupMetadataKey(group), None)])
             committed -= set(keys)
             generations[group] = 0
         elif group != "simple":
@@ -134,7 +136,7 @@ def operations(draw):
                 ids[0] if ids else None, T0 + generations[group],
                 tuple(MemberMetadata(m, None, "client", "/127.0.0.1", 30_000, 10_000, b"sub",
                                      m.encode()) for m in ids))
-            batches.append([Record(GroupMetadataKey(group), value)])
+            batches.append([CoordinatorRecord(GroupMetadataKey(group), value)])
     return batches
 
 
@@ -151,7 +153,7 @@ def test_loading_in_runs_gives_the_state_of_replaying_record_by_record(ops):
 
 
 def test_loading_skips_record_types_it_does_not_read():
-    data = encoded([[Record(OffsetCommitKey("g", "t", 0), OffsetCommitValue(5))]])
+    data = encoded([[CoordinatorRecord(OffsetCommitKey("g", "t", 0), OffsetCommitValue(5))]])
     from brook.records import Record as BatchRecord
     from brook.records import encode_batch
 
@@ -210,13 +212,13 @@ def test_compaction_keeps_the_last_value_of_each_key(tmp_path):
     """The deterministic case: three rounds of commits, a deletion, a group deletion."""
     key = OffsetCommitKey
     ops = [
-        [Record(key(g, "t", p), OffsetCommitValue(r * 100 + p, 1, "", T0)) for g in ("a", "b")
+        [CoordinatorRecord(key(g, "t", p), OffsetCommitValue(r * 100 + p, 1, "", T0)) for g in ("a", "b")
          for p in range(10)]
         for r in range(3)
     ]
-    ops.append([Record(key("a", "t", 0), None)])
-    ops.append([Record(key("b", "t", p), None) for p in range(10)]
-               + [Record(GroupMetadataKey("b"), None)])
+    ops.append([CoordinatorRecord(key("a", "t", 0), None)])
+    ops.append([CoordinatorRecord(key("b", "t", p), None) for p in range(10)]
+               + [CoordinatorRecord(GroupMetadataKey("b"), None)])
     lg = write_log(tmp_path, ops)
     try:
         assert record_count(lg) == 3 * 20 + 1 + 11

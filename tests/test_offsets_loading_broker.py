@@ -19,9 +19,9 @@ from collections.abc import Iterable
 
 from kio.schema.errors import ErrorCode
 
-from brook.broker.group_runtime import read_batches
+from brook.broker.offsets_log import read_batches
 from brook.coordinator.partitioner import partition_for
-from brook.coordinator.records import (
+from brook.coordinator.schemas import (
     GroupMetadataKey,
     OffsetCommitKey,
     decode_key,

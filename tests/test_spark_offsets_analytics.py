@@ -30,10 +30,10 @@ from kio.schema.consumer_protocol_subscription.v0.data import (  # noqa: E402
 from kio.serial import entity_reader, entity_writer  # noqa: E402
 
 from broker_harness import BrokerProcess  # noqa: E402
-from brook.coordinator.classic import ClassicGroupCoordinator  # noqa: E402
-from brook.coordinator.offsets import OffsetsConfig, OffsetsManager  # noqa: E402
+from brook.coordinator.shard import CoordinatorShard  # noqa: E402
+from brook.coordinator.offsets import OffsetsConfig  # noqa: E402
 from brook.coordinator.partitioner import partition_for  # noqa: E402
-from brook.coordinator.records import (  # noqa: E402
+from brook.coordinator.schemas import (  # noqa: E402
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -576,38 +576,34 @@ def test_audit_sees_a_commit_made_after_the_topic_was_read(audit, broker):
 
 
 class Oracle:
-    """The coordinator's view of a log: records replayed through ClassicGroupCoordinator and
-    OffsetsManager, one pair per partition of the topic, as the broker loads them."""
+    """The coordinator's view of a log: records replayed into a coordinator shard per
+    partition of the topic, as the broker loads them."""
 
     def __init__(self, table: pa.Table, retention_minutes: int) -> None:
         config = OffsetsConfig(offsets_retention_minutes=retention_minutes)
-        self.shards: dict[int, tuple[ClassicGroupCoordinator, OffsetsManager]] = {}
+        self.shards: dict[int, CoordinatorShard] = {}
         for key, value, partition in zip(table.column("key").to_pylist(),
                                          table.column("value").to_pylist(),
                                          table.column("partition").to_pylist()):
             if partition not in self.shards:
-                groups = ClassicGroupCoordinator()
-                self.shards[partition] = (groups, OffsetsManager(config, groups.groups))
-            groups, offsets = self.shards[partition]
+                self.shards[partition] = CoordinatorShard(None, config)
             k = decode_key(key)
             if isinstance(k, UnknownKey):
                 continue
-            v = decode_value(k, value)
-            groups.replay(k, v, 0)
-            offsets.replay(k, v, 0)
+            self.shards[partition].replay(k, decode_value(k, value), 0)
 
     def offsets(self) -> dict[tuple[str, str, int], int]:
         found = {}
-        for groups, offsets in self.shards.values():
-            for group in offsets.cache.groups():
-                for f in offsets.fetch(group):
+        for shard in self.shards.values():
+            for group in shard.offsets.cache.groups():
+                for f in shard.fetch_offsets(group, None):
                     found[(group, f.topic, f.partition)] = f.offset
         return found
 
     def expired(self, now: int) -> set[tuple[str, str, int]]:
         found = set()
-        for groups, offsets in self.shards.values():
-            for record in offsets.expire(now, groups.groups).records:
+        for shard in self.shards.values():
+            for record in shard.offsets.expire(now, shard.groups).records:
                 found.add((record.key.group, record.key.topic, record.key.partition))
         return found
 

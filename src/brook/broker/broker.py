@@ -10,10 +10,12 @@ from ..storage.config import LogConfig
 from ..storage.dir_lock import LogDirLocks
 from ..storage.manager import LogManager
 from .config import BrokerConfig, Listener
-from ..coordinator.classic import ClassicGroupCoordinator, GroupConfig
-from ..coordinator.offsets import OffsetsConfig, OffsetsManager
+from ..coordinator.classic import GroupConfig
+from ..coordinator.offsets import OffsetsConfig
+from ..coordinator.runtime import OFFSETS_TOPIC, CoordinatorRuntime
+from ..coordinator.shard import CoordinatorShard
 from .fetch_session import FetchSessionCache
-from .group_runtime import OFFSETS_TOPIC, GroupRuntime, PartitionOffsetsLog
+from .offsets_log import PartitionOffsetsLog
 from .handlers import registry
 from .metadata import (
     PASSIVE_TOPIC_KEYS,
@@ -41,7 +43,8 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.log_manager: LogManager | None = None
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, clock)
-        self.groups: GroupRuntime | None = None
+        #: The group coordinator: the runtime of the __consumer_offsets shards.
+        self.coordinator: CoordinatorRuntime[CoordinatorShard] | None = None
         self.metrics = None  # a brook.broker.metrics.BrokerMetrics when metrics.port is set
         self.dir_locks = LogDirLocks(config.log_dirs)
 
@@ -76,20 +79,23 @@ class Broker:
         # The group coordinator: one shard per partition of __consumer_offsets (the topic's own
         # count when it exists, as Kafka does, else offsets.topic.num.partitions).
         tm = self.metadata.get(OFFSETS_TOPIC)
-        self.groups = GroupRuntime(tm.partitions if tm else self.config.offsets_topic_num_partitions,
-                                   PartitionOffsetsLog(self), self.clock, self._new_group_coordinator,
-                                   self._new_offsets_manager)
+        self.coordinator = CoordinatorRuntime(
+            tm.partitions if tm else self.config.offsets_topic_num_partitions,
+            PartitionOffsetsLog(self), self.clock, self._new_coordinator_shard)
 
-    def _new_group_coordinator(self) -> ClassicGroupCoordinator:
+    def _new_coordinator_shard(self) -> CoordinatorShard:
         c = self.config
-        return ClassicGroupCoordinator(GroupConfig(
-            min_session_timeout_ms=c.group_min_session_timeout_ms,
-            max_session_timeout_ms=c.group_max_session_timeout_ms,
-            max_size=c.group_max_size,
-            initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms))
+        return CoordinatorShard(
+            GroupConfig(min_session_timeout_ms=c.group_min_session_timeout_ms,
+                        max_session_timeout_ms=c.group_max_session_timeout_ms,
+                        max_size=c.group_max_size,
+                        initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms),
+            OffsetsConfig.from_broker(c))
 
-    def _new_offsets_manager(self, core: ClassicGroupCoordinator) -> OffsetsManager:
-        return OffsetsManager(OffsetsConfig.from_broker(self.config), core.groups)
+    def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has (0: no such topic)."""
+        tm = self.metadata.get(topic)
+        return tm.partitions if tm is not None else 0
 
     def ensure_offsets_topic(self) -> bool:
         """Create `__consumer_offsets` on first use (FindCoordinator or a group request), as
@@ -98,7 +104,7 @@ class Broker:
         if self.metadata.get(OFFSETS_TOPIC) is not None:
             return True
         try:
-            self.create_topic(OFFSETS_TOPIC, self.groups.num_partitions, {
+            self.create_topic(OFFSETS_TOPIC, self.coordinator.num_partitions, {
                 "cleanup.policy": "compact",
                 "segment.bytes": str(self.config.offsets_topic_segment_bytes),
                 "compression.type": "producer",

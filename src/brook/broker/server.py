@@ -47,7 +47,7 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         self.broker.open()
-        self.broker.groups.start()
+        self.broker.coordinator.start()
         started = False
         try:
             self.broker.log_manager.start_cleaner()  # compaction off the event loop; close() stops it
@@ -77,14 +77,14 @@ class BrokerServer:
             for t in list(self.tasks):
                 t.cancel()
             await asyncio.gather(*accepting, ticker, sweeper, *self.tasks, return_exceptions=True)
-            await self.broker.groups.stop()
+            await self.broker.coordinator.stop()
         finally:
             for s, _ in self.sockets:
                 s.close()
             if self.broker.metrics is not None:
                 self.broker.metrics.stop()
             if not started:  # a listener or the metrics port failed: the groups never served
-                await self.broker.groups.stop()
+                await self.broker.coordinator.stop()
             self.broker.close()
             if started:
                 log.info("brook broker %d stopped cleanly", self.broker.broker_id)

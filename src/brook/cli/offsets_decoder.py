@@ -1,5 +1,5 @@
 """`dump-log --offsets-decoder`: the records of `__consumer_offsets` as readable commits, group
-metadata and tombstones, decoded by brook.coordinator.records (Kafka's formats).
+metadata and tombstones, decoded by brook.coordinator.schemas (Kafka's formats).
 
 Members of `consumer` groups have their subscription and assignment decoded with Kafka's
 ConsumerProtocol schemas (kio); other protocols' bytes are shown by size.
@@ -13,7 +13,7 @@ from kio.schema.consumer_protocol_assignment.v0 import ConsumerProtocolAssignmen
 from kio.schema.consumer_protocol_subscription.v0 import ConsumerProtocolSubscription
 from kio.serial import entity_reader
 
-from ..coordinator.records import (CorruptOffsetsRecordError, GroupMetadataKey, OffsetCommitKey,
+from ..coordinator.schemas import (CorruptOffsetsRecordError, GroupMetadataKey, OffsetCommitKey,
                                    UnknownKey, decode_key, decode_value)
 
 _read_subscription = entity_reader(ConsumerProtocolSubscription)

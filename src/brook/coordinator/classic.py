@@ -1,25 +1,24 @@
 """The classic group coordinator for the groups of one ``__consumer_offsets`` partition, sans-I/O.
 
-Handlers take a request and ``now`` (from the runtime's injected clock) and return a ``Result``:
-records to append, the response (or None when the reply is parked under ``parked``), and
-completions for replies parked earlier. The runtime appends the records, calls ``replay`` for
-each, and only then sends the response and completions. Timers (``heartbeat-<group>-<member>``,
+Operations take a request and ``now`` (from the runtime's injected clock) and return a
+``CoordinatorResult``: records to append, the response (or None when the reply is parked under
+``parked``), and completions for replies parked earlier. Timers (``heartbeat-<group>-<member>``,
 ``join-<group>``, ``initial-rebalance-<group>``, ``sync-<group>``) fire from ``poll(now)`` and
-return Results too.
+return results too.
 
-When the append of a Result's records fails, the runtime sends none of its completions, answers
-a direct ``response`` and the parked replies with the append's error (as Kafka fails the
-write), and calls ``append_failed(result, error, now)``: the Result that returns puts the groups
-back on track (a SyncGroup's group rebalances again, a restarted static member's replacement is
-undone) and completes the parked replies with the error Kafka gives.
+As in Kafka's classic groups, an operation applies its change to the in-memory group itself and
+its records (GroupMetadata) describe the group as it now is; the runtime does not replay them
+(``replay=False``). What waits for the write is in the result: a leader's assignment makes the
+group Stable only once stored (``on_success``); when the append fails, ``on_failure`` puts the
+group back on track (the generation rebalances again, a restarted static member's replacement is
+undone) while the runtime answers the request and the parked replies with the write's error.
 
-What is stored (the GroupMetadata record: generation, protocol, leader, members and their
-assignments) changes only in ``replay``; loading a partition replays the same records. An offset
-commit for a group the coordinator does not know creates it, Empty and without a protocol type,
-as Kafka does for "simple" consumers that commit without joining: such a group is listed,
-described, deleted and expired like any other. The rebalance in flight (who has rejoined, parked
-replies, timers, the generation being formed) is soft state kept by the handlers, as in Kafka:
-it is not stored and is lost with the coordinator.
+``replay`` builds groups from GroupMetadata records when a partition is loaded, removes them on
+tombstones (group deletion, expiry), and creates the Empty group of a "simple" consumer that
+commits offsets without joining, as Kafka does: such a group is listed, described, deleted and
+expired like any other. The rebalance in flight (who has rejoined, parked replies, timers, the
+generation being formed) is soft state, as in Kafka: it is not stored and is lost with the
+coordinator.
 """
 
 from __future__ import annotations
@@ -28,18 +27,14 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from brook.coordinator.group import ClassicGroup, GroupMember, GroupState, Protocols
-from brook.coordinator.records import (
-    CommitRun,
-    GroupMetadataKey,
-    GroupMetadataValue,
-    OffsetCommitKey,
-)
-from brook.coordinator.timer import Timers
+from .group import ClassicGroup, GroupMember, GroupState, Protocols
+from .result import Completion, CoordinatorRecord, CoordinatorResult
+from .schemas import GroupMetadataKey, GroupMetadataValue, OffsetCommitKey
+from .timer import Timers
 
 S = GroupState
 
@@ -148,37 +143,6 @@ class LeaveGroupResponse:
     members: tuple[tuple[str, str | None, ErrorCode], ...] = ()
 
 
-@dataclass(frozen=True)
-class Record:
-    """A record for ``__consumer_offsets``; a value of None is a tombstone."""
-
-    key: object
-    value: object | None
-
-
-@dataclass(frozen=True)
-class Completion:
-    """The reply to a parked request: ``key`` is what the handler returned as ``parked``."""
-
-    key: str
-    response: object
-
-
-@dataclass
-class Result:
-    #: To append as one batch: ``Record``s, and the offsets manager's ``CommitRun``s.
-    records: list[Record | CommitRun] = field(default_factory=list)
-    response: object | None = None
-    completions: list[Completion] = field(default_factory=list)
-    #: When the response is parked: the key its completion will carry.
-    parked: str | None = None
-
-    def merge(self, other: Result) -> Result:
-        self.records += other.records
-        self.completions += other.completions
-        return self
-
-
 def _client_reason(reason: str | None) -> str:
     return f"; client reason: {reason}" if reason else ""
 
@@ -216,27 +180,6 @@ def sync_deadline_key(group_id: str) -> str:
 NO_MEMBER_ID = ""
 
 
-def append_error_to_response_error(error: ErrorCode) -> ErrorCode:
-    """What a client is told when storing group metadata failed with ``error`` (Kafka's table:
-    retriable errors that send the client back to FindCoordinator, too-large records as an
-    unknown server error, anything else as it is)."""
-    if error in (
-        ErrorCode.unknown_topic_or_partition,
-        ErrorCode.not_enough_replicas,
-        ErrorCode.request_timed_out,
-    ):
-        return ErrorCode.coordinator_not_available
-    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
-        return ErrorCode.not_coordinator
-    if error in (
-        ErrorCode.message_too_large,
-        ErrorCode.record_list_too_large,
-        ErrorCode.invalid_fetch_size,
-    ):
-        return ErrorCode.unknown_server_error
-    return error
-
-
 @dataclass(frozen=True)
 class _StaticReplacement:
     """A static member's new member id written to the log but not yet known to be stored: what
@@ -266,21 +209,19 @@ class ClassicGroupCoordinator:
     ) -> None:
         self.config = config or GroupConfig()
         self.groups: dict[str, ClassicGroup] = {}
-        self.timers: Timers[Result] = Timers()
+        self.timers: Timers[CoordinatorResult] = Timers()
         self._new_member_id = new_member_id
         # Initial rebalance of an empty group: whether a member joined during the current delay,
         # and how much of the rebalance timeout is left for further delays.
         self._initial: dict[str, tuple[bool, int]] = {}
-        # Static member replacements in a Stable group whose GroupMetadata record is in flight.
-        self._replacements: dict[str, _StaticReplacement] = {}
         #: Join phases completed so far (each one starts a new generation of some group).
         self.rebalances = 0
 
     # --- timers -------------------------------------------------------------------------------
 
-    def poll(self, now: int) -> Result:
+    def poll(self, now: int) -> CoordinatorResult:
         """Fire every timer due at ``now``."""
-        result = Result()
+        result = CoordinatorResult()
         for fired in self.timers.expire(now):
             result.merge(fired)
         return result
@@ -295,7 +236,6 @@ class ClassicGroupCoordinator:
             return
         if not isinstance(key, GroupMetadataKey):
             return
-        self._replacements.pop(key.group, None)  # stored: nothing left to revert
         group = self.groups.get(key.group)
         if value is None:
             if group is not None:
@@ -303,22 +243,6 @@ class ClassicGroupCoordinator:
                 del self.groups[key.group]
             return
         assert isinstance(value, GroupMetadataValue)
-        if (
-            group is not None
-            and group.generation == value.generation
-            and group.is_in(S.COMPLETING_REBALANCE, S.EMPTY, S.STABLE)
-            and [m.member_id for m in value.members] == list(group.members)
-        ):
-            # Live: the leader's assignment, a restarted static member's new id or an empty
-            # group's metadata was just written; the group already has these members (loading
-            # a later record of the same generation with other members rebuilds the group).
-            assignments = {m.member_id: m.assignment for m in value.members}
-            for member in group.members.values():
-                member.assignment = assignments.get(member.member_id, b"")
-                member.awaiting_sync = False
-            if group.is_in(S.COMPLETING_REBALANCE):
-                group.transition_to(S.STABLE, now)
-            return
         self.groups[key.group] = ClassicGroup.from_metadata_value(key.group, value, now)
 
     def replay_commits(self, group: str, topic: str, rows: list, now: int) -> None:
@@ -327,17 +251,17 @@ class ClassicGroupCoordinator:
         if rows and group not in self.groups:
             self.groups[group] = ClassicGroup(group, now)
 
-    def loaded(self, now: int) -> Result:
+    def loaded(self, now: int) -> CoordinatorResult:
         """After a partition is loaded: every member of a loaded group gets a session
         timer, so a member that never comes back is expired as Kafka expires it."""
         for group in self.groups.values():
             for member in group.members.values():
                 self._schedule_heartbeat(group, member, now)
-        return Result()
+        return CoordinatorResult()
 
     # --- JoinGroup ----------------------------------------------------------------------------
 
-    def join_group(self, request: JoinGroup, now: int) -> Result:
+    def join_group(self, request: JoinGroup, now: int) -> CoordinatorResult:
         config = self.config
         if not (
             config.min_session_timeout_ms
@@ -364,10 +288,12 @@ class ClassicGroupCoordinator:
             return self._join_new_member(group, request, now)
         return self._join_existing_member(group, request, now)
 
-    def _join_error(self, request: JoinGroup, error: ErrorCode) -> Result:
-        return Result(response=JoinGroupResponse(error=error, member_id=request.member_id))
+    def _join_error(self, request: JoinGroup, error: ErrorCode) -> CoordinatorResult:
+        return CoordinatorResult(
+            response=JoinGroupResponse(error=error, member_id=request.member_id))
 
-    def _join_new_member(self, group: ClassicGroup, request: JoinGroup, now: int) -> Result:
+    def _join_new_member(self, group: ClassicGroup, request: JoinGroup,
+                         now: int) -> CoordinatorResult:
         member_id = self._new_member_id(request.client_id, request.group_instance_id)
         if member_id in group.members or member_id in group.pending_members:
             # A clashing id from the generator: never hand out an id that is in use.
@@ -379,14 +305,15 @@ class ClassicGroupCoordinator:
             # KIP-394: hand out the id; the member joins again with it.
             group.pending_members.add(member_id)
             self._schedule_pending_expiry(group, member_id, request.session_timeout_ms, now)
-            return Result(
+            return CoordinatorResult(
                 response=JoinGroupResponse(
                     error=ErrorCode.member_id_required, member_id=member_id
                 )
             )
         return self._add_member_and_rebalance(group, request, member_id, now)
 
-    def _join_existing_member(self, group: ClassicGroup, request: JoinGroup, now: int) -> Result:
+    def _join_existing_member(self, group: ClassicGroup, request: JoinGroup,
+                              now: int) -> CoordinatorResult:
         member_id = request.member_id
         if member_id in group.pending_members:
             iid = request.group_instance_id
@@ -405,17 +332,17 @@ class ClassicGroupCoordinator:
         if group.is_in(S.COMPLETING_REBALANCE):
             if member.matches(request.protocols):
                 # A retry of the join whose response was lost: the current generation again.
-                return Result(response=self._join_response(group, member_id))
+                return CoordinatorResult(response=self._join_response(group, member_id))
             return self._update_member_and_rebalance(group, member, request, now)
         if group.is_in(S.STABLE):
             if group.is_leader(member_id) or not member.matches(request.protocols):
                 return self._update_member_and_rebalance(group, member, request, now)
-            return Result(response=self._join_response(group, member_id))
+            return CoordinatorResult(response=self._join_response(group, member_id))
         return self._join_error(request, ErrorCode.unknown_member_id)
 
     def _add_member_and_rebalance(
         self, group: ClassicGroup, request: JoinGroup, member_id: str, now: int
-    ) -> Result:
+    ) -> CoordinatorResult:
         self.timers.cancel(heartbeat_key(group.group_id, member_id))
         member = GroupMember(
             member_id=member_id,
@@ -434,7 +361,7 @@ class ClassicGroupCoordinator:
             self._initial[group.group_id] = (True, self._initial[group.group_id][1])
         # A new member that never rejoins is dropped after the new-member timeout.
         self._schedule_heartbeat(group, member, now, self.config.new_member_join_timeout_ms)
-        result = Result(parked=join_key(group.group_id, member_id))
+        result = CoordinatorResult(parked=join_key(group.group_id, member_id))
         reason = _with_client_reason(
             f"adding new member {member_id} with group instance id "
             f"{request.group_instance_id}", request.reason)
@@ -442,7 +369,7 @@ class ClassicGroupCoordinator:
 
     def _update_static_member_and_rebalance(
         self, group: ClassicGroup, request: JoinGroup, new_member_id: str, now: int
-    ) -> Result:
+    ) -> CoordinatorResult:
         """A static member rejoined without its member id (it restarted): the new id takes the
         old one's place and the old one is fenced. In a Stable group whose protocol would not
         change, no rebalance: the group is stored again with the new id and the member gets the
@@ -451,7 +378,7 @@ class ClassicGroupCoordinator:
         assert iid is not None
         old_member_id = group.static_member_id(iid)
         assert old_member_id is not None
-        result = Result(parked=join_key(gid, new_member_id))
+        result = CoordinatorResult(parked=join_key(gid, new_member_id))
         old = group.member(old_member_id)
         if old.awaiting_join:
             result.completions.append(
@@ -476,10 +403,14 @@ class ClassicGroupCoordinator:
         )
         self._schedule_heartbeat(group, member, now)
         if group.is_in(S.STABLE) and group.select_protocol() == group.protocol:
-            self._replacements[gid] = _StaticReplacement(
+            replacement = _StaticReplacement(
                 iid, old_member_id, new_member_id, *saved, leader_before, order_before
             )
-            result.records.append(Record(GroupMetadataKey(gid), group.to_metadata_value()))
+            result.records.append(
+                CoordinatorRecord(GroupMetadataKey(gid), group.to_metadata_value()))
+            result.replay = False
+            result.on_failure = lambda error, t: self._replacement_failed(
+                gid, replacement, error, t)
             if request.version >= 9:
                 is_leader = group.is_leader(new_member_id)
                 response = self._join_response(group, new_member_id)
@@ -503,27 +434,27 @@ class ClassicGroupCoordinator:
 
     def _update_member_and_rebalance(
         self, group: ClassicGroup, member: GroupMember, request: JoinGroup, now: int
-    ) -> Result:
+    ) -> CoordinatorResult:
         group.update_member(
             member, request.protocols, request.rebalance_timeout_ms, request.session_timeout_ms
         )
         state = group.state.value  # before the rebalance
         member.awaiting_join = True
-        result = Result(parked=join_key(group.group_id, member.member_id))
+        result = CoordinatorResult(parked=join_key(group.group_id, member.member_id))
         reason = _with_client_reason(
             f"updating metadata for member {member.member_id} during {state}", request.reason)
         return result.merge(self._prepare_rebalance_or_complete_join(group, now, reason))
 
     def _prepare_rebalance_or_complete_join(self, group: ClassicGroup, now: int,
-                                            reason: str) -> Result:
+                                            reason: str) -> CoordinatorResult:
         if group.can_rebalance():
             return self._prepare_rebalance(group, now, reason)
         return self._maybe_complete_join(group, now)
 
-    def _prepare_rebalance(self, group: ClassicGroup, now: int, reason: str) -> Result:
+    def _prepare_rebalance(self, group: ClassicGroup, now: int, reason: str) -> CoordinatorResult:
         log.info("Preparing to rebalance group %s in state %s with old generation %d "
                  "(reason: %s)", group.group_id, group.state.value, group.generation, reason)
-        result = Result()
+        result = CoordinatorResult()
         if group.is_in(S.COMPLETING_REBALANCE):
             result.completions += self._fail_parked_syncs(group, ErrorCode.rebalance_in_progress)
         gid = group.group_id
@@ -545,7 +476,7 @@ class ClassicGroupCoordinator:
         )
         return result.merge(self._maybe_complete_join(group, now))
 
-    def _initial_delay_expired(self, group_id: str, now: int) -> Result:
+    def _initial_delay_expired(self, group_id: str, now: int) -> CoordinatorResult:
         joined, remaining = self._initial.pop(group_id, (False, 0))
         if joined and remaining > 0:
             delay = min(self.config.initial_rebalance_delay_ms, remaining)
@@ -555,23 +486,23 @@ class ClassicGroupCoordinator:
                 now + delay,
                 lambda t: self._initial_delay_expired(group_id, t),
             )
-            return Result()
+            return CoordinatorResult()
         return self._complete_join(group_id, now)
 
-    def _maybe_complete_join(self, group: ClassicGroup, now: int) -> Result:
+    def _maybe_complete_join(self, group: ClassicGroup, now: int) -> CoordinatorResult:
         if (
             group.is_in(S.PREPARING_REBALANCE)
             and group.group_id not in self._initial
             and group.has_all_members_joined()
         ):
             return self._complete_join(group.group_id, now)
-        return Result()
+        return CoordinatorResult()
 
-    def _complete_join(self, group_id: str, now: int) -> Result:
+    def _complete_join(self, group_id: str, now: int) -> CoordinatorResult:
         group = self.groups.get(group_id)
         self.timers.cancel(join_deadline_key(group_id))
         if group is None or not group.is_in(S.PREPARING_REBALANCE):
-            return Result()
+            return CoordinatorResult()
         for late in [m for m in group.not_yet_rejoined() if m.group_instance_id is None]:
             group.remove(late.member_id)
             self.timers.cancel(heartbeat_key(group_id, late.member_id))
@@ -582,14 +513,16 @@ class ClassicGroupCoordinator:
                 now + group.rebalance_timeout_ms(),
                 lambda t: self._complete_join(group_id, t),
             )
-            return Result()
+            return CoordinatorResult()
         group.init_next_generation(now)
         self.rebalances += 1
         if group.is_in(S.EMPTY):
             log.info("Group %s with generation %d is now empty", group_id, group.generation)
             key = GroupMetadataKey(group_id)
-            return Result(records=[Record(key, group.to_metadata_value({}))])
-        result = Result()
+            # Stored as it is now; a failed write changes nothing (the next one stores it).
+            return CoordinatorResult(records=[CoordinatorRecord(key, group.to_metadata_value({}))],
+                                     replay=False)
+        result = CoordinatorResult()
         for member in group.members.values():
             if member.awaiting_join:  # a static member that did not rejoin has nothing parked
                 result.completions.append(
@@ -613,7 +546,7 @@ class ClassicGroupCoordinator:
         )
         return result
 
-    def _sync_deadline_passed(self, group_id: str, generation: int, now: int) -> Result:
+    def _sync_deadline_passed(self, group_id: str, generation: int, now: int) -> CoordinatorResult:
         """The rebalance timeout since the join phase ended has passed: members of that
         generation that have not sent SyncGroup are removed and the group rebalances."""
         group = self.groups.get(group_id)
@@ -623,8 +556,8 @@ class ClassicGroupCoordinator:
             or not group.is_in(S.COMPLETING_REBALANCE, S.STABLE)
             or not group.pending_sync
         ):
-            return Result()
-        result = Result()
+            return CoordinatorResult()
+        result = CoordinatorResult()
         late = sorted(group.pending_sync)
         for member_id in late:
             if group.has_member(member_id):
@@ -675,7 +608,7 @@ class ClassicGroupCoordinator:
 
     # --- SyncGroup ----------------------------------------------------------------------------
 
-    def sync_group(self, request: SyncGroup, now: int) -> Result:
+    def sync_group(self, request: SyncGroup, now: int) -> CoordinatorResult:
         group = self.groups.get(request.group_id)
         if group is None:
             return self._sync_error(ErrorCode.unknown_member_id)
@@ -697,11 +630,11 @@ class ClassicGroupCoordinator:
         if not group.pending_sync:
             self.timers.cancel(sync_deadline_key(group.group_id))
         if group.is_in(S.STABLE):
-            return Result(response=self._sync_response(group, member.assignment))
+            return CoordinatorResult(response=self._sync_response(group, member.assignment))
         # CompletingRebalance: park; the leader's assignment completes everyone.
         member.awaiting_sync = True
         self._schedule_heartbeat(group, member, now)
-        result = Result(parked=sync_key(group.group_id, request.member_id))
+        result = CoordinatorResult(parked=sync_key(group.group_id, request.member_id))
         if not group.is_leader(request.member_id):
             return result
         log.info("Assignment received from leader %s for group %s for generation %d; the group "
@@ -710,7 +643,11 @@ class ClassicGroupCoordinator:
         given = dict(request.assignments)
         assignments = {mid: given.get(mid, b"") for mid in group.members}
         value = group.to_metadata_value(assignments)
-        result.records.append(Record(GroupMetadataKey(group.group_id), value))
+        result.records.append(CoordinatorRecord(GroupMetadataKey(group.group_id), value))
+        result.replay = False
+        gid, generation = group.group_id, group.generation
+        result.on_success = lambda t: self._assignment_stored(gid, generation, assignments, t)
+        result.on_failure = lambda error, t: self._assignment_failed(gid, generation, error, t)
         for mid, m in group.members.items():
             if m.awaiting_sync:
                 result.completions.append(
@@ -720,8 +657,8 @@ class ClassicGroupCoordinator:
                 )
         return result
 
-    def _sync_error(self, error: ErrorCode) -> Result:
-        return Result(response=SyncGroupResponse(error=error))
+    def _sync_error(self, error: ErrorCode) -> CoordinatorResult:
+        return CoordinatorResult(response=SyncGroupResponse(error=error))
 
     def _sync_response(self, group: ClassicGroup, assignment: bytes) -> SyncGroupResponse:
         return SyncGroupResponse(
@@ -743,21 +680,22 @@ class ClassicGroupCoordinator:
 
     # --- Heartbeat ----------------------------------------------------------------------------
 
-    def heartbeat(self, request: Heartbeat, now: int) -> Result:
+    def heartbeat(self, request: Heartbeat, now: int) -> CoordinatorResult:
         group = self.groups.get(request.group_id)
         if group is None:
-            return Result(response=HeartbeatResponse(ErrorCode.unknown_member_id))
+            return CoordinatorResult(response=HeartbeatResponse(ErrorCode.unknown_member_id))
         if group.is_in(S.DEAD):
-            return Result(response=HeartbeatResponse(ErrorCode.coordinator_not_available))
+            return CoordinatorResult(
+                response=HeartbeatResponse(ErrorCode.coordinator_not_available))
         error = group.validate_member(request.member_id, request.group_instance_id)
         if error is not ErrorCode.none:
-            return Result(response=HeartbeatResponse(error))
+            return CoordinatorResult(response=HeartbeatResponse(error))
         if request.generation != group.generation:
-            return Result(response=HeartbeatResponse(ErrorCode.illegal_generation))
+            return CoordinatorResult(response=HeartbeatResponse(ErrorCode.illegal_generation))
         self._schedule_heartbeat(group, group.member(request.member_id), now)
         if group.is_in(S.PREPARING_REBALANCE):
-            return Result(response=HeartbeatResponse(ErrorCode.rebalance_in_progress))
-        return Result(response=HeartbeatResponse(ErrorCode.none))
+            return CoordinatorResult(response=HeartbeatResponse(ErrorCode.rebalance_in_progress))
+        return CoordinatorResult(response=HeartbeatResponse(ErrorCode.none))
 
     def commit_heartbeat(self, group_id: str, member_id: str, now: int) -> bool:
         """An offset commit of ``member_id`` was accepted: as in Kafka, it keeps the member's
@@ -786,23 +724,23 @@ class ClassicGroupCoordinator:
     ) -> None:
         gid = group.group_id
 
-        def expired(t: int) -> Result:
+        def expired(t: int) -> CoordinatorResult:
             g = self.groups.get(gid)
             if g is None or member_id not in g.pending_members:
-                return Result()
+                return CoordinatorResult()
             g.pending_members.discard(member_id)
             return self._maybe_complete_join(g, t)
 
         self.timers.schedule(heartbeat_key(gid, member_id), now + timeout_ms, expired)
 
-    def _session_expired(self, group_id: str, member_id: str, now: int) -> Result:
+    def _session_expired(self, group_id: str, member_id: str, now: int) -> CoordinatorResult:
         group = self.groups.get(group_id)
         if group is None or not group.has_member(member_id):
-            return Result()
+            return CoordinatorResult()
         member = group.member(member_id)
         if member.heartbeat_satisfied():
             self._schedule_heartbeat(group, member, now)
-            return Result()
+            return CoordinatorResult()
         log.info("Member %s in group %s has failed (no heartbeat within its session timeout of "
                  "%d ms), removing it from the group", member_id, group_id,
                  member.session_timeout_ms)
@@ -810,8 +748,8 @@ class ClassicGroupCoordinator:
             group, member_id, now, f"removing member {member_id} on heartbeat expiration")
 
     def _remove_member_and_rebalance(self, group: ClassicGroup, member_id: str, now: int,
-                                     reason: str) -> Result:
-        result = Result(completions=self._fence_parked(group, member_id))
+                                     reason: str) -> CoordinatorResult:
+        result = CoordinatorResult(completions=self._fence_parked(group, member_id))
         group.remove(member_id)
         self.timers.cancel(heartbeat_key(group.group_id, member_id))
         if group.is_in(S.STABLE, S.COMPLETING_REBALANCE):
@@ -822,13 +760,14 @@ class ClassicGroupCoordinator:
 
     # --- LeaveGroup ---------------------------------------------------------------------------
 
-    def leave_group(self, request: LeaveGroup, now: int) -> Result:
+    def leave_group(self, request: LeaveGroup, now: int) -> CoordinatorResult:
         group = self.groups.get(request.group_id)
         if group is None:
-            return Result(response=LeaveGroupResponse(ErrorCode.unknown_member_id))
+            return CoordinatorResult(response=LeaveGroupResponse(ErrorCode.unknown_member_id))
         if group.is_in(S.DEAD):
-            return Result(response=LeaveGroupResponse(ErrorCode.coordinator_not_available))
-        result = Result()
+            return CoordinatorResult(
+                response=LeaveGroupResponse(ErrorCode.coordinator_not_available))
+        result = CoordinatorResult()
         answers = []
         for leaving in request.members:
             mid, iid = leaving.member_id, leaving.group_instance_id
@@ -861,56 +800,49 @@ class ClassicGroupCoordinator:
         result.response = LeaveGroupResponse(ErrorCode.none, tuple(answers))
         return result
 
-    # --- append failures ----------------------------------------------------------------------
+    # --- the outcome of a write ---------------------------------------------------------------
 
-    def append_failed(self, result: Result, error: ErrorCode, now: int) -> Result:
-        """The append of ``result.records`` failed with ``error`` (the append's error, or the
-        answer already derived from it: Kafka's mapping is applied, and leaves such an answer
-        as it is); nothing of them was replayed. For each group they are about: parked SyncGroup
-        replies of the generation whose assignment was being stored get that answer and the
-        group rebalances again; a restarted static member's replacement is undone and its
-        JoinGroup gets that answer. A failed write of an Empty group's metadata changes
-        nothing. Returns completions for the parked replies (the runtime may already have
-        failed some of them itself) and any records the rebalance writes."""
-        response_error = append_error_to_response_error(error)
-        values: dict[str, list[GroupMetadataValue]] = {}
-        for record in result.records:
-            if (
-                type(record) is Record  # not an offsets' CommitRun
-                and isinstance(record.key, GroupMetadataKey)
-                and isinstance(record.value, GroupMetadataValue)
-            ):
-                values.setdefault(record.key.group, []).append(record.value)
-        after = Result()
-        for group_id, written in values.items():
-            after.merge(self._group_append_failed(group_id, written, response_error, now))
-        return after
-
-    def _group_append_failed(
-        self, group_id: str, written: list[GroupMetadataValue], error: ErrorCode, now: int
-    ) -> Result:
-        replacement = self._replacements.pop(group_id, None)
+    def _assignment_stored(self, group_id: str, generation: int, assignments: dict[str, bytes],
+                           now: int) -> None:
+        """The leader's assignment of ``generation`` is stored: the group is Stable with it."""
         group = self.groups.get(group_id)
-        result = Result()
-        if group is None or group.is_in(S.DEAD):
+        if group is None or group.generation != generation or not group.is_in(
+                S.COMPLETING_REBALANCE):
+            return
+        for member in group.members.values():
+            member.assignment = assignments.get(member.member_id, b"")
+            member.awaiting_sync = False
+        group.transition_to(S.STABLE, now)
+
+    def _assignment_failed(self, group_id: str, generation: int, error: ErrorCode,
+                           now: int) -> CoordinatorResult:
+        """The leader's assignment of ``generation`` could not be stored (``error`` is the
+        client's answer): parked SyncGroup replies get it and the group rebalances again."""
+        group = self.groups.get(group_id)
+        result = CoordinatorResult()
+        if group is None or group.generation != generation or not group.is_in(
+                S.COMPLETING_REBALANCE):
             return result
+        for member in group.members.values():
+            member.assignment = b""
+        result.completions += self._fail_parked_syncs(group, error)
+        reason = (f"the assignment of generation {group.generation} could not be written "
+                  f"({error.name})")
+        return result.merge(self._prepare_rebalance_or_complete_join(group, now, reason))
+
+    def _replacement_failed(self, group_id: str, r: _StaticReplacement, error: ErrorCode,
+                            now: int) -> CoordinatorResult:
+        """A restarted static member's new id could not be stored: the old one is put back
+        (while nothing else changed the group meanwhile) and the JoinGroup gets ``error``."""
+        group = self.groups.get(group_id)
+        result = CoordinatorResult()
         if (
-            replacement is not None
+            group is not None
             and group.is_in(S.STABLE)
-            and group.static_member_id(replacement.group_instance_id)
-            == replacement.new_member_id
-            and not group.has_member(replacement.old_member_id)
+            and group.static_member_id(r.group_instance_id) == r.new_member_id
+            and not group.has_member(r.old_member_id)
         ):
-            result.completions.append(self._undo_replacement(group, replacement, error, now))
-        if group.is_in(S.COMPLETING_REBALANCE) and any(
-            v.generation == group.generation for v in written
-        ):
-            for member in group.members.values():
-                member.assignment = b""
-            result.completions += self._fail_parked_syncs(group, error)
-            reason = (f"the assignment of generation {group.generation} could not be written "
-                      f"({error.name})")
-            result.merge(self._prepare_rebalance_or_complete_join(group, now, reason))
+            result.completions.append(self._undo_replacement(group, r, error, now))
         return result
 
     def _undo_replacement(

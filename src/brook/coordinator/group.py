@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from brook.coordinator.records import GroupMetadataValue, MemberMetadata
+from brook.coordinator.schemas import GroupMetadataValue, MemberMetadata
 
 
 class IllegalStateTransition(Exception):

@@ -2,8 +2,8 @@
 
 ``OffsetsManager`` answers OffsetCommit, OffsetFetch, OffsetDelete and DeleteGroups (the offsets
 part), and finds expired offsets (KIP-211). Handlers never change state; they return the records
-to append (``Record``: ``OffsetCommitKey`` with an ``OffsetCommitValue``, or None for a
-tombstone) and the answer. The runtime appends the records as one batch, then replays them;
+to append (``CoordinatorRecord``: ``OffsetCommitKey`` with an ``OffsetCommitValue``, or None
+for a tombstone) and the answer. The runtime appends the records as one batch, then replays them;
 loading a partition replays its records through the same functions. Offset commits without
 metadata or expire timestamp, nearly all of them, are written and replayed as ``CommitRun``s
 (one group and topic, a row of numbers per partition), the shape the loader reads them back in:
@@ -27,15 +27,11 @@ from kio.schema.consumer_protocol_subscription.v0 import ConsumerProtocolSubscri
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from brook.coordinator.classic import Record, Result
-from brook.coordinator.group import ClassicGroup, GroupState
-from brook.coordinator.offsets_cache import OffsetsCache
-from brook.coordinator.records import (
-    CommitRun,
-    GroupMetadataKey,
-    OffsetCommitKey,
-    OffsetCommitValue,
-)
+from .group import ClassicGroup, GroupState
+from .expiry import CONSUMER_PROTOCOL_TYPE, expiry_base
+from .offsets_cache import OffsetsCache
+from .result import CommitRun, CoordinatorRecord, CoordinatorResult
+from .schemas import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
 
 __all__ = [
     "CommitPartition",
@@ -54,9 +50,6 @@ __all__ = [
 
 S = GroupState
 
-#: The protocol type of groups of Kafka consumers, whose member metadata is a
-#: ConsumerProtocolSubscription.
-CONSUMER_PROTOCOL_TYPE = "consumer"
 
 #: OffsetCommit's "use the broker's retention" and "use the time of the commit" sentinels.
 DEFAULT_RETENTION_TIME = -1
@@ -123,8 +116,8 @@ class OffsetCommit(NamedTuple):
 class CommitResult(NamedTuple):
     #: The records of the accepted partitions, in request order, to be appended as one batch:
     #: a ``CommitRun`` for each run of consecutive partitions of a topic committed without
-    #: metadata or expire timestamp, a ``Record`` for any other.
-    records: list[Record | CommitRun]
+    #: metadata or expire timestamp, a ``CoordinatorRecord`` for any other.
+    records: list[CoordinatorRecord | CommitRun]
     #: (topic, partition, error) for every partition of the request, in request order.
     errors: list[tuple[str, int, ErrorCode]]
 
@@ -140,14 +133,14 @@ class FetchedOffset(NamedTuple):
 class DeleteOffsetsResult(NamedTuple):
     #: The group-level error; when not NONE there are no records and no partition errors.
     error: ErrorCode
-    records: list[Record]
+    records: list[CoordinatorRecord]
     #: (topic, partition, error) for every partition of the request, in request order.
     errors: list[tuple[str, int, ErrorCode]]
 
 
 class ExpireResult(NamedTuple):
     #: Tombstones for the expired offsets.
-    records: list[Record]
+    records: list[CoordinatorRecord]
     #: Empty groups with no offsets left once these records are applied: the caller writes
     #: their metadata tombstones (the groups become Dead).
     dead_groups: list[str]
@@ -203,6 +196,10 @@ def is_subscribed_to_topic(group: ClassicGroup | None, topic: str) -> bool:
     if topics is None:
         return group.protocol_type == CONSUMER_PROTOCOL_TYPE
     return topic in topics
+
+
+def _tombstone(group_id: str, topic: str, partition: int) -> CoordinatorRecord:
+    return CoordinatorRecord(OffsetCommitKey(group_id, topic, partition), None)
 
 
 def _java_length(s: str) -> int:
@@ -325,7 +322,7 @@ class OffsetsManager:
         )
         max_metadata = self.config.offset_metadata_max_bytes
         group_id = request.group_id
-        records: list[Record | CommitRun] = []
+        records: list[CoordinatorRecord | CommitRun] = []
         errors: list[tuple[str, int, ErrorCode]] = []
         for name, partitions in request.topics:
             rows: list[tuple[int, int, int, int]] | None = None  # the topic's current run
@@ -340,7 +337,7 @@ class OffsetsManager:
                     commit_ts = now
                 if metadata or expire != -1:
                     records.append(
-                        Record(
+                        CoordinatorRecord(
                             OffsetCommitKey(group_id, name, partition),
                             OffsetCommitValue(offset, leader_epoch, metadata, commit_ts, expire),
                         )
@@ -392,10 +389,10 @@ class OffsetsManager:
 
     # --- DeleteGroups and OffsetDelete -----------------------------------------------------
 
-    def delete_group(self, group_id: str) -> list[Record]:
+    def delete_group(self, group_id: str) -> list[CoordinatorRecord]:
         """Tombstones for every offset of the group (the caller adds the metadata tombstone)."""
         return [
-            Record(OffsetCommitKey(group_id, topic, partition), None)
+            _tombstone(group_id, topic, partition)
             for topic, partition, _ in self.cache.group_offsets(group_id)
         ]
 
@@ -419,7 +416,7 @@ class OffsetsManager:
             return DeleteOffsetsResult(ErrorCode.non_empty_group, [], [])
         subscribed = None if group is None else subscribed_topics(group)
         consumer = group is not None and group.protocol_type == CONSUMER_PROTOCOL_TYPE
-        records: list[Record] = []
+        records: list[CoordinatorRecord] = []
         errors: list[tuple[str, int, ErrorCode]] = []
         for topic, partitions in topics:
             is_subscribed = consumer if subscribed is None else topic in subscribed
@@ -429,20 +426,20 @@ class OffsetsManager:
                     continue
                 errors.append((topic, partition, ErrorCode.none))
                 if self.cache.get(group_id, topic, partition) is not None:
-                    records.append(Record(OffsetCommitKey(group_id, topic, partition), None))
+                    records.append(_tombstone(group_id, topic, partition))
         return DeleteOffsetsResult(ErrorCode.none, records, errors)
 
-    def delete_topics(self, topics: Collection[str]) -> list[Record]:
+    def delete_topics(self, topics: Collection[str]) -> list[CoordinatorRecord]:
         """Tombstones for every group's committed offsets of these topics, which were deleted:
         Kafka removes them with the topic, so that a topic created again under the same name
         does not start its groups at the old topic's offsets. (An Empty group left without
         offsets is then removed by the next expiry check, as one whose offsets expired.)"""
         cache = self.cache
-        records: list[Record] = []
+        records: list[CoordinatorRecord] = []
         for group_id in cache.groups():
             for topic in cache.topics(group_id):
                 if topic in topics:
-                    records += [Record(OffsetCommitKey(group_id, topic, partition), None)
+                    records += [_tombstone(group_id, topic, partition)
                                 for partition, _ in cache.topic_offsets(group_id, topic)]
         return records
 
@@ -450,42 +447,29 @@ class OffsetsManager:
 
     def expire(self, now: int, groups: Mapping[str, ClassicGroup]) -> ExpireResult:
         """Tombstones for the offsets expired at ``now``, and the Empty groups left without
-        offsets. ``groups`` are the classic groups of the partition (by id).
-
-        An offset with an explicit expire timestamp (OffsetCommit v1-v4 retention) expires at it.
-        Otherwise it expires ``offsets.retention.minutes`` after a base time: for an Empty group
-        with a protocol type, when the group became Empty; for offsets without a group, or of a
-        group without a protocol type (simple consumers), their commit timestamp; for a Stable
-        consumer group whose subscriptions are known, the commit timestamp, and only for topics
-        no member subscribes to. Offsets of other groups (rebalancing, or of another protocol
-        type with members) do not expire."""
+        offsets. ``groups`` are the classic groups of the partition (by id). Which offsets
+        expire, and from when, is ``brook.coordinator.expiry``'s rule (KIP-211)."""
         retention = self.config.offsets_retention_ms
         cache = self.cache
-        records: list[Record] = []
+        records: list[CoordinatorRecord] = []
         dead: list[str] = []
         for group_id in [*cache.groups(), *(g for g in groups if not cache.has_group(g))]:
             group = groups.get(group_id)
-            if group is not None and group.is_in(S.DEAD):
-                continue
-            base: int | None = None  # None: from each offset's commit timestamp
-            subscribed: frozenset[str] | None = None
-            if group is None or group.protocol_type is None:
-                pass
-            elif group.is_in(S.EMPTY):
-                base = group.state_timestamp
-            elif group.protocol_type == CONSUMER_PROTOCOL_TYPE and group.is_in(S.STABLE):
-                subscribed = subscribed_topics(group)
-                if subscribed is None:
-                    continue  # not known: nothing expires
+            if group is None:
+                state, protocol_type, state_ts, subscribed = None, None, -1, None
             else:
-                continue
+                state, protocol_type = str(group.state), group.protocol_type
+                state_ts = group.state_timestamp
+                subscribed = (subscribed_topics(group) if group.is_in(S.STABLE)
+                              and protocol_type == CONSUMER_PROTOCOL_TYPE else None)
             all_expired = True
             for topic in cache.topics(group_id):
-                if subscribed is not None and topic in subscribed:
+                base = expiry_base(state, protocol_type, state_ts, subscribed, topic)
+                if base is None:
                     all_expired = False
                     continue
                 expired, every = cache.expired(group_id, topic, now, base, retention)
-                records += [Record(OffsetCommitKey(group_id, topic, p), None) for p in expired]
+                records += [_tombstone(group_id, topic, p) for p in expired]
                 if not every:
                     all_expired = False
             if all_expired and group is not None and group.is_in(S.EMPTY):
@@ -499,18 +483,18 @@ class OffsetsManager:
         schedules the first check one ``offsets.retention.check.interval.ms`` later)."""
         return 0 if self._next_expiry is None else self._next_expiry
 
-    def poll(self, now: int) -> Result:
+    def poll(self, now: int) -> CoordinatorResult:
         """Every ``offsets.retention.check.interval.ms``: tombstones for the expired offsets and
         for the metadata of the Empty groups they leave without offsets (which become Dead when
         the classic coordinator replays their tombstones)."""
         interval = self.config.offsets_retention_check_interval_ms
         if self._next_expiry is None:
             self._next_expiry = now + interval
-            return Result()
+            return CoordinatorResult()
         if now < self._next_expiry:
-            return Result()
+            return CoordinatorResult()
         self._next_expiry = now + interval
         expired = self.expire(now, self.groups)
         records = expired.records
-        records += [Record(GroupMetadataKey(g), None) for g in expired.dead_groups]
-        return Result(records=records)
+        records += [CoordinatorRecord(GroupMetadataKey(g), None) for g in expired.dead_groups]
+        return CoordinatorResult(records=records)

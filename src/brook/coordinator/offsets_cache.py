@@ -25,7 +25,8 @@ import struct
 import sys
 from collections.abc import Iterable, Iterator
 
-from brook.coordinator.records import OffsetCommitValue
+from brook.coordinator.expiry import offset_expires_at
+from brook.coordinator.schemas import OffsetCommitValue
 
 __all__ = ["OffsetsCache"]
 
@@ -192,41 +193,29 @@ class TopicOffsets:
     def partitions(self) -> list[int]:
         return [partition for partition, _ in self.items()]
 
-    def expired(self, now: int, base: int | None, retention: int) -> tuple[list[int], bool]:
-        """The partitions whose offsets have expired at ``now``, and whether that is all of them.
-
-        An explicit expire timestamp decides alone; otherwise an offset expires ``retention``
-        after ``base``, or after its commit timestamp when ``base`` is None. (The expiry scan
-        reads the rows directly: building a value per offset would cost seconds a million.)"""
+    def expired(self, now: int, base: int, retention: int) -> tuple[list[int], bool]:
+        """The partitions whose offsets have expired at ``now``, and whether that is all of them,
+        by ``expiry.offset_expires_at`` with ``base`` (a timestamp, or ``COMMIT_TIMESTAMP``).
+        (The expiry scan reads the rows directly: building a value per offset would cost
+        seconds a million.)"""
         expired: list[int] = []
         kept = False
         extras = self.extras
-        base_expired = base is not None and now - base >= retention
+        expires_at = offset_expires_at
         partition = -1
         for flags, _offset, _epoch, commit in _ROW.iter_unpack(self.rows):
             partition += 1
             if not flags:
                 continue
-            if flags & _EXTRAS:
-                expire = extras[partition][1]  # type: ignore[index]
-                if expire != -1:
-                    if now >= expire:
-                        expired.append(partition)
-                    else:
-                        kept = True
-                    continue
-            if base_expired if base is not None else now - commit >= retention:
+            expire = extras[partition][1] if flags & _EXTRAS else -1  # type: ignore[index]
+            if now >= expires_at(base, commit, expire, retention):
                 expired.append(partition)
             else:
                 kept = True
         if self.sparse:
             for partition, value in sorted(self.sparse.items(), key=lambda item: item[0]):
-                if value.expire_timestamp != -1:
-                    gone = now >= value.expire_timestamp
-                else:
-                    since = value.commit_timestamp if base is None else base
-                    gone = now - since >= retention
-                if gone:
+                if now >= expires_at(base, value.commit_timestamp, value.expire_timestamp,
+                                     retention):
                     expired.append(partition)
                 else:
                     kept = True
@@ -325,7 +314,7 @@ class OffsetsCache:
         return iter(()) if offsets is None else offsets.items()
 
     def expired(
-        self, group: str, topic: str, now: int, base: int | None, retention: int
+        self, group: str, topic: str, now: int, base: int, retention: int
     ) -> tuple[list[int], bool]:
         """``TopicOffsets.expired`` for the group's offsets of one topic."""
         offsets = self._groups.get(group, {}).get(topic)

@@ -7,7 +7,7 @@ may be there too), for instance
 ``spark.read.format("brook").option("subscribe", "__consumer_offsets").load()``.
 
 Records are decoded on the executors, a pyarrow batch at a time, by the broker's own decoder
-(``brook.coordinator.records``), so this module reads exactly what the coordinator reads.
+(``brook.coordinator.schemas``), so this module reads exactly what the coordinator reads.
 The compacted view and its expiry follow ``brook.coordinator.offsets`` (Kafka's rules,
 KIP-211), recomputed in Spark so that they scale with the topic. The group state they use is
 the state stored in the log (a group with members is Stable, one without is Empty), which is
@@ -38,9 +38,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from brook.coordinator.expiry import expires_at
 from brook.coordinator.group import ClassicGroup
-from brook.coordinator.offsets import CONSUMER_PROTOCOL_TYPE, OffsetsConfig, subscribed_topics
-from brook.coordinator.records import (
+from brook.coordinator.offsets import OffsetsConfig, subscribed_topics
+from brook.coordinator.schemas import (
     CorruptOffsetsRecordError,
     GroupMetadataKey,
     GroupMetadataValue,
@@ -398,31 +399,32 @@ def _with_stored_groups(latest: DataFrame) -> DataFrame:
     return commits.select("group_id", "topic", "partition", *_COMMIT_COLUMNS, "group.*")
 
 
+def _expiry_arrays(state: pa.Array, protocol_type: pa.Array, state_timestamp: pa.Array,
+                   subscribed: pa.Array, topic: pa.Array, commit_timestamp: pa.Array,
+                   expire_timestamp: pa.Array, retention_ms: pa.Array) -> pa.Array:
+    """``expiry.expires_at`` of every row (the body of the Arrow UDF): the coordinator's rule
+    itself, not a copy of it."""
+    columns = (state, protocol_type, state_timestamp, subscribed, topic, commit_timestamp,
+               expire_timestamp, retention_ms)
+    return pa.array([
+        expires_at(s, p, -1 if ts is None else ts, subs, t, c, e, r)
+        for s, p, ts, subs, t, c, e, r in zip(*(c.to_pylist() for c in columns))
+    ], type=pa.int64())
+
+
+_expires_at_udf = arrow_udf(_expiry_arrays, LongType())
+
+
 def _expires_at(retention_ms: int) -> Column:
-    """When an offset of the view expires, as ``OffsetsManager.expire`` decides."""
-    has_protocol = F.col("group_state").isNotNull() & (F.col("protocol_type") != "")
-    stable = has_protocol & (F.col("group_state") == STABLE)
-    subscribed = F.col("subscribed_topics")
-    kept = stable & (
-        (F.col("protocol_type") != CONSUMER_PROTOCOL_TYPE)
-        | subscribed.isNull()
-        | F.array_contains(subscribed, F.col("topic"))
-    )
-    empty = has_protocol & (F.col("group_state") == EMPTY)
-    state_ts = F.col("state_timestamp")
-    return (
-        # Rebalancing groups do not exist in the log; Stable groups keep what they consume,
-        # and everything when their subscriptions are not known.
-        F.when(kept, F.lit(None).cast(LongType()))
-        .when(F.col("expire_timestamp") != -1, F.col("expire_timestamp"))
-        # An Empty group's offsets count from when it became Empty. A value without that
-        # time (version 0 or 1) counts from the load, which the log does not record.
-        .when(empty & (state_ts == -1), F.lit(None).cast(LongType()))
-        .when(empty, state_ts + F.lit(retention_ms))
-        # Offsets without a group, of a group without a protocol type (simple consumers) or of
-        # topics a Stable consumer group does not subscribe to: from their commit.
-        .otherwise(F.col("commit_timestamp") + F.lit(retention_ms))
-    )
+    """When an offset of the view expires, by the coordinator's rule (``expiry.expires_at``)
+    applied to its group as stored. The log has no rebalancing groups (a stored group with
+    members is Stable, one without is Empty), and an Empty group stored without the time it
+    became Empty (metadata versions 0 and 1) keeps its offsets: the coordinator counts from
+    when it loaded them, which the log does not record."""
+    return _expires_at_udf(
+        F.col("group_state"), F.col("protocol_type"), F.col("state_timestamp"),
+        F.col("subscribed_topics"), F.col("topic"), F.col("commit_timestamp"),
+        F.col("expire_timestamp"), F.lit(retention_ms).cast(LongType()))
 
 
 def compacted_offsets(

@@ -1,16 +1,16 @@
 """Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups and
 ListGroups. Each maps kio's entities to the classic coordinator's requests, runs them on the
-group's shard of the runtime (broker.groups) and maps the answer back."""
+group's shard (``brook.coordinator.shard``) through the coordinator runtime
+(``broker.coordinator``) and maps the answer back."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
 from ...coordinator import classic
-from ...coordinator.group import GroupState
+from ...coordinator.runtime import CoordinatorError, CoordinatorNotAvailable
 from ...protocol.group_responses import heartbeat_response
 from ...protocol.messages import make, response_class, response_module
-from ..group_runtime import CoordinatorError, CoordinatorNotAvailable
 from . import Api, RawResponse
 from .common import INT32_MIN, NO_THROTTLE, message, ms
 
@@ -33,11 +33,16 @@ def client_host(connection) -> str:
     return "/" + host.strip("[]")
 
 
-async def run_group_op(broker, group_id: str, op):
-    """Run ``op`` on the group's shard, creating __consumer_offsets first if needed."""
-    if broker.groups is None or not broker.ensure_offsets_topic():
+def _runtime(broker):
+    """The coordinator runtime, creating __consumer_offsets first if needed."""
+    if broker.coordinator is None or not broker.ensure_offsets_topic():
         raise CoordinatorNotAvailable("the offsets topic is not available")
-    return await broker.groups.run(group_id, op)
+    return broker.coordinator
+
+
+async def run_group_op(broker, group_id: str, op):
+    """Run ``op`` on the group's shard."""
+    return await _runtime(broker).run(group_id, op)
 
 
 # --- FindCoordinator ------------------------------------------------------------------------
@@ -51,7 +56,7 @@ def _coordinator(broker, connection, key: str, key_type: int) -> tuple[ErrorCode
                 "transactions are not supported by this broker")
     if key_type != GROUP_KEY_TYPE:
         return ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}"
-    if broker.groups is None or not broker.ensure_offsets_topic():
+    if broker.coordinator is None or not broker.ensure_offsets_topic():
         return ErrorCode.coordinator_not_available, "the offsets topic is not available"
     return ErrorCode.none, None
 
@@ -104,7 +109,7 @@ async def handle_join_group(broker, request, connection):
     else:
         try:
             resp = await run_group_op(broker, body.group_id,
-                                      lambda shard, now: shard.core.join_group(req, now))
+                                      lambda shard, now: shard.join_group(req, now))
         except CoordinatorError as exc:
             resp = classic.JoinGroupResponse(error=exc.code, member_id=body.member_id)
     mod = response_module(JOIN_GROUP, version)
@@ -137,7 +142,7 @@ async def handle_sync_group(broker, request, connection):
     else:
         try:
             resp = await run_group_op(broker, body.group_id,
-                                      lambda shard, now: shard.core.sync_group(req, now))
+                                      lambda shard, now: shard.sync_group(req, now))
         except CoordinatorError as exc:
             resp = classic.SyncGroupResponse(error=exc.code)
     return make(response_class(SYNC_GROUP, version), throttle_time=NO_THROTTLE,
@@ -158,7 +163,7 @@ async def handle_heartbeat(broker, request, connection):
     else:
         try:
             resp = await run_group_op(broker, body.group_id,
-                                      lambda shard, now: shard.core.heartbeat(req, now))
+                                      lambda shard, now: shard.heartbeat(req, now))
             code = resp.error
         except CoordinatorError as exc:
             code = exc.code
@@ -183,7 +188,7 @@ async def handle_leave_group(broker, request, connection):
     else:
         try:
             resp = await run_group_op(broker, body.group_id,
-                                      lambda shard, now: shard.core.leave_group(req, now))
+                                      lambda shard, now: shard.leave_group(req, now))
         except CoordinatorError as exc:
             resp = classic.LeaveGroupResponse(exc.code)
     cls = response_class(LEAVE_GROUP, version)
@@ -201,28 +206,18 @@ async def handle_leave_group(broker, request, connection):
 # --- DescribeGroups -------------------------------------------------------------------------
 
 
-def _describe(group, mod, include_ops: bool):
-    """Kafka's group summary: members' metadata and assignments, and the protocol, only when
-    the group is Stable; an unknown group is Dead."""
-    if group is None:
-        return dict(group_state=str(GroupState.DEAD), protocol_type="", protocol_data="",
-                    members=())
-    stable = group.is_in(GroupState.STABLE)
-    members = []
-    for m in group.members.values():
-        members.append(make(
-            mod.DescribedGroupMember, member_id=m.member_id, group_instance_id=m.group_instance_id,
-            client_id=m.client_id, client_host=m.client_host,
-            member_metadata=m.metadata(group.protocol) if stable and group.protocol else b"",
-            member_assignment=m.assignment if stable else b""))
-    return dict(group_state=str(group.state), protocol_type=group.protocol_type or "",
-                protocol_data=(group.protocol or "") if stable else "", members=tuple(members))
+def _described(d, mod):
+    members = tuple(make(mod.DescribedGroupMember, member_id=m.member_id,
+                         group_instance_id=m.group_instance_id, client_id=m.client_id,
+                         client_host=m.client_host, member_metadata=m.metadata,
+                         member_assignment=m.assignment) for m in d.members)
+    return dict(group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol,
+                members=members)
 
 
 async def handle_describe_groups(broker, request, connection):
     body, version = request.body, request.api_version
     mod = response_module(DESCRIBE_GROUPS, version)
-    include_ops = getattr(body, "include_authorized_operations", False)
     out = []
     for group_id in body.groups:
         code, summary = ErrorCode.none, None
@@ -230,11 +225,11 @@ async def handle_describe_groups(broker, request, connection):
             code = ErrorCode.invalid_group_id
         else:
             try:
-                if broker.groups is None:
+                if broker.coordinator is None:
                     raise CoordinatorNotAvailable()
-                shard = broker.groups.shard_for(group_id)
-                summary = await broker.groups.read(
-                    shard, lambda s, now: _describe(s.core.groups.get(group_id), mod, include_ops))
+                described = await broker.coordinator.read(
+                    group_id, lambda shard, now: shard.describe_group(group_id))
+                summary = _described(described, mod)
             except CoordinatorError as exc:
                 code = exc.code
         if summary is None:
@@ -255,22 +250,18 @@ async def handle_list_groups(broker, request, connection):
     types = {t.lower() for t in getattr(body, "types_filter", ())}
     code = ErrorCode.none
     groups = []
-    runtime = broker.groups
+    runtime = broker.coordinator
     if types and "classic" not in types:
         pass
     elif runtime is None or not runtime.started:
         code = ErrorCode.coordinator_not_available
     else:
-        for shard in runtime.shards:
-            if shard.state.value == "loading":
-                code = ErrorCode.coordinator_load_in_progress
-                continue
-            for g in list(shard.core.groups.values()):
-                if states and str(g.state).lower() not in states:
-                    continue
-                groups.append(make(mod.ListedGroup, group_id=g.group_id,
-                                   protocol_type=g.protocol_type or "", group_state=str(g.state),
-                                   group_type="classic"))
+        listed, loading = await runtime.read_all(lambda shard, now: shard.list_groups(states))
+        if loading:
+            code = ErrorCode.coordinator_load_in_progress
+        groups = [make(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
+                       group_state=g.state, group_type="classic")
+                  for shard_groups in listed for g in shard_groups]
     return make(response_class(LIST_GROUPS, version), throttle_time=NO_THROTTLE, error_code=code,
                 groups=tuple(groups))
 

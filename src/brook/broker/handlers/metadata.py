@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from ..errors import error_code_for
-from ..group_runtime import OFFSETS_TOPIC
+from ...coordinator.runtime import OFFSETS_TOPIC
 from ..metadata import MetadataError
 from . import Api
 from .common import INT32_MIN, NO_THROTTLE, InvalidRequest

@@ -150,19 +150,17 @@ def _group_figures(broker):
     states = dict.fromkeys((s.value for s in GroupState), 0)
     rebalances = offsets = cache_bytes = 0
     loads = []
-    runtime = broker.groups
-    for shard in list(runtime.shards) if runtime is not None else []:
-        core = shard.core
-        for group in list(core.groups.values()):  # simple consumers' groups too (Empty)
+    runtime = broker.coordinator
+    for ctx in list(runtime.contexts.values()) if runtime is not None else []:
+        shard = ctx.shard
+        for group in list(shard.groups.values()):  # simple consumers' groups too (Empty)
             states[group.state.value] += 1
-        rebalances += core.rebalances
-        manager = shard.offsets
-        if manager is not None:
-            offsets += manager.cached_offsets
-            cache_bytes += _cache_bytes(manager)
-        load_time_ms = shard.load_time_ms
+        rebalances += shard.classic.rebalances
+        offsets += shard.offsets.cached_offsets
+        cache_bytes += _cache_bytes(shard.offsets)
+        load_time_ms = ctx.load_time_ms
         if load_time_ms is not None:
-            loads.append((shard.index, load_time_ms / 1000, shard.records_loaded))
+            loads.append((ctx.partition, load_time_ms / 1000, ctx.records_loaded))
         yield
     return states, rebalances, offsets, cache_bytes, loads
 

@@ -155,14 +155,12 @@ class StateFamilies:
         chunks: list[bytes] = []
         add = lines.append
         partitions = self.broker.partitions
-        runtime = self.broker.groups
+        runtime = self.broker.coordinator
         low, high, go = _EXACT_MIN, _EXACT_MAX, floatToGoString
         lag_name = written[LAG_FAMILY[0]]
-        for shard in list(runtime.shards) if runtime is not None else []:
-            manager = shard.offsets
-            if manager is None:
-                continue
-            cache = manager.cache
+        for ctx in list(runtime.contexts.values()) if runtime is not None else []:
+            shard = ctx.shard
+            cache = shard.offsets.cache
             for group in cache.groups():  # a step each: a group's offsets from one instant
                 head = f'{lag_name}{{group="{_label(group)}",partition="'
                 for topic in cache.topics(group):
@@ -179,8 +177,8 @@ class StateFamilies:
                     chunks.append("".join(lines).encode())
                     lines.clear()
                 yield
-                if shard.offsets is not manager:  # the partition was unloaded meanwhile
-                    break
+                if runtime.contexts.get(ctx.partition) is not ctx or ctx.shard is not shard:
+                    break  # unloaded meanwhile
         chunks.append("".join(lines).encode())
         return {LAG_FAMILY[0]: chunks}
 

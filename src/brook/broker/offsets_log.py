@@ -1,0 +1,75 @@
+"""The broker's side of the group coordinator: its ``__consumer_offsets`` partitions as the
+runtime's ``OffsetsWriter`` (``brook.coordinator.runtime``).
+
+Appends are written with the coordinator origin (clients never write the offsets topic) and a
+failure is reported as the Kafka error of the exception the partition raised. Reading gives the
+partition's batches as stored, in buffers of whole batches for the loader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kio.schema.errors import ErrorCode
+
+from ..coordinator.batch_writer import encode_records
+from ..coordinator.runtime import OFFSETS_TOPIC, AppendError
+from ..records.batch import HEADER_SIZE, HEADER_STRUCT, LOG_OVERHEAD
+from ..storage.producer_state import AppendOrigin
+from .errors import error_code_for
+
+#: Bytes of record batches read (and replayed) between two yields to the event loop while
+#: loading: about 12,000 offset commits, some 10 ms.
+LOAD_BUFFER_SIZE = 1024 * 1024
+
+_read_header = HEADER_STRUCT.unpack_from
+
+
+class PartitionOffsetsLog:
+    """The broker's ``__consumer_offsets`` partitions, written with the coordinator origin."""
+
+    def __init__(self, broker) -> None:
+        self.broker = broker
+
+    def append(self, partition: int, epoch: int, records: list, now: int) -> int:
+        p = self.broker.partition(OFFSETS_TOPIC, partition)
+        if p is None:
+            raise AppendError(ErrorCode.unknown_topic_or_partition,
+                              f"{OFFSETS_TOPIC}-{partition} does not exist")
+        try:
+            p.append(encode_records(records, now), origin=AppendOrigin.COORDINATOR)
+        except Exception as exc:
+            raise AppendError(error_code_for(exc), str(exc)) from exc
+        return p.log_end_offset
+
+    def read(self, partition: int) -> Iterator[bytes]:
+        p = self.broker.partition(OFFSETS_TOPIC, partition)
+        if p is not None:
+            yield from read_batches(p.log)
+
+
+def read_batches(lg) -> Iterator[bytes]:
+    """The record batches of a ``storage.Log`` from its start to its end, as stored: buffers of
+    whole batches of about ``LOAD_BUFFER_SIZE`` bytes."""
+    offset, end = lg.log_start_offset, lg.log_end_offset
+    while offset < end:
+        data = lg.read(offset, LOAD_BUFFER_SIZE, max_offset=end).read()
+        whole, next_offset = _whole_batches(data)
+        if not whole:
+            break
+        yield data[:whole] if whole < len(data) else data
+        offset = next_offset
+
+
+def _whole_batches(data: bytes) -> tuple[int, int]:
+    """(bytes of the whole batches at the start of ``data``, the offset after the last)."""
+    pos = 0
+    next_offset = -1
+    while pos + HEADER_SIZE <= len(data):
+        header = _read_header(data, pos)
+        size = header[1] + LOG_OVERHEAD
+        if pos + size > len(data):
+            break
+        next_offset = header[0] + header[6] + 1  # base offset + last offset delta + 1
+        pos += size
+    return pos, next_offset

@@ -1,0 +1,311 @@
+"""Decoding whole record batches of ``__consumer_offsets``: the loader's path.
+
+A partition of __consumer_offsets is mostly offset commits, written a request at a time: one
+batch holds one group's commits, topic after topic, each record with the key of version 1, the
+value of version 3 without metadata, and the batch's timestamp. Within a topic those records
+have the same length and the same bytes except for the record's offset delta, the partition,
+the offset, the leader epoch and the commit timestamp. ``RecordsDecoder`` finds such runs and
+reads the four numbers of every record with one precompiled ``struct`` format, without
+building a key, a value or a record object; any other record is decoded on its own with
+``decode_key`` and ``decode_value``. Both give the same answer for the same bytes.
+
+A run is checked in three steps, all of them over whole byte strings: the first record is
+framed and decoded as any record is; every later record must have the same bytes as its
+predecessor outside the varying fields (the two records' bytes are XORed as big integers and
+masked); and every offset delta must be a varint of the same length as the first one's.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from ..records.batch import decode_records
+from ..records.errors import RecordsError
+from ..records.varint import decode_varint
+from .result import CommitRun
+from .schemas import (
+    CorruptOffsetsRecordError,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    UnknownKey,
+    _bytes_of,
+    _Corrupt,
+    decode_key,
+    decode_value,
+)
+
+__all__ = ["DecodedRecord", "RecordsDecoder"]
+
+
+class DecodedRecord(NamedTuple):
+    """A record decoded on its own, ``index`` its position in the batch. For an ``UnknownKey``
+    the value is not read (it is None)."""
+
+    index: int
+    key: OffsetCommitKey | GroupMetadataKey | UnknownKey
+    value: OffsetCommitValue | GroupMetadataValue | None
+
+
+#: The value of a run record: version 3, offset, leader epoch, empty metadata, commit time.
+_RUN_VALUE_SIZE = 24
+# A varint's last byte is below 0x80, the others are not: _HIGH maps the others to ASCII.
+_HIGH = bytes((b ^ 0x80) for b in range(256))
+
+
+class _Shape(NamedTuple):
+    """The layout of the records of a run (all of them the first one's size)."""
+
+    lengths: tuple[int, int, int]  # offset delta position, key position, key size
+    stride: int
+    delta_at: int
+    delta_size: int
+    rows: struct.Struct  # the four numbers of a record
+    mask: bytes  # 0xff over the bytes every record of a run shares with the others
+
+
+class RecordsDecoder:
+    """Decodes the records of ``__consumer_offsets`` batches, in log order.
+
+    One decoder serves one load: it remembers the group and topic of the keys it has met (by
+    their bytes) and the formats of run shapes, so that thousands of commit batches are read
+    without decoding a group id twice.
+    """
+
+    def __init__(self) -> None:
+        #: key bytes before the partition -> (group, topic), or None for keys no run has.
+        self._prefixes: dict[bytes, tuple[str, str] | None] = {}
+        self._shapes: dict[tuple[int, int, int], _Shape] = {}
+        self._masks: dict[tuple[tuple[int, int, int], int], int] = {}
+
+    def decode(self, body: bytes, count: int) -> Iterator[CommitRun | DecodedRecord]:
+        """The ``count`` records of a batch's uncompressed records section, as runs of plain
+        offset commits and single decoded records, in order. Raises
+        ``CorruptOffsetsRecordError`` at bytes that cannot be read (after yielding what came
+        before them), wherever ``brook.records``' decoder and ``decode_key``/``decode_value``
+        would fail."""
+        if type(body) is not bytes:
+            body = _bytes_of(body)
+        end = len(body)
+        pos = 0
+        index = 0
+        from_bytes = int.from_bytes
+        while index < count:
+            try:
+                rec_end, delta_at, key_at, key_len, value_at, value_len, plain = _frame(
+                    body, pos, end
+                )
+            except (_Corrupt, RecordsError, IndexError) as e:
+                raise CorruptOffsetsRecordError(f"record {index} of the batch: {e}") from None
+            shape = None
+            if plain and value_len == _RUN_VALUE_SIZE and key_len >= 10:
+                shape = self._run_shape(body, pos, delta_at, key_at, key_len, value_at, rec_end)
+            if shape is None:
+                yield self._single(body, index, pos, rec_end)
+                pos = rec_end
+                index += 1
+                continue
+            stride = shape.stride
+            n = min(count - index, (end - pos) // stride)
+            prefix = body[key_at : key_at + key_len - 4]
+            if n > 1:
+                n = _run_bound(body, key_at, stride, prefix, n)
+            run = body[pos : pos + n * stride]
+            if n > 1:
+                mask = self._mask(shape, n - 1)
+                diff = (from_bytes(run[stride:], "big") ^ from_bytes(run[:-stride], "big")) & mask
+                if diff:  # the first differing byte ends the run before its record
+                    n = ((n - 1) * stride - (diff.bit_length() + 7) // 8) // stride + 1
+                n = _same_delta_sizes(run, shape, n)
+                if n * stride != len(run):
+                    run = run[: n * stride]
+            group, topic = self._prefixes[prefix]  # type: ignore[misc]
+            yield CommitRun(group, topic, shape.rows.iter_unpack(run))
+            pos += n * stride
+            index += n
+        if pos != end:
+            raise CorruptOffsetsRecordError(f"{end - pos} bytes after the last record of a batch")
+
+    def _single(self, body: bytes, index: int, pos: int, rec_end: int) -> DecodedRecord:
+        """The record at ``pos`` on its own, framed by ``brook.records`` as any record is."""
+        try:
+            try:
+                [record] = decode_records(body[pos:rec_end], 1, 0, 0)
+            except RecordsError as e:
+                raise CorruptOffsetsRecordError(str(e)) from None
+            if record.key is None:
+                raise CorruptOffsetsRecordError("a record without a key")
+            key = decode_key(record.key)
+            if type(key) is UnknownKey:
+                return DecodedRecord(index, key, None)
+            value = None if record.value is None else decode_value(key, record.value)
+        except CorruptOffsetsRecordError as e:
+            raise CorruptOffsetsRecordError(f"record {index} of the batch: {e}") from None
+        return DecodedRecord(index, key, value)
+
+    def _run_shape(
+        self,
+        body: bytes,
+        pos: int,
+        delta_at: int,
+        key_at: int,
+        key_len: int,
+        value_at: int,
+        rec_end: int,
+    ) -> _Shape | None:
+        """The shape of a run that starts with this record, or None when none can: the key must
+        be an offset commit key ending with its partition, the value version 3 with empty
+        metadata and nothing after the commit timestamp (``_frame`` checked the rest)."""
+        if body[value_at : value_at + 2] != b"\x00\x03":
+            return None
+        if body[value_at + 14 : value_at + 16] != b"\x00\x00":
+            return None
+        prefix = body[key_at : key_at + key_len - 4]
+        names = self._prefixes.get(prefix, False)
+        if names is False:
+            names = self._prefixes[prefix] = _run_key_names(body[key_at : key_at + key_len])
+        if names is None:
+            return None
+        lengths = (delta_at - pos, key_at - pos, key_len)
+        shape = self._shapes.get(lengths)
+        if shape is None:
+            shape = self._shapes[lengths] = _new_shape(
+                lengths, rec_end - pos, _varint_size_at(body, delta_at)
+            )
+        return shape
+
+    def _mask(self, shape: _Shape, n: int) -> int:
+        """The mask of ``n`` records of the shape, as a big-endian integer."""
+        k = (shape.lengths, n)
+        mask = self._masks.get(k)
+        if mask is None:
+            mask = self._masks[k] = int.from_bytes(shape.mask * n, "big")
+        return mask
+
+
+def _new_shape(lengths: tuple[int, int, int], stride: int, delta_size: int) -> _Shape:
+    # Record layout: length varint, attributes, timestamp delta varint, offset delta varint,
+    # key length varint, key (its partition last), value length (one byte), value, header count.
+    delta_at, key_at, key_len = lengths
+    partition_at = key_at + key_len - 4
+    value_at = key_at + key_len + 1
+    mask = bytearray(b"\xff" * stride)
+    mask[delta_at : delta_at + delta_size] = bytes(delta_size)
+    mask[partition_at : partition_at + 4] = bytes(4)
+    mask[value_at + 2 : value_at + 14] = bytes(12)  # offset, leader epoch
+    mask[value_at + 16 : value_at + 24] = bytes(8)  # commit timestamp
+    rows = struct.Struct(f">{partition_at}xi3xqi2xqx")
+    return _Shape(lengths, stride, delta_at, delta_size, rows, bytes(mask))
+
+
+def _run_bound(body: bytes, key_at: int, stride: int, prefix: bytes, n: int) -> int:
+    """How many of the ``n`` records from the one whose key is at ``key_at`` may be in its run:
+    every record of a run has the key's ``prefix`` (group and topic) where the first has it.
+    A binary search, so a batch of several topics costs a few probes; never less than the run
+    (the records of a run all match), perhaps more (other bytes may match by chance)."""
+    if body.startswith(prefix, key_at + (n - 1) * stride):
+        return n
+    matches, misses = 0, n - 1
+    while misses - matches > 1:
+        mid = (matches + misses) // 2
+        if body.startswith(prefix, key_at + mid * stride):
+            matches = mid
+        else:
+            misses = mid
+    return misses
+
+
+def _same_delta_sizes(run: bytes, shape: _Shape, n: int) -> int:
+    """How many of the first ``n`` records of ``run`` have an offset delta of the first one's
+    size (the other varying fields have fixed sizes)."""
+    stride, at, size = shape.stride, shape.delta_at, shape.delta_size
+    end = n * stride
+    last = run[at + size - 1 : end : stride]
+    if last.isascii() and all(run[at + i : end : stride].translate(_HIGH).isascii()
+                              for i in range(size - 1)):
+        return n
+    for k in range(1, n):
+        r = k * stride + at
+        if run[r + size - 1] >= 0x80 or any(run[r + i] < 0x80 for i in range(size - 1)):
+            return k
+    return n
+
+
+def _run_key_names(key: bytes) -> tuple[str, str] | None:
+    """(group, topic) of an offset commit key that ends with its partition, else None."""
+    if key[:2] not in (b"\x00\x00", b"\x00\x01"):
+        return None
+    try:
+        k = decode_key(key)
+    except CorruptOffsetsRecordError:
+        return None
+    if type(k) is not OffsetCommitKey:
+        return None
+    if len(key) != 10 + len(k.group.encode()) + len(k.topic.encode()):
+        return None  # bytes after the partition: not a run key
+    return k.group, k.topic
+
+
+def _varint_size_at(data: bytes, p: int) -> int:
+    size = 1
+    while data[p] & 0x80:
+        p += 1
+        size += 1
+    return size
+
+
+def _frame(body: bytes, pos: int, end: int) -> tuple[int, int, int, int, int, int, bool]:
+    """The framing of the v2 record at ``pos``: (its end, offset delta position, key position,
+    key length, value position, value length, plain), lengths -1 for null. ``plain`` says that
+    the record could be in a run: a one-byte value length and no headers. One-byte varints, the
+    common case, are read inline."""
+    b = body[pos]
+    if b < 0x80:
+        length, p = (b >> 1) ^ -(b & 1), pos + 1
+    else:
+        length, p = decode_varint(body, pos)
+    if length < 1:
+        raise _Corrupt(f"invalid record length {length}")
+    rec_end = p + length
+    if rec_end > end:
+        raise _Corrupt("record runs past the end of the batch")
+    # attributes, timestamp delta, offset delta
+    if body[p + 1] < 0x80:
+        delta_at = p + 2
+    else:
+        _, delta_at = decode_varint(body, p + 1)
+    if body[delta_at] < 0x80:
+        p = delta_at + 1
+    else:
+        _, p = decode_varint(body, delta_at)
+    b = body[p]
+    if b < 0x80:
+        key_len, key_at = (b >> 1) ^ -(b & 1), p + 1
+    else:
+        key_len, key_at = decode_varint(body, p)
+    if key_len >= 0:
+        p = key_at + key_len
+    elif key_len == -1:
+        p = key_at
+    else:
+        raise _Corrupt(f"invalid key length {key_len}")
+    b = body[p]
+    if b < 0x80:
+        value_len, value_at = (b >> 1) ^ -(b & 1), p + 1
+    else:
+        value_len, value_at = decode_varint(body, p)
+    plain = value_at == p + 1
+    if value_len >= 0:
+        p = value_at + value_len
+    elif value_len == -1:
+        p = value_at
+    else:
+        raise _Corrupt(f"invalid value length {value_len}")
+    if p >= rec_end:
+        raise _Corrupt("record fields run past its length")
+    return rec_end, delta_at, key_at, key_len, value_at, value_len, (
+        plain and p + 1 == rec_end and not body[p]
+    )

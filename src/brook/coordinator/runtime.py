@@ -1,0 +1,555 @@
+"""The runtime around the sans-I/O coordinator shards: I/O, ordering, timers, loading, unloading.
+
+Each partition of ``__consumer_offsets`` that this broker coordinates has a *context*: the
+partition's shard (built by ``new_shard()``), the leader epoch it was loaded at, a state, and
+one worker task that runs the shard's operations one at a time, in arrival order. For every
+operation the worker
+
+1. calls ``op(shard, now)`` (``now`` from the injected clock), which returns a
+   ``CoordinatorResult``;
+2. appends the result's records to the partition as one batch, through the narrow
+   ``OffsetsWriter`` interface (the broker's partitions in production, a list in tests), which
+   says where the batch landed or raises ``AppendError`` with the append's Kafka error;
+3. replays the records into the shard (unless the operation applied them itself), the same
+   ``replay`` that loads a partition, then runs the result's ``on_success``;
+4. answers the request and delivers the completions of parked replies.
+
+A parked reply (a JoinGroup waiting for the join phase, a SyncGroup waiting for the leader) is
+a future keyed by the result's ``parked`` key and resolved by a later ``Completion``. If the
+append fails, nothing is replayed: the request and every parked reply the operation would have
+completed get ``AppendFailed`` with ``result.error_for(error)`` (Kafka's answer), and the
+result's ``on_failure`` puts the shard back on track; what it returns is written best effort.
+
+An operation that finds its context idle (nothing queued) runs at once, in the caller's task;
+otherwise it is queued behind the others. Either way operations run one at a time, in arrival
+order, through the same steps; running at once only saves the trip through the worker task.
+
+Timers: each context has a task that sleeps until the shard's next deadline (woken early when an
+operation schedules an earlier one) and then runs ``poll(now)``, whose results are written as
+ordinary operations, so a session expiry is just another write. Timers wait while a shard loads.
+
+Leadership: ``load(partition, epoch)`` makes a context and replays the partition in the
+background (its groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile); ``unload(partition)``
+closes it: queued and parked requests get NOT_COORDINATOR, its timers stop, and its state is
+dropped, so a later load starts fresh. A load of an older epoch than the context's is ignored.
+A single broker loads every partition at epoch 0 when it starts. A record that cannot be
+decoded or replayed fails the load: the context is then FAILED and answers NOT_COORDINATOR
+rather than serve offsets that may be wrong (a skipped tombstone would bring a deleted offset
+back); the other partitions load and serve as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, Protocol, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from .batch_decoder import RecordsDecoder
+from .loader import replay_batches
+from .partitioner import partition_for
+from .result import CoordinatorResult, record_count
+
+__all__ = [
+    "OFFSETS_TOPIC",
+    "AppendError",
+    "AppendFailed",
+    "CoordinatorContext",
+    "CoordinatorError",
+    "CoordinatorLoading",
+    "CoordinatorNotAvailable",
+    "CoordinatorRuntime",
+    "NotCoordinator",
+    "OffsetsWriter",
+    "ShardState",
+]
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+class CoordinatorError(Exception):
+    """A group request that cannot be served here and now; ``code`` is the answer."""
+
+    code = ErrorCode.coordinator_not_available
+
+    def __init__(self, message: str = "", code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class CoordinatorLoading(CoordinatorError):
+    code = ErrorCode.coordinator_load_in_progress
+
+
+class CoordinatorNotAvailable(CoordinatorError):
+    code = ErrorCode.coordinator_not_available
+
+
+class NotCoordinator(CoordinatorError):
+    code = ErrorCode.not_coordinator
+
+
+class AppendFailed(CoordinatorError):
+    """The records of an operation could not be appended; ``code`` is what Kafka answers."""
+
+
+class AppendError(Exception):
+    """Raised by an ``OffsetsWriter``: the append failed with the Kafka error ``code``."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+# --- the interfaces around the runtime ----------------------------------------------------------
+
+
+class OffsetsWriter(Protocol):
+    """Where a shard's records go and come back from."""
+
+    def append(self, partition: int, epoch: int, records: list, now: int) -> int:
+        """Append ``records`` (``CoordinatorRecord``s and ``CommitRun``s) as one batch, written
+        as the coordinator of ``partition`` at leader ``epoch``; return the offset after the
+        batch, or raise ``AppendError``."""
+
+    def read(self, partition: int) -> Iterator[bytes]:
+        """The partition's record batches (v2, as stored), in offset order: buffers of whole
+        batches."""
+
+
+class Shard(Protocol):
+    """What the runtime needs of a shard (``brook.coordinator.shard.CoordinatorShard``)."""
+
+    def replay(self, key: object, value: object | None, now: int) -> None: ...
+
+    def replay_commits(self, run: Any, now: int) -> None: ...
+
+    def replay_records(self, records: list, now: int) -> None: ...
+
+    def loaded(self, now: int) -> CoordinatorResult: ...
+
+    def next_deadline(self) -> int | None: ...
+
+    def poll(self, now: int) -> list[CoordinatorResult]: ...
+
+
+S = TypeVar("S", bound=Shard)
+Operation = Callable[[Any, int], "CoordinatorResult | list[CoordinatorResult]"]
+
+
+# --- one partition ----------------------------------------------------------------------------
+
+
+class ShardState(enum.Enum):
+    LOADING = "loading"  # replaying its partition: COORDINATOR_LOAD_IN_PROGRESS
+    ACTIVE = "active"  # serving its groups
+    FAILED = "failed"  # the load failed: NOT_COORDINATOR for its groups
+    CLOSED = "closed"  # unloaded or stopped: answers nothing more
+
+
+_VALID_PREVIOUS = {
+    ShardState.LOADING: (),
+    ShardState.ACTIVE: (ShardState.LOADING,),
+    ShardState.FAILED: (ShardState.LOADING,),
+    ShardState.CLOSED: (ShardState.LOADING, ShardState.ACTIVE, ShardState.FAILED),
+}
+
+
+class CoordinatorContext(Generic[S]):
+    """One partition of ``__consumer_offsets`` coordinated here: its shard, epoch and worker.
+
+    ``load_time_ms`` (how long the load took, None before it ended) and ``records_loaded`` (the
+    records it read: every record of its non-control batches, skipped ones included, as Kafka
+    counts) are figures for the broker's metrics; read them, do not set them.
+    """
+
+    def __init__(self, runtime: CoordinatorRuntime, partition: int, epoch: int, shard: S) -> None:
+        self.runtime = runtime
+        self.partition = partition
+        self.epoch = epoch
+        self.shard = shard
+        self.state = ShardState.LOADING
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.parked: dict[str, asyncio.Future] = {}
+        self.wake = asyncio.Event()
+        self.tasks: list[asyncio.Task] = []
+        #: The deadline the timer task sleeps until (None: none); an operation that schedules
+        #: an earlier one wakes it.
+        self.timer_deadline: int | None = None
+        self.load_time_ms: float | None = None
+        self.records_loaded = 0
+
+    @property
+    def name(self) -> str:
+        return f"{OFFSETS_TOPIC}-{self.partition}"
+
+    def transition_to(self, state: ShardState) -> None:
+        if self.state not in _VALID_PREVIOUS[state]:
+            raise RuntimeError(f"{self.name}: no transition from {self.state.value} to "
+                               f"{state.value}")
+        self.state = state
+        self.wake.set()  # the timer task looks at the state again
+
+    def start(self) -> None:
+        self.tasks = [asyncio.create_task(self.work()), asyncio.create_task(self.timers())]
+
+    def close(self, error: CoordinatorError | None) -> list[asyncio.Task]:
+        """Stop serving: parked and queued requests get ``error`` (cancelled when None); returns
+        the tasks to await."""
+        if self.state is not ShardState.CLOSED:
+            self.transition_to(ShardState.CLOSED)
+        for task in self.tasks:
+            task.cancel()
+        waiting = list(self.parked.values())
+        self.parked.clear()
+        while not self.queue.empty():
+            _, fut = self.queue.get_nowait()
+            if fut is not None:
+                waiting.append(fut)
+        for fut in waiting:
+            if fut.done():
+                continue
+            if error is None:
+                fut.cancel()
+            else:
+                fut.set_exception(error)
+                fut.exception()  # retrieved: a caller that went away leaves no warning
+        return self.tasks
+
+    # --- operations ------------------------------------------------------------------------
+
+    def submit(self, op: Operation, fut: asyncio.Future | None) -> None:
+        """Run ``op`` now if nothing is queued (the worker holds no operation between its
+        awaits, so the context is idle), else queue it; ``fut`` gets its answer either way."""
+        if self.queue.empty() and self.state is not ShardState.CLOSED:
+            self._execute(op, fut)
+        else:
+            self.queue.put_nowait((op, fut))
+
+    async def work(self) -> None:
+        while self.state is not ShardState.CLOSED:
+            op, fut = await self.queue.get()
+            if fut is not None and fut.done():
+                continue  # the caller is gone (its connection closed)
+            self._execute(op, fut)
+
+    def _execute(self, op: Operation, fut: asyncio.Future | None) -> None:
+        try:
+            now = self.runtime.clock.milliseconds()
+            outcome = op(self.shard, now)
+            if type(outcome) is list:  # the timers: several writes, nobody waits on them
+                for result in outcome:
+                    self._write(result, None, now)
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+            else:
+                self._write(outcome, fut, now)
+        except Exception as exc:  # a bug in a shard: answer it, keep serving the others
+            log.exception("%s: group operation failed", self.name)
+            if fut is not None and not fut.done():
+                fut.set_exception(exc)
+        try:
+            deadline = self.shard.next_deadline()
+        except Exception:  # a bug in a shard's timers: the operation is answered all the same
+            log.exception("%s: reading the next deadline failed", self.name)
+            return
+        if deadline is not None and (self.timer_deadline is None or deadline < self.timer_deadline):
+            self.wake.set()  # the timer task sleeps past the new deadline
+
+    def _write(self, result: CoordinatorResult, fut: asyncio.Future | None, now: int) -> None:
+        """Append the result's records, replay them, and complete what it answers."""
+        parked = None
+        if result.parked is not None:
+            old = self.parked.pop(result.parked, None)
+            if old is not None and not old.done():
+                old.cancel()
+            parked = self.parked[result.parked] = self.runtime.loop.create_future()
+        if result.records:
+            try:
+                self.runtime.writer.append(self.partition, self.epoch, result.records, now)
+            except Exception as exc:
+                self._append_failed(result, fut, exc, now)
+                return
+            if result.replay:
+                self.shard.replay_records(result.records, now)
+        if result.on_success is not None:
+            result.on_success(now)
+        if fut is not None and not fut.done():
+            fut.set_result(parked if parked is not None else result.response)
+        self._complete(result.completions)
+
+    def _complete(self, completions) -> None:
+        for completion in completions:
+            f = self.parked.pop(completion.key, None)
+            if f is not None and not f.done():
+                f.set_result(completion.response)
+
+    def _append_failed(self, result: CoordinatorResult, fut: asyncio.Future | None,
+                       exc: Exception, now: int) -> None:
+        code = exc.code if isinstance(exc, AppendError) else ErrorCode.unknown_server_error
+        answer = result.error_for(code)
+        log.warning("%s: appending %d group record(s) failed, answering %s: %s", self.name,
+                    record_count(result.records), answer.name.upper(), exc)
+        error = AppendFailed(str(exc), answer)
+        after = result.failed(code, now)
+        failed = [c.key for c in result.completions]
+        if result.parked is not None:
+            failed.append(result.parked)
+        for key in failed:
+            f = self.parked.pop(key, None)
+            if f is not None and not f.done():
+                f.set_exception(error)
+                f.exception()  # retrieved: a caller that went away leaves no warning
+        if fut is not None and not fut.done():
+            fut.set_exception(error)
+        self._follow_up(after, now)
+
+    def _follow_up(self, result: CoordinatorResult, now: int) -> None:
+        """Write and deliver what a failed append's ``on_failure`` returned (no request waits on
+        it; if this append fails too, it is logged and its completions are sent all the same)."""
+        if result.records:
+            try:
+                self.runtime.writer.append(self.partition, self.epoch, result.records, now)
+            except Exception as exc:
+                log.warning("%s: appending %d group record(s) failed again: %s", self.name,
+                            record_count(result.records), exc)
+            else:
+                if result.replay:
+                    self.shard.replay_records(result.records, now)
+                if result.on_success is not None:
+                    result.on_success(now)
+        self._complete(result.completions)
+
+    async def timers(self) -> None:
+        loop = asyncio.get_running_loop()
+        clock = self.runtime.clock
+        while self.state is not ShardState.CLOSED:
+            self.wake.clear()
+            if self.state is not ShardState.ACTIVE:
+                await self.wake.wait()  # set when the load ends (and when closing)
+                continue
+            deadline = self.timer_deadline = self.shard.next_deadline()
+            timeout = None if deadline is None else max(0, deadline - clock.milliseconds() + 1) / 1000
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout)
+                continue
+            except TimeoutError:
+                pass
+            if self.state is not ShardState.ACTIVE:
+                continue
+            done = loop.create_future()
+            self.submit(_poll, done)
+            try:
+                await done
+            except Exception:
+                pass  # logged by the worker
+
+
+def _poll(shard: Shard, now: int) -> list[CoordinatorResult]:
+    return shard.poll(now)
+
+
+# --- all partitions -----------------------------------------------------------------------------
+
+
+class CoordinatorRuntime(Generic[S]):
+    """The partitions of ``__consumer_offsets`` coordinated here, each group routed to its
+    partition's context."""
+
+    def __init__(self, num_partitions: int, writer: OffsetsWriter, clock,
+                 new_shard: Callable[[], S]) -> None:
+        self.num_partitions = num_partitions
+        self.writer = writer
+        self.clock = clock
+        self._new_shard = new_shard
+        self.contexts: dict[int, CoordinatorContext[S]] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop it was started on
+        self._to_load: asyncio.Queue | None = None
+        self._loader: asyncio.Task | None = None
+        self._loads_pending = 0
+        self._loaded = asyncio.Event()
+        self._stopped = False
+
+    @property
+    def started(self) -> bool:
+        return self.loop is not None and not self._stopped
+
+    def start(self, load_all: bool = True) -> None:
+        """Start (call from the event loop); with ``load_all``, load every partition at epoch 0
+        (a single broker coordinates them all)."""
+        self.loop = asyncio.get_running_loop()
+        self._to_load = asyncio.Queue()
+        self._loaded = asyncio.Event()
+        self._loaded.set()
+        self._loader = asyncio.create_task(self._load_queued())
+        if load_all:
+            for partition in range(self.num_partitions):
+                self.load(partition, 0)
+
+    # --- leadership ------------------------------------------------------------------------
+
+    def load(self, partition: int, epoch: int) -> CoordinatorContext[S] | None:
+        """Become the coordinator of ``partition`` at leader ``epoch``: a fresh context that
+        loads in the background. A context of the same or a newer epoch is kept as it is."""
+        current = self.contexts.get(partition)
+        if current is not None and current.state is not ShardState.CLOSED:
+            if current.epoch >= epoch:
+                return None
+            self.unload(partition)
+        ctx = CoordinatorContext(self, partition, epoch, self._new_shard())
+        self.contexts[partition] = ctx
+        ctx.start()
+        self._loads_pending += 1
+        self._loaded.clear()
+        self._to_load.put_nowait(ctx)
+        return ctx
+
+    def unload(self, partition: int, epoch: int | None = None) -> list[asyncio.Task]:
+        """Stop coordinating ``partition`` (unless its context is of a newer epoch than
+        ``epoch``): its requests get NOT_COORDINATOR and its state is dropped. Returns the
+        context's tasks, which end at their next turn."""
+        ctx = self.contexts.get(partition)
+        if ctx is None or (epoch is not None and ctx.epoch > epoch):
+            return []
+        del self.contexts[partition]
+        log.info("%s: no longer the coordinator (epoch %d)", ctx.name, ctx.epoch)
+        return ctx.close(NotCoordinator(f"{ctx.name} is no longer coordinated by this broker"))
+
+    async def _load_queued(self) -> None:
+        started = time.monotonic()
+        total = loaded = partitions = 0
+        while True:
+            ctx = await self._to_load.get()
+            try:
+                if ctx.state is ShardState.LOADING:
+                    total += await self._load(ctx)
+                    loaded += ctx.state is ShardState.ACTIVE
+                    partitions += 1
+            finally:
+                self._loads_pending -= 1
+            if not self._loads_pending:
+                if total:
+                    seconds = time.monotonic() - started
+                    log.info("loaded %d record(s) from %d of %d partition(s) of %s in %.3f s "
+                             "(%.0f records/s)", total, loaded, partitions, OFFSETS_TOPIC,
+                             seconds, total / seconds if seconds else 0)
+                total = loaded = partitions = 0
+                self._loaded.set()
+                started = time.monotonic()
+
+    async def _load(self, ctx: CoordinatorContext[S]) -> int:
+        """Load one context, yielding to the event loop between buffers; it ends ACTIVE, or
+        FAILED when a record cannot be read (or CLOSED if unloaded meanwhile)."""
+        started = time.monotonic()
+        now = self.clock.milliseconds()
+        decoder = RecordsDecoder()
+        unknown: Counter = Counter()
+        count = 0
+        try:
+            for data in self.writer.read(ctx.partition):
+                count += replay_batches(ctx.shard, (data,), now, decoder, unknown)
+                await asyncio.sleep(0)
+                if ctx.state is not ShardState.LOADING:
+                    return count  # unloaded while loading: what was read goes with it
+            ctx._complete(ctx.shard.loaded(now).completions)
+        except Exception as exc:
+            # Kafka's loader fails the partition here too: serving it would answer with
+            # whatever happened to be loaded before the bad record.
+            log.error("%s: loading failed after %d record(s), its groups get NOT_COORDINATOR "
+                      "until the broker restarts: %s", ctx.name, count, exc)
+            ctx.shard = self._new_shard()  # nothing half-loaded is kept
+            ctx.transition_to(ShardState.FAILED)
+        else:
+            ctx.transition_to(ShardState.ACTIVE)
+        finally:
+            ctx.records_loaded = count
+            ctx.load_time_ms = (time.monotonic() - started) * 1000
+        for version, n in sorted(unknown.items()):
+            log.warning("%s: skipped %d record(s) of unknown record type %d (a newer Kafka's "
+                        "group records, or a left-over of an aborted upgrade)", ctx.name, n,
+                        version)
+        if count and ctx.state is ShardState.ACTIVE:
+            log.info("%s: loaded %d record(s) in %.0f ms", ctx.name, count, ctx.load_time_ms)
+        return count
+
+    async def wait_loaded(self) -> None:
+        """Until every load asked for so far has ended."""
+        await self._loaded.wait()
+
+    async def stop(self) -> None:
+        self._stopped = True
+        tasks = []
+        for ctx in self.contexts.values():  # first: a cancellation lost in a race still ends
+            tasks += ctx.close(None)
+        if self._loader is not None:
+            self._loader.cancel()
+            tasks.append(self._loader)
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- routing ---------------------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def context_for(self, group_id: str) -> CoordinatorContext[S]:
+        """The group's context, ready to serve; else the CoordinatorError to answer."""
+        if self.loop is None:
+            raise CoordinatorNotAvailable("the group coordinator is not running")
+        partition = self.partition_for(group_id)
+        ctx = self.contexts.get(partition)
+        if ctx is None:
+            raise NotCoordinator(f"{OFFSETS_TOPIC}-{partition} is not coordinated here")
+        if ctx.state is ShardState.LOADING:
+            raise CoordinatorLoading(f"{ctx.name} is loading")
+        if ctx.state is ShardState.FAILED:
+            raise NotCoordinator(f"{ctx.name} failed to load")
+        if ctx.state is ShardState.CLOSED:
+            raise CoordinatorNotAvailable("the group coordinator is shutting down")
+        return ctx
+
+    async def run(self, group_id: str, op: Operation) -> Any:
+        """Run ``op(shard, now)`` on the group's shard in turn; return its response, waiting
+        for the completion of a parked one. Raises CoordinatorError subclasses (AppendFailed
+        with Kafka's answer when the records could not be written)."""
+        return await self.run_on(self.context_for(group_id), op)
+
+    async def run_on(self, ctx: CoordinatorContext[S], op: Operation) -> Any:
+        fut = self.loop.create_future()
+        ctx.submit(op, fut)
+        answer = await fut
+        if isinstance(answer, asyncio.Future):
+            return await answer
+        return answer
+
+    async def read(self, group_id: str, fn: Callable[[S, int], Any]) -> Any:
+        """Run a read-only ``fn(shard, now)`` on the group's shard in turn; return its value."""
+        return await self.run_on(self.context_for(group_id), _reading(fn))
+
+    async def read_all(self, fn: Callable[[S, int], Any]) -> tuple[list, bool]:
+        """``fn(shard, now)`` on every serving shard, each in its turn: (the values, whether some
+        partition is still loading)."""
+        values = await self.run_all(_reading(fn))
+        loading = any(c.state is ShardState.LOADING for c in self.contexts.values())
+        return [v for _, v in values if not isinstance(v, BaseException)], loading
+
+    async def run_all(self, op: Operation) -> list[tuple[int, Any]]:
+        """Run ``op`` on every serving shard, each in its turn: (partition, response or the
+        exception it failed with) for each."""
+        active = [c for c in self.contexts.values() if c.state is ShardState.ACTIVE]
+        done = await asyncio.gather(*(self.run_on(c, op) for c in active), return_exceptions=True)
+        return [(c.partition, outcome) for c, outcome in zip(active, done)]
+
+
+def _reading(fn: Callable[[Any, int], Any]) -> Callable[[Any, int], CoordinatorResult]:
+    return lambda shard, now: CoordinatorResult(response=fn(shard, now))

@@ -1,0 +1,258 @@
+"""The group coordinator of one ``__consumer_offsets`` partition, sans-I/O (Kafka's
+GroupCoordinatorShard).
+
+A shard owns the two managers of its partition: the classic groups (``ClassicGroupCoordinator``:
+the group state machine, joins, syncs, heartbeats, sessions) and the committed offsets
+(``OffsetsManager``: commits, fetches, deletion, expiry). It routes every record to the manager
+that owns its type when replaying, and offers the operations the API handlers need, each taking
+``now`` and returning a ``CoordinatorResult`` (writes) or an answer (reads). Rules that involve
+both managers live here: deleting a group, a commit keeping a member's session alive, which
+commits a deleted topic may still take.
+
+The runtime (``brook.coordinator.runtime``) runs these operations one at a time per shard,
+appends their records, and replays them through ``replay`` / ``replay_commits``, the same two
+functions that load the partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable
+from operator import itemgetter
+from typing import NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+from .classic import (
+    ClassicGroupCoordinator,
+    GroupConfig,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    SyncGroup,
+    random_member_id,
+)
+from .group import ClassicGroup, GroupState
+from .offsets import CommitTopic, FetchedOffset, OffsetCommit, OffsetsConfig, OffsetsManager
+from .result import CommitRun, CoordinatorRecord, CoordinatorResult, offset_commit_append_error
+from .schemas import GroupMetadataKey, OffsetCommitKey
+
+__all__ = ["CoordinatorShard", "DescribedGroup", "DescribedMember", "ListedGroup"]
+
+S = GroupState
+
+
+class ListedGroup(NamedTuple):
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+class DescribedMember(NamedTuple):
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+class DescribedGroup(NamedTuple):
+    """Kafka's summary of a group (DescribeGroups): the protocol and the members' metadata and
+    assignments only while it is Stable; an unknown group is Dead with nothing else."""
+
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[DescribedMember, ...]
+
+
+_partition_of = itemgetter(0)  # CommitPartition.partition
+
+
+class CoordinatorShard:
+    """The groups and committed offsets of one ``__consumer_offsets`` partition."""
+
+    def __init__(
+        self,
+        group_config: GroupConfig | None = None,
+        offsets_config: OffsetsConfig | None = None,
+        *,
+        classic: ClassicGroupCoordinator | None = None,
+        new_member_id: Callable[[str, str | None], str] = random_member_id,
+    ) -> None:
+        self.classic = classic or ClassicGroupCoordinator(group_config, new_member_id)
+        self.offsets = OffsetsManager(offsets_config, self.classic.groups)
+
+    @property
+    def groups(self) -> dict[str, ClassicGroup]:
+        """The partition's groups by id (read-only for callers)."""
+        return self.classic.groups
+
+    # --- replay: live and loading alike ---------------------------------------------------
+
+    def replay(self, key: object, value: object | None, now: int) -> None:
+        """Apply one record to the manager of its type (an offset commit also tells the classic
+        groups that a simple consumer's group exists)."""
+        kind = type(key)
+        if kind is OffsetCommitKey:
+            self.offsets.replay(key, value, now)
+            self.classic.replay(key, value, now)
+        elif kind is GroupMetadataKey:
+            self.classic.replay(key, value, now)
+
+    def replay_commits(self, run: CommitRun, now: int) -> None:
+        """Apply a run of plain offset commits (see ``CommitRun``)."""
+        rows = run.rows if type(run.rows) is list else list(run.rows)
+        self.offsets.replay_commits(run.group, run.topic, rows, now)
+        self.classic.replay_commits(run.group, run.topic, rows, now)
+
+    def replay_records(self, records: Iterable, now: int) -> None:
+        """Apply records just appended (``CoordinatorRecord``s and ``CommitRun``s), in order."""
+        for record in records:
+            if type(record) is CommitRun:
+                self.replay_commits(record, now)
+            else:
+                self.replay(record.key, record.value, now)
+
+    def loaded(self, now: int) -> CoordinatorResult:
+        """The partition is loaded: members get session deadlines, the cache gives back the
+        memory it grew with."""
+        result = self.classic.loaded(now)
+        self.offsets.loaded()
+        return result
+
+    # --- timers ---------------------------------------------------------------------------
+
+    def next_deadline(self) -> int | None:
+        """The earliest deadline of the managers' timers (None: none)."""
+        deadline = self.classic.timers.next_deadline()
+        other = self.offsets.next_deadline()
+        if other is not None and (deadline is None or other < deadline):
+            deadline = other
+        return deadline
+
+    def poll(self, now: int) -> list[CoordinatorResult]:
+        """What is due at ``now``, as separate writes: the groups' timers (sessions, join and
+        sync deadlines), then the offsets' expiry check."""
+        return [self.classic.poll(now), self.offsets.poll(now)]
+
+    # --- the classic group protocol -------------------------------------------------------
+
+    def join_group(self, request: JoinGroup, now: int) -> CoordinatorResult:
+        return self.classic.join_group(request, now)
+
+    def sync_group(self, request: SyncGroup, now: int) -> CoordinatorResult:
+        return self.classic.sync_group(request, now)
+
+    def heartbeat(self, request: Heartbeat, now: int) -> CoordinatorResult:
+        return self.classic.heartbeat(request, now)
+
+    def leave_group(self, request: LeaveGroup, now: int) -> CoordinatorResult:
+        return self.classic.leave_group(request, now)
+
+    # --- offsets --------------------------------------------------------------------------
+
+    def commit_offsets(self, request: OffsetCommit, now: int,
+                       partition_count: Callable[[str], int] | None = None) -> CoordinatorResult:
+        """An OffsetCommit; the response is (topic, partition, error) for every partition.
+
+        ``partition_count(topic)`` says how many partitions a topic has (0: none): partitions
+        the broker does not have get UNKNOWN_TOPIC_OR_PARTITION and the rest is committed, as
+        Kafka answers them before its coordinator sees the request (a consumer still at work
+        must not put back the offsets of a deleted topic). It is asked when the operation
+        runs, in the shard's order, so a deletion queued before the commit counts."""
+        unknown: list = []
+        if partition_count is not None:
+            request, unknown = _known_partitions(request, partition_count)
+            if not request.topics:
+                return CoordinatorResult(response=unknown)
+        committed = self.offsets.commit(request, self.classic.groups.get(request.group_id), now)
+        if committed.records:
+            self.classic.commit_heartbeat(request.group_id, request.member_id, now)
+        return CoordinatorResult(records=committed.records,
+                                 response=unknown + committed.errors if unknown else committed.errors,
+                                 error_for=offset_commit_append_error)
+
+    def fetch_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None
+                      ) -> list[FetchedOffset]:
+        """The group's committed offsets of ``topics`` ((name, partitions) pairs; None: all)."""
+        return self.offsets.fetch(group_id, topics)
+
+    def delete_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]],
+                       now: int) -> CoordinatorResult:
+        """An OffsetDelete; the response is (group error, [(topic, partition, error)])."""
+        deleted = self.offsets.delete_offsets(group_id, topics, self.classic.groups.get(group_id))
+        return CoordinatorResult(records=list(deleted.records),
+                                 response=(deleted.error, deleted.errors))
+
+    def delete_topics(self, topics: Collection[str], now: int) -> CoordinatorResult:
+        """Tombstones for every group's committed offsets of these deleted topics; the response
+        is how many."""
+        records = self.offsets.delete_topics(frozenset(topics))
+        return CoordinatorResult(records=records, response=len(records))
+
+    # --- groups as a whole ----------------------------------------------------------------
+
+    def delete_group(self, group_id: str, now: int) -> CoordinatorResult:
+        """A DeleteGroups of one group, with Kafka's rules: only a group without members;
+        tombstones for its offsets and its metadata. The response is the group's error."""
+        group = self.classic.groups.get(group_id)
+        if group is None or group.is_in(S.DEAD):
+            if not self.offsets.has_offsets(group_id):
+                return CoordinatorResult(response=ErrorCode.group_id_not_found)
+        elif not group.is_in(S.EMPTY):
+            return CoordinatorResult(response=ErrorCode.non_empty_group)
+        records = self.offsets.delete_group(group_id)
+        if group is not None:
+            records.append(CoordinatorRecord(GroupMetadataKey(group_id), None))
+        return CoordinatorResult(records=records, response=ErrorCode.none)
+
+    def list_groups(self, states: Collection[str] = ()) -> list[ListedGroup]:
+        """The partition's groups (simple consumers' too), those in ``states`` (lower-case
+        state names) when given."""
+        listed = []
+        for g in self.classic.groups.values():
+            state = str(g.state)
+            if states and state.lower() not in states:
+                continue
+            listed.append(ListedGroup(g.group_id, g.protocol_type or "", state))
+        return listed
+
+    def describe_group(self, group_id: str) -> DescribedGroup:
+        group = self.classic.groups.get(group_id)
+        if group is None:
+            return DescribedGroup(str(S.DEAD), "", "", ())
+        stable = group.is_in(S.STABLE)
+        members = tuple(
+            DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                            m.metadata(group.protocol) if stable and group.protocol else b"",
+                            m.assignment if stable else b"")
+            for m in group.members.values())
+        return DescribedGroup(str(group.state), group.protocol_type or "",
+                              (group.protocol or "") if stable else "", members)
+
+
+def _known_partitions(request: OffsetCommit, partition_count: Callable[[str], int]
+                      ) -> tuple[OffsetCommit, list]:
+    """The request without the partitions the broker does not have, and
+    UNKNOWN_TOPIC_OR_PARTITION for those."""
+    kept: list[CommitTopic] | None = None
+    unknown: list = []
+    topics = request.topics
+    for i, topic in enumerate(topics):
+        count = partition_count(topic.name)
+        indexes = list(map(_partition_of, topic.partitions))  # C-level: the hot path
+        if not indexes or (min(indexes) >= 0 and max(indexes) < count):
+            if kept is not None:
+                kept.append(topic)
+            continue
+        if kept is None:
+            kept = list(topics[:i])
+        ok = tuple(p for p in topic.partitions if 0 <= p.partition < count)
+        unknown += [(topic.name, p.partition, ErrorCode.unknown_topic_or_partition)
+                    for p in topic.partitions if not 0 <= p.partition < count]
+        if ok:
+            kept.append(CommitTopic(topic.name, ok))
+    if kept is None:
+        return request, unknown
+    return request._replace(topics=tuple(kept)), unknown
