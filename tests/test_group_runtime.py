@@ -387,9 +387,9 @@ def test_record_types_brook_does_not_read_are_skipped_with_one_warning(caplog):
     assert "skipped 1 record(s) of unknown record type 7" in warnings[1]
 
 
-def test_a_record_that_cannot_be_read_fails_its_partition_only(caplog):
-    """Kafka's loader: a record that does not deserialize fails the partition's load. Its
-    groups get NOT_COORDINATOR; the other partitions serve."""
+def test_a_record_that_cannot_be_read_is_skipped_and_its_partition_served(caplog):
+    """One bad record must not make its partition unloadable (its groups would be unreachable
+    at every restart): it is skipped, logged with its offset and counted; the rest is served."""
 
     async def main():
         log = MemoryLog()
@@ -399,31 +399,63 @@ def test_a_record_that_cannot_be_read_fails_its_partition_only(caplog):
         finally:
             await rt.stop()
         index = rt.partition_for("g")
-        other = next(g for g in ("a", "b", "c", "d", "e") if rt.partition_for(g) != index)
         # A commit whose value is cut short, then a later, good commit.
         log.append_raw(index, [(encode_key(OffsetCommitKey("g", "t", 0)), b"\x00\x03\x00")])
         log.write(index, [CoordinatorRecord(OffsetCommitKey("g", "t", 1), OffsetCommitValue(99))], 0)
         again = await started(offsets_runtime(log))
         try:
             ctx = again.contexts[index]
-            assert ctx.state is ShardState.FAILED
-            assert ctx.shard.offsets.cached_offsets == 0  # nothing half-loaded is kept
-            assert ctx.load_time_ms is not None
-            with pytest.raises(NotCoordinator) as info:
-                await again.run("g", commit_op("g", [0]))
-            assert info.value.code == ErrorCode.not_coordinator
-            assert await again.run(other, commit_op(other, [0])) == [("t", 0, ErrorCode.none)]
+            assert ctx.state is ShardState.ACTIVE
+            assert ctx.records_loaded == 5 and ctx.records_skipped == 1
+            offsets = {f.partition: f.offset for f in ctx.shard.offsets.fetch("g")}
+            assert offsets == {0: 7, 1: 99, 2: 9}  # the bad record's commit is lost, no more
+            assert await again.run("g", commit_op("g", [0])) == [("t", 0, ErrorCode.none)]
         finally:
             await again.stop()
 
     with caplog.at_level("ERROR", logger="brook.coordinator.runtime"):
         asyncio.run(main())
     [error] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
-    assert "loading failed after" in error and "NOT_COORDINATOR" in error
-    assert "the batch at offset 3" in error and "bad OffsetCommitValue" in error
+    assert "skipped 1 record(s) at offset 3 that cannot be read" in error
+    assert "bad OffsetCommitValue" in error
 
 
-def test_a_core_failing_to_replay_a_record_fails_the_load():
+@pytest.mark.parametrize("key, value", [
+    # a metadata length past the value's end
+    (encode_key(OffsetCommitKey("g", "t", 5)), b"\x00\x03" + bytes(12) + b"\x7f\xff" + b"m"),
+    # a group value announcing 2^31-1 members
+    (encode_key(GroupMetadataKey("g")),
+     b"\x00\x03\x00\x08consumer\x00\x00\x00\x01\xff\xff\xff\xff" + bytes(8) + b"\x7f\xff\xff\xff"),
+    # a negative key string length
+    (b"\x00\x01\xff\xfe", b"\x00\x03" + bytes(22)),
+    # an empty key
+    (b"", b"\x00\x03" + bytes(22)),
+    # no key at all
+    (None, b"\x00\x03" + bytes(22)),
+], ids=["metadata-past-the-end", "2^31-1-members", "negative-key-length", "empty-key", "no-key"])
+def test_hostile_records_are_skipped_and_the_groups_around_them_served(key, value):
+    async def main():
+        log = MemoryLog()
+        rt = await started(offsets_runtime(log, partitions=1))
+        try:
+            await rt.run("g", commit_op("g", range(2)))
+        finally:
+            await rt.stop()
+        log.append_raw(0, [(key, value)])
+        log.write(0, [CoordinatorRecord(OffsetCommitKey("h", "t", 0), OffsetCommitValue(5))], 0)
+        again = await started(offsets_runtime(log, partitions=1))
+        try:
+            ctx = again.contexts[0]
+            assert ctx.state is ShardState.ACTIVE and ctx.records_skipped == 1
+            assert [f.offset for f in ctx.shard.offsets.fetch("g")] == [7, 8]
+            assert [f.offset for f in ctx.shard.offsets.fetch("h")] == [5]
+        finally:
+            await again.stop()
+
+    asyncio.run(main())
+
+
+def test_a_shard_failing_to_replay_a_record_skips_that_record():
     class Refusing(ClassicGroupCoordinator):
         def replay(self, key, value, now):
             if isinstance(key, GroupMetadataKey):
@@ -433,11 +465,31 @@ def test_a_core_failing_to_replay_a_record_fails_the_load():
     async def main():
         log = MemoryLog()
         log.write(0, [CoordinatorRecord(GroupMetadataKey("g"),
-                                      GroupMetadataValue("consumer", 1, None, None, 5, ()))], 0)
+                                        GroupMetadataValue("consumer", 1, None, None, 5, ()))], 0)
+        log.write(0, [CoordinatorRecord(OffsetCommitKey("g", "t", 0), OffsetCommitValue(3))], 0)
         rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(classic=Refusing()))
         await started(rt)
         try:
+            ctx = rt.contexts[0]
+            assert ctx.state is ShardState.ACTIVE and ctx.records_skipped == 1
+            assert ctx.shard.offsets.get("g", "t", 0).offset == 3
+        finally:
+            await rt.stop()
+
+    asyncio.run(main())
+
+
+def test_a_partition_whose_log_cannot_be_read_answers_not_coordinator():
+    class Unreadable(MemoryLog):
+        def read(self, partition):
+            raise OSError("input/output error")
+
+    async def main():
+        rt = await started(offsets_runtime(Unreadable(), partitions=1))
+        try:
             assert rt.contexts[0].state is ShardState.FAILED
+            with pytest.raises(NotCoordinator):
+                await rt.run("g", commit_op("g", [0]))
         finally:
             await rt.stop()
 

@@ -2,7 +2,7 @@
 commits (overwritten, deleted by DeleteGroups and OffsetDelete, expired) reload exactly; a log
 compacted by the broker's cleaner reloads to the same answers; offsets committed with a
 retention time expire into tombstones that stay gone; an Empty group whose offsets expired is
-gone too; a partition with a record that cannot be read answers NOT_COORDINATOR alone.
+gone too; a record that cannot be read is skipped, and its partition served.
 
 ``OffsetsWire`` speaks the offset and group APIs on a ``WireClient`` (kio entities, a real
 socket), committing many partitions per request and pipelining the requests."""
@@ -13,8 +13,11 @@ import datetime
 import queue
 import re
 import struct
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterable
 
 from kio.schema.errors import ErrorCode
@@ -35,6 +38,7 @@ from brook.records.batch import read_header
 from brook.storage.config import LogConfig
 from brook.storage.log import Log
 from brook.storage.producer_state import AppendOrigin
+from broker_harness import free_port
 from kafka_wire import WireClient, request_class
 
 OFFSET_COMMIT, OFFSET_FETCH, DELETE_GROUPS, OFFSET_DELETE = 8, 9, 42, 47
@@ -584,29 +588,47 @@ def test_an_empty_group_whose_offsets_expired_is_dead_and_its_metadata_tombstone
 
 # --- a record that cannot be read ----------------------------------------------------------------
 
-def test_a_partition_with_a_record_that_cannot_be_read_answers_not_coordinator(broker_factory):
-    """As Kafka's loader: the partition fails to load and its groups get NOT_COORDINATOR (with
-    the reason in the broker's log); the other partitions serve."""
-    broker = broker_factory({"offsets.topic.num.partitions": 3})
+def test_a_record_that_cannot_be_read_is_skipped_and_its_groups_served_after_restarts(
+        broker_factory):
+    """One bad record never makes a partition unloadable: at every restart it is skipped and
+    logged with its offset, the metric counts it, dump-log shows it, and the partition's groups
+    are served (the bad record's own commit is what is lost)."""
+    metrics_port = free_port()
+    broker = broker_factory({"offsets.topic.num.partitions": 3, "metrics.port": metrics_port})
     groups = {partition_for(g, 3): g for g in (f"group-{i}" for i in range(20))}
     bad, good = groups[0], groups[1]
     with OffsetsWire(broker.bootstrap) as wire:
-        wire.create_topics(t=1)
+        wire.create_topics(t=2)
         wire.commit(bad, {"t": [(0, 1, -1, "")]})
         wire.commit(good, {"t": [(0, 2, -1, "")]})
     broker.stop()
     lg = Log(str(broker.log_dir / "__consumer_offsets-0"), LogConfig(), had_clean_shutdown=True)
     try:  # an offset commit whose value stops after its version
+        at = lg.log_end_offset
         lg.append(encode_batch([BatchRecord(0, 0, encode_key(OffsetCommitKey(bad, "t", 1)),
                                             b"\x00\x03")]), origin=AppendOrigin.COORDINATOR)
         lg.flush()
     finally:
         lg.close()
-    broker.start()
-    with OffsetsWire(broker.bootstrap) as wire:
-        wait_until(lambda: wire.fetch_groups([good])[1] == {}, what="loading")
-        assert wire.fetch_groups([good])[0] == {good: {("t", 0): (2, -1, "")}}
-        assert wire.fetch_groups([bad])[1] == {bad: ErrorCode.not_coordinator}
+    expected = {good: {("t", 0): (2, -1, "")}, bad: {("t", 0): (1, -1, "")}}
+    for round_ in range(2):  # the same at every restart
+        broker.start()
+        with OffsetsWire(broker.bootstrap) as wire:
+            wait_until(lambda: wire.fetch_groups([good, bad])[1] == {}, what="loading")
+            assert wire.fetch_groups([good, bad])[0] == expected
+            wire.commit(bad, {"t": [(1, 5 + round_, -1, "")]})
+            expected[bad][("t", 1)] = (5 + round_, -1, "")
+            assert wire.fetch_groups([bad])[0] == {bad: expected[bad]}
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        assert 'brook_coordinator_partition_records_skipped{partition="0"} 1.0' in metrics
+        broker.stop()
     errors = [line for line in broker.stderr_path.read_text().splitlines() if " ERROR " in line]
-    assert any("__consumer_offsets-0: loading failed" in line and "bad OffsetCommitValue" in line
-               for line in errors), errors
+    skipped = [line for line in errors if "__consumer_offsets-0: skipped 1 record(s) at offset "
+               f"{at} that cannot be read" in line and "bad OffsetCommitValue" in line]
+    assert len(skipped) == 2, errors
+    segment = next((broker.log_dir / "__consumer_offsets-0").glob("*.log"))
+    dumped = subprocess.run([sys.executable, "-m", "brook", "dump-log", str(segment),
+                             "--offsets-decoder"], capture_output=True, text=True, check=True)
+    [line] = [line for line in dumped.stdout.splitlines() if f"| offset: {at} " in line]
+    assert "corrupt (skipped when the coordinator loads): bad OffsetCommitValue" in line

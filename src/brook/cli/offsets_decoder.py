@@ -95,8 +95,8 @@ def describe(d: dict[str, Any]) -> str:
     kind = d["type"]
     if kind == "unknown":
         return f"unknown record type {d['record_type']}"
-    if kind == "corrupt":
-        return f"corrupt: {d['error']}"
+    if kind == "corrupt":  # the coordinator's loader skips it, and logs its offset
+        return f"corrupt (skipped when the coordinator loads): {d['error']}"
     if kind == "offset_commit":
         head = f"offset_commit group={d['group']} topic={d['topic']} partition={d['partition']}"
         if d.get("tombstone"):

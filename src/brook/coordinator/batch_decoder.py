@@ -38,7 +38,16 @@ from .schemas import (
     decode_value,
 )
 
-__all__ = ["DecodedRecord", "RecordsDecoder"]
+__all__ = ["DecodedRecord", "RecordsDecoder", "UnreadableRecords"]
+
+
+class UnreadableRecords(NamedTuple):
+    """Records of a batch that cannot be read (a tolerant decoder yields this instead of
+    raising): ``count`` records from the one at ``index``, and why."""
+
+    index: int
+    count: int
+    reason: str
 
 
 class DecodedRecord(NamedTuple):
@@ -81,12 +90,16 @@ class RecordsDecoder:
         self._shapes: dict[tuple[int, int, int], _Shape] = {}
         self._masks: dict[tuple[tuple[int, int, int], int], int] = {}
 
-    def decode(self, body: bytes, count: int) -> Iterator[CommitRun | DecodedRecord]:
+    def decode(self, body: bytes, count: int, tolerant: bool = False
+               ) -> Iterator[CommitRun | DecodedRecord | UnreadableRecords]:
         """The ``count`` records of a batch's uncompressed records section, as runs of plain
         offset commits and single decoded records, in order. Raises
         ``CorruptOffsetsRecordError`` at bytes that cannot be read (after yielding what came
         before them), wherever ``brook.records``' decoder and ``decode_key``/``decode_value``
-        would fail."""
+        would fail; a ``tolerant`` decoder yields ``UnreadableRecords`` for them instead and
+        goes on: after a record whose key or value cannot be decoded, with the next record;
+        after a record that cannot even be framed, with nothing (the rest of the batch is
+        unreadable)."""
         if type(body) is not bytes:
             body = _bytes_of(body)
         end = len(body)
@@ -99,12 +112,20 @@ class RecordsDecoder:
                     body, pos, end
                 )
             except (_Corrupt, RecordsError, IndexError) as e:
+                if tolerant:
+                    yield UnreadableRecords(index, count - index, str(e))
+                    return
                 raise CorruptOffsetsRecordError(f"record {index} of the batch: {e}") from None
             shape = None
             if plain and value_len == _RUN_VALUE_SIZE and key_len >= 10:
                 shape = self._run_shape(body, pos, delta_at, key_at, key_len, value_at, rec_end)
             if shape is None:
-                yield self._single(body, index, pos, rec_end)
+                try:
+                    yield self._single(body, index, pos, rec_end)
+                except CorruptOffsetsRecordError as e:
+                    if not tolerant:
+                        raise
+                    yield UnreadableRecords(index, 1, str(e))
                 pos = rec_end
                 index += 1
                 continue
@@ -126,7 +147,7 @@ class RecordsDecoder:
             yield CommitRun(group, topic, shape.rows.iter_unpack(run))
             pos += n * stride
             index += n
-        if pos != end:
+        if pos != end and not tolerant:  # every record was read: a tolerant decoder is done
             raise CorruptOffsetsRecordError(f"{end - pos} bytes after the last record of a batch")
 
     def _single(self, body: bytes, index: int, pos: int, rec_end: int) -> DecodedRecord:

@@ -4,30 +4,38 @@ The batches are read as stored and decoded by a ``RecordsDecoder``: runs of plai
 commits go to the shard's ``replay_commits`` (rows of numbers, no key or value objects), every
 other record to the same ``replay`` as live records. As in Kafka's coordinator loader, records
 of a type brook does not know (newer Kafka's group types, a left-over of an aborted upgrade) are
-skipped and counted, while a record that cannot be decoded, or that the shard fails to replay,
-fails the load (``LoadFailed``).
+skipped and counted by type.
+
+A record that cannot be decoded (or that the shard fails to replay) is skipped too, and reported
+with its offset: one bad record must never make its partition unloadable, for its groups would
+then be unreachable at every restart. Only brook's coordinator writes the topic and every
+batch's CRC is checked when it is appended and recovered, so such a record comes from a bug or
+from another writer; what it held is lost either way, and the rest of the partition is served.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..records.batch import CONTROL_BIT, HEADER_SIZE, HEADER_STRUCT, LOG_OVERHEAD
 from ..records.compression import CODEC_MASK, codec_of, decompress
-from .batch_decoder import RecordsDecoder
+from .batch_decoder import RecordsDecoder, UnreadableRecords
 from .result import CommitRun
 from .schemas import UnknownKey
 
-__all__ = ["LoadFailed", "ReplayTarget", "replay_batches"]
+__all__ = ["ReplayTarget", "Unreadable", "replay_batches"]
 
 _read_header = HEADER_STRUCT.unpack_from
 
 
-class LoadFailed(Exception):
-    """A partition of ``__consumer_offsets`` could not be loaded (a record that cannot be
-    decoded or replayed); the message names the record's batch."""
+class Unreadable(NamedTuple):
+    """``count`` records from ``offset`` on that were skipped, and why."""
+
+    offset: int
+    count: int
+    reason: str
 
 
 class ReplayTarget(Protocol):
@@ -37,13 +45,15 @@ class ReplayTarget(Protocol):
 
 
 def replay_batches(target: ReplayTarget, buffers: Iterable[bytes], now: int,
-                   decoder: RecordsDecoder | None = None, unknown: Counter | None = None) -> int:
+                   decoder: RecordsDecoder | None = None, unknown: Counter | None = None,
+                   unreadable: list[Unreadable] | None = None) -> int:
     """Replay buffers of whole record batches into ``target``; return how many records they
     held (every record of the non-control batches, skipped ones included, as Kafka counts).
-    Raises ``LoadFailed`` at the first record that cannot be decoded or replayed. Record types
-    brook does not read are counted in ``unknown`` (by type) and skipped."""
+    Record types brook does not read are counted in ``unknown`` (by type); records that cannot
+    be decoded or replayed are listed in ``unreadable``; both are skipped."""
     decoder = decoder or RecordsDecoder()
     unknown = Counter() if unknown is None else unknown
+    unreadable = [] if unreadable is None else unreadable
     replay, replay_commits = target.replay, target.replay_commits
     count = 0
     for data in buffers:
@@ -56,17 +66,26 @@ def replay_batches(target: ReplayTarget, buffers: Iterable[bytes], now: int,
             pos += size
             if attributes & CONTROL_BIT:
                 continue  # transaction markers: brook writes no transactional offsets
+            count += records
             try:
                 if attributes & CODEC_MASK:
                     body = decompress(codec_of(attributes), body)
-                for item in decoder.decode(body, records):
-                    if type(item) is CommitRun:
+            except Exception as exc:
+                unreadable.append(Unreadable(base_offset, records, f"cannot decompress: {exc}"))
+                continue
+            for item in decoder.decode(body, records, tolerant=True):
+                kind = type(item)
+                try:
+                    if kind is CommitRun:
                         replay_commits(item, now)
+                    elif kind is UnreadableRecords:
+                        unreadable.append(Unreadable(base_offset + item.index, item.count,
+                                                     item.reason))
                     elif type(item.key) is UnknownKey:
                         unknown[item.key.version] += 1
                     else:
                         replay(item.key, item.value, now)
-            except Exception as exc:
-                raise LoadFailed(f"the batch at offset {base_offset}: {exc}") from exc
-            count += records
+                except Exception as exc:  # a bug replaying it: the record is skipped
+                    at = base_offset if kind is CommitRun else base_offset + item.index
+                    unreadable.append(Unreadable(at, 1, f"cannot be replayed: {exc!r}"))
     return count

@@ -33,9 +33,10 @@ background (its groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile); ``unload(par
 closes it: queued and parked requests get NOT_COORDINATOR, its timers stop, and its state is
 dropped, so a later load starts fresh. A load of an older epoch than the context's is ignored.
 A single broker loads every partition at epoch 0 when it starts. A record that cannot be
-decoded or replayed fails the load: the context is then FAILED and answers NOT_COORDINATOR
-rather than serve offsets that may be wrong (a skipped tombstone would bring a deleted offset
-back); the other partitions load and serve as usual.
+decoded or replayed is skipped and logged with its offset (``brook.coordinator.loader``), so
+one bad record never makes a partition's groups unreachable; a load that cannot read the log
+at all leaves the context FAILED, answering NOT_COORDINATOR, while the other partitions load
+and serve as usual.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from kio.schema.errors import ErrorCode
 
 from .batch_decoder import RecordsDecoder
-from .loader import replay_batches
+from .loader import Unreadable, replay_batches
 from .partitioner import partition_for
 from .result import CoordinatorResult, record_count
 
@@ -72,6 +73,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
+
+#: Unreadable places of a partition logged one by one at a load; the rest in one line.
+_LOGGED_UNREADABLE = 20
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -169,9 +173,10 @@ _VALID_PREVIOUS = {
 class CoordinatorContext(Generic[S]):
     """One partition of ``__consumer_offsets`` coordinated here: its shard, epoch and worker.
 
-    ``load_time_ms`` (how long the load took, None before it ended) and ``records_loaded`` (the
+    ``load_time_ms`` (how long the load took, None before it ended), ``records_loaded`` (the
     records it read: every record of its non-control batches, skipped ones included, as Kafka
-    counts) are figures for the broker's metrics; read them, do not set them.
+    counts) and ``records_skipped`` (those that could not be decoded or replayed) are figures
+    for the broker's metrics; read them, do not set them.
     """
 
     def __init__(self, runtime: CoordinatorRuntime, partition: int, epoch: int, shard: S) -> None:
@@ -189,6 +194,7 @@ class CoordinatorContext(Generic[S]):
         self.timer_deadline: int | None = None
         self.load_time_ms: float | None = None
         self.records_loaded = 0
+        self.records_skipped = 0
 
     @property
     def name(self) -> str:
@@ -455,17 +461,18 @@ class CoordinatorRuntime(Generic[S]):
         now = self.clock.milliseconds()
         decoder = RecordsDecoder()
         unknown: Counter = Counter()
+        unreadable: list[Unreadable] = []
         count = 0
         try:
             for data in self.writer.read(ctx.partition):
-                count += replay_batches(ctx.shard, (data,), now, decoder, unknown)
+                count += replay_batches(ctx.shard, (data,), now, decoder, unknown, unreadable)
                 await asyncio.sleep(0)
                 if ctx.state is not ShardState.LOADING:
                     return count  # unloaded while loading: what was read goes with it
             ctx._complete(ctx.shard.loaded(now).completions)
         except Exception as exc:
-            # Kafka's loader fails the partition here too: serving it would answer with
-            # whatever happened to be loaded before the bad record.
+            # The log itself cannot be read: serving would answer with whatever happened to
+            # be loaded before the failure.
             log.error("%s: loading failed after %d record(s), its groups get NOT_COORDINATOR "
                       "until the broker restarts: %s", ctx.name, count, exc)
             ctx.shard = self._new_shard()  # nothing half-loaded is kept
@@ -474,7 +481,15 @@ class CoordinatorRuntime(Generic[S]):
             ctx.transition_to(ShardState.ACTIVE)
         finally:
             ctx.records_loaded = count
+            ctx.records_skipped = sum(u.count for u in unreadable)
             ctx.load_time_ms = (time.monotonic() - started) * 1000
+        for u in unreadable[:_LOGGED_UNREADABLE]:
+            log.error("%s: skipped %d record(s) at offset %d that cannot be read (what they "
+                      "held is lost; the rest of the partition is served): %s", ctx.name,
+                      u.count, u.offset, u.reason)
+        if len(unreadable) > _LOGGED_UNREADABLE:
+            log.error("%s: and %d more unreadable place(s), %d record(s) skipped in all",
+                      ctx.name, len(unreadable) - _LOGGED_UNREADABLE, ctx.records_skipped)
         for version, n in sorted(unknown.items()):
             log.warning("%s: skipped %d record(s) of unknown record type %d (a newer Kafka's "
                         "group records, or a left-over of an aborted upgrade)", ctx.name, n,

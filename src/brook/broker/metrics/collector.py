@@ -98,11 +98,18 @@ class BrokerCollector:
             "brook_coordinator_partition_records_loaded",
             "Group and offset records replayed when the __consumer_offsets partition was loaded.",
             labels=["partition"])
-        for index, seconds, records in loads:
+        skipped = GaugeMetricFamily(
+            "brook_coordinator_partition_records_skipped",
+            "Records of the __consumer_offsets partition that could not be read when it was "
+            "loaded, and were skipped (each is logged with its offset).",
+            labels=["partition"])
+        for index, seconds, records, unreadable in loads:
             load_time.add_metric([str(index)], seconds)
             loaded.add_metric([str(index)], records)
+            skipped.add_metric([str(index)], unreadable)
         yield load_time
         yield loaded
+        yield skipped
 
 
 def _registry_figures(broker, metrics: BrokerMetrics):
@@ -160,7 +167,8 @@ def _group_figures(broker):
         cache_bytes += _cache_bytes(shard.offsets)
         load_time_ms = ctx.load_time_ms
         if load_time_ms is not None:
-            loads.append((ctx.partition, load_time_ms / 1000, ctx.records_loaded))
+            loads.append((ctx.partition, load_time_ms / 1000, ctx.records_loaded,
+                          ctx.records_skipped))
         yield
     return states, rebalances, offsets, cache_bytes, loads
 
