@@ -663,3 +663,80 @@ def test_operations_that_schedule_no_earlier_deadline_leave_the_timer_task_aslee
             await rt.stop()
 
     asyncio.run(main())
+
+
+# --- a step of the system clock ------------------------------------------------------------------
+
+
+class SteppedWall:
+    """A system clock an operator can step (nanoseconds, as time.time_ns gives them)."""
+
+    def __init__(self) -> None:
+        self.offset_ns = 0
+
+    def __call__(self) -> int:
+        import time
+
+        return time.time_ns() + self.offset_ns
+
+
+def session_expiry_after_a_step_back(clock, wall: SteppedWall) -> float:
+    """Seconds until a silent member of a 300 ms session is gone, the wall clock having been
+    stepped back a minute just after it joined (at most 3 s)."""
+    import time
+
+    async def main():
+        rt = await started(CoordinatorRuntime(1, MemoryLog(), clock, lambda: CoordinatorShard(
+            GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10))))
+        try:
+            await join_and_sync(rt, "g", session_ms=300)
+            wall.offset_ns -= 60 * 10**9
+            started_at = time.monotonic()
+            group = rt.contexts[0].shard.groups["g"]
+            while group.members and time.monotonic() - started_at < 3:
+                await asyncio.sleep(0.02)
+            return time.monotonic() - started_at
+        finally:
+            await rt.stop()
+
+    return asyncio.run(main())
+
+
+def test_stepping_the_wall_clock_back_does_not_delay_session_expiry():
+    from brook.clock import MonotonicWallClock
+
+    wall = SteppedWall()
+    assert session_expiry_after_a_step_back(MonotonicWallClock(wall=wall), wall) < 1.0
+    # The clock that read the wall clock directly kept the member (a minute too long).
+    plain = SteppedWall()
+
+    class WallClock:
+        def milliseconds(self) -> int:
+            return plain() // 1_000_000
+
+    assert session_expiry_after_a_step_back(WallClock(), plain) >= 3
+
+
+def test_monotonic_wall_clock_starts_at_the_wall_time_and_moves_with_the_monotonic_clock():
+    from brook.clock import MonotonicWallClock
+
+    wall, mono = [1_700_000_000_000 * 10**6], [5 * 10**9]
+    clock = MonotonicWallClock(wall=lambda: wall[0], monotonic=lambda: mono[0])
+    assert clock.milliseconds() == 1_700_000_000_000
+    wall[0] -= 3_600 * 10**9  # stepped back an hour
+    mono[0] += 1_500 * 10**6
+    assert clock.milliseconds() == 1_700_000_001_500
+
+
+def test_the_broker_runs_group_timeouts_on_the_monotonic_wall_clock(tmp_path):
+    from brook.broker.broker import Broker
+    from brook.broker.config import BrokerConfig
+    from brook.clock import MonotonicWallClock
+
+    broker = Broker(BrokerConfig.from_props({"log.dirs": str(tmp_path)}))
+    broker.open()
+    try:
+        assert isinstance(broker.coordinator.clock, MonotonicWallClock)
+        assert broker.fetch_sessions.clock is broker.coordinator.clock
+    finally:
+        broker.close()

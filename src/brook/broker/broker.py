@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..clock import SYSTEM_CLOCK, Clock, MonotonicWallClock
 from ..storage.config import LogConfig
 from ..storage.dir_lock import LogDirLocks
 from ..storage.manager import LogManager
@@ -36,13 +36,17 @@ class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         self.clock = clock
+        #: What timeouts run on (group sessions and rebalances, fetch sessions): the wall clock
+        #: advanced by the monotonic one, so a step of the system clock moves no deadline.
+        self.timeout_clock = MonotonicWallClock() if clock is SYSTEM_CLOCK else clock
         self.broker_id = config.broker_id
         self.metadata = MetadataStore(config.log_dirs, config.broker_id)
         self.apis = registry()
         self.supported_versions = {k: (a.min_version, a.max_version) for k, a in self.apis.items()}
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.log_manager: LogManager | None = None
-        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, clock)
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
+                                                self.timeout_clock)
         #: The group coordinator: the runtime of the __consumer_offsets shards.
         self.coordinator: CoordinatorRuntime[CoordinatorShard] | None = None
         self.metrics = None  # a brook.broker.metrics.BrokerMetrics when metrics.port is set
@@ -81,7 +85,7 @@ class Broker:
         tm = self.metadata.get(OFFSETS_TOPIC)
         self.coordinator = CoordinatorRuntime(
             tm.partitions if tm else self.config.offsets_topic_num_partitions,
-            PartitionOffsetsLog(self), self.clock, self._new_coordinator_shard)
+            PartitionOffsetsLog(self), self.timeout_clock, self._new_coordinator_shard)
 
     def _new_coordinator_shard(self) -> CoordinatorShard:
         c = self.config
