@@ -83,6 +83,7 @@ def test_a_journal_replayed_over_a_snapshot_that_holds_it_gives_the_same_state(t
     store.delete_topic("gone")
     store.create_topic("again", 1)
     store.delete_topic("again")
+    store.finish_deletion("again")  # its groups' offsets are gone: the name is free
     store.create_topic("again", 2)  # a new topic of the same name: a new id
     store.allocate_producer_id()
     journal = open(store.journal_path, "rb").read()
@@ -163,3 +164,25 @@ def test_a_change_whose_write_fails_is_not_applied(tmp_path):
     assert list(store.topics) == ["before"]
     store._journal_fd = -1
     assert list(open_store(tmp_path).topics) == ["before"]
+
+
+def test_a_deleted_topic_keeps_its_name_reserved_until_its_deletion_is_finished(tmp_path):
+    store = open_store(tmp_path)
+    store.create_topic("t", 2)
+    store.delete_topic("t")
+    assert store.get("t") is None and set(store.deleting) == {"t"}
+    with pytest.raises(md.TopicExistsError, match="marked for deletion"):
+        store.create_topic("t", 1)
+    store.close()
+    again = open_store(tmp_path)  # a crash now: the mark survives, in the journal and snapshot
+    assert again.get("t") is None and set(again.deleting) == {"t"}
+    again.close()
+    again = open_store(tmp_path)
+    assert set(again.deleting) == {"t"}
+    again.finish_deletion("t")
+    assert again.deleting == {}
+    again.create_topic("t", 1)
+    again.close()
+    again = open_store(tmp_path)
+    assert again.deleting == {} and again.get("t").partitions == 1
+    again.close()

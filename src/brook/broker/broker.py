@@ -179,6 +179,8 @@ class Broker:
         return tm
 
     def delete_topic(self, name: str) -> None:
+        """Delete a topic's metadata and logs; its name stays reserved until
+        ``complete_topic_deletions`` has removed the groups' offsets of it."""
         tm = self.metadata.delete_topic(name)  # metadata first: a crash now still deletes the logs
         for i in range(tm.partitions):
             p = self.partitions.pop((name, i), None)
@@ -186,6 +188,33 @@ class Broker:
                 p._notify()  # wake waiting fetches; they answer UNKNOWN_TOPIC_OR_PARTITION
             self.log_manager.delete_log(name, i)
         log.info("deleted topic %s", name)
+
+    async def complete_topic_deletions(self) -> bool:
+        """Tombstone every group's committed offsets of topics that no longer exist, on every
+        partition of __consumer_offsets once loaded, then free the names of the topics marked
+        for deletion. Run after DeleteTopics and at every start, so a crash between a topic's
+        deletion and its offsets' tombstones is finished by the next start, and a topic created
+        again under the name never starts its groups at the old offsets. False (names kept
+        reserved) when a partition could not be written."""
+        runtime = self.coordinator
+        await runtime.wait_loaded()
+        exists = self.metadata.topics.__contains__
+        complete = all(c.state.value == "active" for c in runtime.contexts.values())
+        count = 0
+        for partition, outcome in await runtime.run_all(
+                lambda shard, now: shard.delete_offsets_of_missing_topics(exists, now)):
+            if isinstance(outcome, BaseException):
+                complete = False
+                log.warning("%s-%d: removing the committed offsets of deleted topics failed: %s",
+                            OFFSETS_TOPIC, partition, outcome)
+            else:
+                count += outcome
+        if count:
+            log.info("removed %d committed offset(s) of deleted topics", count)
+        if complete:
+            for name in list(self.metadata.deleting):
+                self.metadata.finish_deletion(name)
+        return complete
 
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
         tm = self.metadata.get(name)

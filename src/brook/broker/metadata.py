@@ -147,6 +147,9 @@ class MetadataStore:
         self.path = os.path.join(log_dirs[0], METADATA_FILE)
         self.journal_path = os.path.join(log_dirs[0], JOURNAL_FILE)
         self.topics: dict[str, TopicMetadata] = {}
+        #: Topics being deleted: gone for clients, their names reserved until the groups'
+        #: committed offsets of them are tombstoned (a restart finishes what a crash left).
+        self.deleting: dict[str, TopicMetadata] = {}
         self.by_id: dict[uuid.UUID, TopicMetadata] = {}
         self._by_metric_name: dict[str, str] = {}  # '.' as '_' -> topic (see colliding_topic)
         self.next_producer_id = 0
@@ -168,6 +171,8 @@ class MetadataStore:
             self.cluster_id = data["cluster_id"]
             for name, t in data.get("topics", {}).items():
                 self._put_topic(_topic_from_json(name, t))
+            for name, t in data.get("deleting", {}).items():
+                self.deleting[name] = _topic_from_json(name, t)
             self.producer_id_block_end = int(data.get("producer_id_block_end", 0))
         self._replay_journal()
         # Ids of the block handed out before a restart are never reused.
@@ -203,8 +208,14 @@ class MetadataStore:
         """One journal record, live or replayed."""
         if "topic" in record:
             self._put_topic(_topic_from_json(record["topic"], record))
+        elif "deleting" in record:
+            tm = self.topics.get(record["deleting"])
+            if tm is not None and str(tm.topic_id) == record["id"]:  # not a later one's
+                self._remove_topic(tm.name)
+                self.deleting[tm.name] = tm
         elif "delete" in record:
             self._remove_topic(record["delete"])
+            self.deleting.pop(record["delete"], None)
         elif "producer_id_block_end" in record:
             self.producer_id_block_end = max(self.producer_id_block_end, int(record["producer_id_block_end"]))
         else:
@@ -278,6 +289,7 @@ class MetadataStore:
             "cluster_id": self.cluster_id,
             "producer_id_block_end": self.producer_id_block_end,
             "topics": {name: t.to_json() for name, t in sorted(self.topics.items())},
+            "deleting": {name: t.to_json() for name, t in sorted(self.deleting.items())},
         }
         _atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
         os.ftruncate(self._journal_fd, 0)
@@ -318,6 +330,8 @@ class MetadataStore:
         validate_topic_name(name)
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
+        if name in self.deleting:
+            raise TopicExistsError(f"topic {name!r} is marked for deletion")
         other = self.colliding_topic(name)
         if other is not None:
             raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r}")
@@ -328,11 +342,18 @@ class MetadataStore:
         return self.topics[name]
 
     def delete_topic(self, name: str) -> TopicMetadata:
+        """Mark a topic for deletion: it is gone for clients at once, its name stays reserved
+        until ``finish_deletion``."""
         tm = self.topics.get(name)
         if tm is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
-        self._record({"delete": name})
+        self._record({"deleting": name, "id": str(tm.topic_id)})
         return tm
+
+    def finish_deletion(self, name: str) -> None:
+        """The deleted topic's committed offsets are gone: its name is free again."""
+        if name in self.deleting:
+            self._record({"delete": name})
 
     def set_partitions(self, name: str, count: int) -> None:
         tm = self.topics[name]

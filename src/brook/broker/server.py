@@ -64,19 +64,22 @@ class BrokerServer:
             accepting = [asyncio.create_task(self._accept(s, l)) for s, l in self.sockets]
             ticker = asyncio.create_task(self._tick())
             sweeper = asyncio.create_task(self._close_idle_connections())
+            # What a crash left of topic deletions, once the coordinator has loaded.
+            finishing = asyncio.create_task(self._complete_topic_deletions())
             log.info("brook broker %d started: listening on %s, cluster %s, log dirs %s",
                      self.broker.broker_id,
                      ", ".join(f"{l.name}://{l.host}:{l.port}" for l in self.config.listeners),
                      self.broker.metadata.cluster_id, ", ".join(self.config.log_dirs))
             started = True
             await self._stopping.wait()
-            for t in accepting + [ticker, sweeper]:
+            for t in accepting + [ticker, sweeper, finishing]:
                 t.cancel()
             for conn in list(self.connections):
                 conn.close()
             for t in list(self.tasks):
                 t.cancel()
-            await asyncio.gather(*accepting, ticker, sweeper, *self.tasks, return_exceptions=True)
+            await asyncio.gather(*accepting, ticker, sweeper, finishing, *self.tasks,
+                                 return_exceptions=True)
             await self.broker.coordinator.stop()
         finally:
             for s, _ in self.sockets:
@@ -132,6 +135,12 @@ class BrokerServer:
                 if not conn.busy and now - conn.last_active > idle_s:
                     log.debug("closing connection from %s: idle for %.0f s", conn.peer, now - conn.last_active)
                     conn.close()
+
+    async def _complete_topic_deletions(self) -> None:
+        try:
+            await self.broker.complete_topic_deletions()
+        except Exception:
+            log.exception("finishing topic deletions failed")
 
     async def _tick(self) -> None:
         while True:

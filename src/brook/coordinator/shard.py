@@ -191,6 +191,15 @@ class CoordinatorShard:
         records = self.offsets.delete_topics(frozenset(topics))
         return CoordinatorResult(records=records, response=len(records))
 
+    def delete_offsets_of_missing_topics(self, exists: Callable[[str], bool],
+                                         now: int) -> CoordinatorResult:
+        """Tombstones for every group's committed offsets of topics that do not exist (deleted
+        while this partition was not loaded, or before a crash let their tombstones be
+        written); the response is how many."""
+        cache = self.offsets.cache
+        missing = {t for g in cache.groups() for t in cache.topics(g) if not exists(t)}
+        return self.delete_topics(missing, now)
+
     # --- groups as a whole ----------------------------------------------------------------
 
     def delete_group(self, group_id: str, now: int) -> CoordinatorResult:

@@ -133,28 +133,10 @@ async def delete_topics(broker, request, connection):
                     deleted.append(name)
         results.append(make(mod.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID,
                             error_code=code, error_message=text))
-    if deleted and broker.coordinator is not None:
+    if deleted:
         # Groups' committed offsets go with the topic, as in Kafka; answered once written.
-        count = await delete_topics_offsets(broker.coordinator, deleted)
-        if count:
-            log.info("removed %d committed offset(s) of deleted topic(s) %s", count,
-                     ", ".join(deleted))
+        await broker.complete_topic_deletions()
     return make(response_class(20, version), throttle_time=NO_THROTTLE, responses=tuple(results))
-
-
-async def delete_topics_offsets(runtime, topics: list[str]) -> int:
-    """Tombstone every group's committed offsets of these deleted topics, on every serving
-    shard, in each shard's order; returns how many. A shard that fails is logged: the topics
-    are gone all the same."""
-    count = 0
-    for partition, outcome in await runtime.run_all(
-            lambda shard, now: shard.delete_topics(topics, now)):
-        if isinstance(outcome, BaseException):
-            log.warning("__consumer_offsets-%d: removing the committed offsets of deleted "
-                        "topic(s) %s failed: %s", partition, ", ".join(sorted(topics)), outcome)
-        else:
-            count += outcome
-    return count
 
 
 async def create_partitions(broker, request, connection):
