@@ -48,8 +48,9 @@ async def handle(broker, request, connection):
             except MetadataError:
                 pass  # answered per partition below
         tm = broker.metadata.get(name)
-        # Only the broker writes internal topics (Kafka allows its own admin client id too).
-        internal = tm is not None and tm.internal and request.client_id != "__admin_client"
+        # Only the broker's own writers write internal topics: no client id is exempt (Kafka
+        # lets "__admin_client" through; one bad record there used to poison a partition).
+        internal = tm is not None and tm.internal
         parts = []
         for pd in td.partition_data:
             code, base_offset, append_time, start = ErrorCode.none, -1, -1, -1
