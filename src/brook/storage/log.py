@@ -31,6 +31,7 @@ from ..records.batch import (
     TIMESTAMP_TYPE_BIT,
     RecordBatch,
     decode_batch,
+    first_null_key,
     read_header,
 )
 from ..records.errors import CorruptRecordError, RecordsError, TruncatedBatchError
@@ -342,6 +343,9 @@ class Log:
         # What append needs of it, derived once.
         self._max_batch_size = min(config.max_message_bytes, config.segment_bytes)
         self._log_append_time = config.message_timestamp_type == "LogAppendTime"
+        # A compacted topic refuses records without a key, so its appends read keys.
+        self._keys_required = config.compact
+        self._general_path_only = self._log_append_time or self._keys_required
         self._before_max_ms = config.timestamp_before_max_ms
         self._after_max_ms = config.timestamp_after_max_ms
         self._flush_messages = config.flush_messages
@@ -374,7 +378,7 @@ class Log:
         # timestamps, passing every check of the general path. Anything else, errors
         # included, takes the general path. (Failed checks return at once: CPython 3.11
         # specializes a comparison only when it is followed by a short jump.)
-        if not assign_offsets or origin is not _CLIENT or self._log_append_time or end < HEADER_SIZE:
+        if not assign_offsets or origin is not _CLIENT or self._general_path_only or end < HEADER_SIZE:
             return self._append(view, now, leader_epoch, assign_offsets, origin)
         (base, length, epoch, magic, crc, attrs, delta, base_ts, max_ts, pid, _, _, count) = \
             _HEADER.unpack_from(view)
@@ -405,6 +409,7 @@ class Log:
         config = self._config
         append_time = self._log_append_time
         client = assign_offsets and origin is _CLIENT
+        keys_required = self._keys_required
         check_timestamps = assign_offsets and not append_time
         earliest, latest = now - self._before_max_ms, now + self._after_max_ms
         pieces: list = []
@@ -440,6 +445,10 @@ class Log:
                         raise InvalidRecordError(f"batch base offset is {base}; a producer's must be 0")
                     if pid >= 0 and bseq < 0:
                         raise InvalidRecordError(f"batch of producer {pid} has no sequence number ({bseq})")
+                    if keys_required and (i := first_null_key(view, pos, read_header(view, pos))) is not None:
+                        raise InvalidRecordError(
+                            f"Compacted topic cannot accept message without key in topic partition "
+                            f"{self.topic}-{self.partition} (record {i} of the batch at position {pos})")
                 if check_timestamps:
                     # The header's base timestamp stands for the earliest record, its max
                     # timestamp for the latest (Kafka checks every record).
