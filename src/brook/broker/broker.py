@@ -30,6 +30,7 @@ from .metadata import (
     validate_topic_name,
 )
 from .partition import Partition
+from .producer_id_quota import ProducerIdQuota
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class Broker:
         self.supported_versions = {k: (a.min_version, a.max_version) for k, a in self.apis.items()}
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.log_manager: LogManager | None = None
+        self.producer_id_quota = ProducerIdQuota(config.producer_ids_rate)
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, clock)
         self.groups: GroupRuntime | None = None
         self.metrics = None  # a brook.broker.metrics.BrokerMetrics when metrics.port is set

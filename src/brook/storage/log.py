@@ -43,6 +43,7 @@ from .errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
+from .producer_budget import ProducerIdBudget
 from .producer_state import (
     AppendOrigin,
     CorruptSnapshotError,
@@ -133,7 +134,7 @@ def parse_topic_partition(dirname: str) -> tuple[str, int]:
 class Log:
     def __init__(self, directory: str, config: LogConfig, *, clock: Clock = SYSTEM_CLOCK,
                  recovery_point: int = 0, log_start_offset: int = 0,
-                 had_clean_shutdown: bool = False) -> None:
+                 had_clean_shutdown: bool = False, producer_budget: ProducerIdBudget | None = None) -> None:
         self.directory = directory
         self.topic, self.partition = parse_topic_partition(directory)
         self.config = config  # the setter also derives what append needs
@@ -148,7 +149,7 @@ class Log:
         os.makedirs(directory, exist_ok=True)
         self._segments: tuple[LogSegment, ...] = ()
         self._bases: list[int] = []
-        self.producer_state = ProducerStateManager(config.producer_id_expiration_ms)
+        self.producer_state = ProducerStateManager(config.producer_id_expiration_ms, producer_budget)
         self._load(had_clean_shutdown)
         self._load_producer_state()
 
@@ -721,9 +722,11 @@ class Log:
         for seg in self._segments:
             seg.close()
         self.delete_pending_files(force=True)
+        self.producer_state.clear()  # out of the broker's producer budget
 
     def delete(self) -> None:
         """Remove the whole log directory (topic deletion)."""
+        self.producer_state.clear()
         for seg in self._segments:
             seg.delete_files()
         self.delete_pending_files(force=True)
