@@ -66,3 +66,27 @@ def test_frame_of_exactly_the_limit_is_accepted():
 def test_negative_length_is_invalid():
     with pytest.raises(InvalidFrameError):
         FrameDecoder(100).feed(struct.pack(">i", -5))
+
+
+@given(st.lists(st.binary(max_size=200), max_size=10), st.lists(st.integers(1, 64), min_size=1),
+       st.integers(8, 300))
+def test_the_receive_buffer_goes_back_to_the_pool_between_reads(payloads, sizes, buffer_bytes):
+    """The connection's path: after each read the buffer is released; frames still come out
+    whole, and the buffer is kept only while a large part of a frame is in it."""
+    from brook.protocol.framing import BufferPool
+
+    pool = BufferPool(buffer_bytes, max_free=1)
+    stream = memoryview(b"".join(frame(p) for p in payloads))
+    dec = FrameDecoder(1000, buffer_bytes=buffer_bytes, pool=pool)
+    got, i, pos = [], 0, 0
+    while pos < len(stream):
+        target = dec.recv_buffer()
+        n = min(len(target), sizes[i % len(sizes)], len(stream) - pos)
+        target[:n] = stream[pos:pos + n]
+        pos += n
+        i += 1
+        got += dec.received(n)
+        dec.release()
+        assert not dec.holds_buffer or dec.buffered > 4096 or dec._body is not None
+    assert [bytes(f) for f in got] == payloads
+    assert dec.buffered == 0 and not dec.holds_buffer

@@ -18,9 +18,13 @@ from .fetch_session import FetchSessionCache
 from .offsets_log import PartitionOffsetsLog
 from .handlers import registry
 from .metadata import (
+    INTERNAL_TOPICS,
     PASSIVE_TOPIC_KEYS,
+    PROTECTED_INTERNAL_CONFIGS,
     InvalidPartitionsError,
+    InvalidRequestError,
     InvalidTopicError,
+    PolicyViolationError,
     TopicExistsError,
     MetadataStore,
     UnknownTopicError,
@@ -28,6 +32,7 @@ from .metadata import (
     validate_topic_name,
 )
 from .partition import Partition
+from .producer_id_quota import ProducerIdQuota
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +50,7 @@ class Broker:
         self.supported_versions = {k: (a.min_version, a.max_version) for k, a in self.apis.items()}
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.log_manager: LogManager | None = None
+        self.producer_id_quota = ProducerIdQuota(config.producer_ids_rate)
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
                                                 self.timeout_clock)
         #: The group coordinator: the runtime of the __consumer_offsets shards.
@@ -161,6 +167,10 @@ class Broker:
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None, *,
                      validate_only: bool = False, internal: bool = False):
         validate_topic_name(name)
+        if name in INTERNAL_TOPICS and not internal:
+            # Whoever created it first would get an ordinary topic (deletable, not compacted).
+            raise InvalidRequestError(f"Creation of internal topic {name} is prohibited: the broker "
+                                      "creates it, with its proper configuration, on first use.")
         configs = dict(configs or {})
         validate_topic_configs(configs, self.config.log_config)
         if partitions < 1:
@@ -220,6 +230,11 @@ class Broker:
         tm = self.metadata.get(name)
         if tm is None:
             raise UnknownTopicError(f"Topic '{name}' does not exist.")
+        if tm.internal:
+            # Groups map to partitions by the count: a new count moves nearly every group
+            # away from its committed offsets.
+            raise InvalidRequestError(f"The number of partitions of internal topic {name} cannot "
+                                      f"be changed (groups are placed by it).")
         if count <= tm.partitions:
             raise InvalidPartitionsError(
                 f"Topic currently has {tm.partitions} partitions, which is higher than or equal to "
@@ -234,10 +249,28 @@ class Broker:
 
     def set_topic_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
         cfg = validate_topic_configs({k: v for k, v in configs.items()}, self.config.log_config)
+        tm = self.metadata.get(name)
+        if tm is not None and tm.internal:
+            self._check_internal_configs(tm, cfg)
         if validate_only:
             return
         self.metadata.set_configs(name, configs)
         self.log_manager.update_config(name, cfg)
+
+    def _check_internal_configs(self, tm, cfg: LogConfig) -> None:
+        """An internal topic keeps what its coordinator relies on: compaction only, no
+        retention, and batches as large as the broker takes (a group's metadata record)."""
+        current = self.topic_log_config(tm.name)
+        for attr in PROTECTED_INTERNAL_CONFIGS:
+            if getattr(cfg, attr) != getattr(current, attr):
+                key = attr.replace("_", ".")
+                raise PolicyViolationError(f"{key} of internal topic {tm.name} cannot be changed "
+                                           f"(it stays {getattr(current, attr)})")
+        floor = self.config.message_max_bytes
+        if cfg.max_message_bytes < floor:
+            raise PolicyViolationError(
+                f"max.message.bytes of internal topic {tm.name} cannot be below message.max.bytes "
+                f"({floor}): the group coordinator's records must fit")
 
     def advertised_listener(self, connection) -> Listener:
         listeners = self.config.advertised

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from ..storage.config import LogConfig
 from ..storage.manager import ManagerConfig
+from .producer_id_quota import DEFAULT_PRODUCER_IDS_RATE
 from .properties import parse_properties
 
 DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
@@ -43,6 +44,18 @@ class Listener:
         return cls(name.upper(), parts.hostname or "", port)
 
 
+def _per_ip_overrides(v: str) -> tuple[tuple[str, int], ...]:
+    out = []
+    for item in (i.strip() for i in str(v).split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise ConfigError(f"{item!r} is not host:count")
+        out.append((host.strip().strip("[]"), int(count)))
+    return tuple(out)
+
+
 def _bool(v: str) -> bool:
     v = str(v).strip().lower()
     if v not in ("true", "false"):
@@ -65,8 +78,13 @@ class BrokerConfig:
     replica_fetch_max_bytes: int = 1024 * 1024
     fetch_max_bytes: int = 55 * 1024 * 1024
     producer_id_expiration_ms: int = 86_400_000
+    # InitProducerId per second per client id and per address (KIP-936's producer_ids_rate).
+    producer_ids_rate: float = DEFAULT_PRODUCER_IDS_RATE
     connections_max_idle_ms: int = 600_000
     max_connections: int = 2**31 - 1
+    max_connections_per_ip: int = 2**31 - 1
+    # host or address -> its own limit, from "host:count,host:count" (Kafka's format)
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()
     max_incremental_fetch_session_cache_slots: int = 1000
     # The group coordinator and __consumer_offsets (Kafka's keys and defaults).
     offsets_topic_num_partitions: int = 50
@@ -131,8 +149,12 @@ class BrokerConfig:
             message_max_bytes=get("message.max.bytes", 1024 * 1024 + 12),
             fetch_max_bytes=get("fetch.max.bytes", 55 * 1024 * 1024),
             producer_id_expiration_ms=get("producer.id.expiration.ms", 86_400_000),
+            producer_ids_rate=get("producer.ids.rate", DEFAULT_PRODUCER_IDS_RATE, float),
             connections_max_idle_ms=get("connections.max.idle.ms", 600_000),
             max_connections=get("max.connections", 2**31 - 1),
+            max_connections_per_ip=get("max.connections.per.ip", 2**31 - 1),
+            max_connections_per_ip_overrides=get("max.connections.per.ip.overrides", (),
+                                                 _per_ip_overrides),
             max_incremental_fetch_session_cache_slots=get("max.incremental.fetch.session.cache.slots", 1000),
             offsets_topic_num_partitions=get("offsets.topic.num.partitions", 50),
             offsets_topic_segment_bytes=get("offsets.topic.segment.bytes", 104_857_600),
@@ -149,6 +171,10 @@ class BrokerConfig:
         )
         if not cfg.listeners:
             raise ConfigError("listeners is empty")
+        if not cfg.producer_ids_rate > 0:
+            raise ConfigError("producer.ids.rate must be positive")
+        if cfg.manager_config.producer_id_max_count < 1:
+            raise ConfigError("producer.id.max.count must be at least 1")
         if cfg.num_partitions < 1:
             raise ConfigError("num.partitions must be at least 1")
         if cfg.offsets_topic_num_partitions < 1:

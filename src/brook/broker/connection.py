@@ -76,16 +76,23 @@ class Connection:
 
     async def run(self) -> None:
         decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
-        recv_into = self.loop.sock_recv_into
+        recv_into = self.sock.recv_into
         try:
             while True:
-                n = await recv_into(self.sock, decoder.recv_buffer())
+                try:
+                    n = recv_into(decoder.recv_buffer())
+                except BlockingIOError:
+                    decoder.release()  # an idle connection holds no receive buffer
+                    await self._readable()
+                    continue
                 if n == 0:
                     return
                 self.last_active = self.loop.time()
                 received = perf_counter()  # the time of the requests this read completes
                 handled = 0
-                for frame in decoder.received(n):
+                frames = decoder.received(n)
+                decoder.release()  # the frames are copies (or buffers of their own)
+                for frame in frames:
                     if not await self._handle(frame, received):
                         await self._drain()  # the answers to the requests before it
                         return
@@ -278,6 +285,20 @@ class Connection:
             offset += n
             count -= n
             self.last_active = self.loop.time()
+
+    async def _readable(self) -> None:
+        """Wait until the socket has bytes (or is closed) without lending it a buffer."""
+        fut = self.loop.create_future()
+
+        def ready() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        self.loop.add_reader(self.fd, ready)
+        try:
+            await fut
+        finally:
+            self.loop.remove_reader(self.fd)
 
     async def _writable(self) -> None:
         self._disarm_writer()  # the task sends from here on (one writer per descriptor)

@@ -30,6 +30,8 @@ _BY_CLASS_NAME: dict[str, ErrorCode] = {
     "UnknownTopicError": ErrorCode.unknown_topic_or_partition,
     "InvalidConfigError": ErrorCode.invalid_config,
     "InvalidPartitionsError": ErrorCode.invalid_partitions,
+    "InvalidRequestError": ErrorCode.invalid_request,
+    "PolicyViolationError": ErrorCode.policy_violation,
     "OSError": ErrorCode.kafka_storage_error,
 }
 

@@ -40,6 +40,11 @@ MAX_TOPIC_NAME_LENGTH = 249
 # Kafka's controller refuses one operation that would create more records than this.
 MAX_PARTITIONS_PER_REQUEST = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+# Topics only the broker creates, with their proper configuration, and only it writes:
+# Kafka's internal topics (Topic.INTERNAL_TOPICS) and the name of its metadata log.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__cluster_metadata"})
+# Internal topics' configs that the coordinator relies on: they keep their values.
+PROTECTED_INTERNAL_CONFIGS = ("cleanup_policy", "retention_ms", "retention_bytes")
 
 # Kafka topic keys brook accepts and reports with Kafka's defaults but does not act on
 # (replication, tiered storage and broker-side recompression do not exist here).
@@ -80,6 +85,14 @@ class InvalidConfigError(MetadataError):
 
 class InvalidPartitionsError(MetadataError):
     """INVALID_PARTITIONS"""
+
+
+class InvalidRequestError(MetadataError):
+    """INVALID_REQUEST"""
+
+
+class PolicyViolationError(MetadataError):
+    """POLICY_VIOLATION"""
 
 
 def new_cluster_id() -> str:

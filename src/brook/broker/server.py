@@ -31,6 +31,21 @@ def _listen(listener: Listener) -> socket.socket:
     return sock
 
 
+def _resolve_overrides(overrides) -> dict[str, int]:
+    """max.connections.per.ip.overrides by address: a host name counts for each of its
+    addresses (resolved once, at start, as Kafka does)."""
+    limits: dict[str, int] = {}
+    for host, count in overrides:
+        try:
+            addresses = {ai[4][0] for ai in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        except OSError as exc:
+            log.warning("max.connections.per.ip.overrides: cannot resolve %r (%s); ignored", host, exc)
+            continue
+        for address in addresses:
+            limits[address] = count
+    return limits
+
+
 class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -42,6 +57,9 @@ class BrokerServer:
         self.tasks: set[asyncio.Task] = set()
         self._stopping: asyncio.Event | None = None
         self._refusing = False
+        self._per_ip: dict[str, int] = {}  # open connections by client address
+        self._per_ip_limits = _resolve_overrides(config.max_connections_per_ip_overrides)
+        self._refused_ips: set[str] = set()  # logged once until one of theirs is accepted again
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -106,6 +124,15 @@ class BrokerServer:
                 await asyncio.sleep(0.1)
                 continue
             peer = f"{addr[0]}:{addr[1]}"
+            ip = addr[0]
+            limit = self._per_ip_limits.get(ip, self.config.max_connections_per_ip)
+            if self._per_ip.get(ip, 0) >= limit:
+                if ip not in self._refused_ips:  # once per address while it stays at its limit
+                    self._refused_ips.add(ip)
+                    log.info("Rejected connection from %s, address already has the configured "
+                             "maximum of %d connections.", ip, limit)
+                client.close()
+                continue
             if len(self.connections) >= self.config.max_connections:
                 if not self._refusing:
                     log.warning("refusing connections: max.connections=%d reached (first refused: %s)",
@@ -114,6 +141,8 @@ class BrokerServer:
                 client.close()
                 continue
             self._refusing = False
+            self._refused_ips.discard(ip)
+            self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = Connection(self.broker, client, peer, listener.name)
@@ -121,7 +150,14 @@ class BrokerServer:
             task = asyncio.create_task(conn.run())
             conn.task = task
             self.tasks.add(task)
-            task.add_done_callback(lambda t, c=conn: (self.tasks.discard(t), self.connections.discard(c)))
+            task.add_done_callback(lambda t, c=conn, ip=ip: self._closed(t, c, ip))
+
+    def _closed(self, task: asyncio.Task, conn: Connection, ip: str) -> None:
+        self.tasks.discard(task)
+        self.connections.discard(conn)
+        left = self._per_ip.pop(ip, 1) - 1
+        if left > 0:
+            self._per_ip[ip] = left
 
     async def _close_idle_connections(self) -> None:
         """Close connections idle for connections.max.idle.ms, as Kafka's selector does."""

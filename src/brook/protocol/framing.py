@@ -5,9 +5,15 @@
 any of the body is buffered, so one request can never make the broker allocate more.
 
 The network layer receives straight into the decoder (`recv_buffer()` then `received(n)`):
-small frames share one reusable buffer, and a frame too large for it gets a buffer of its
+small frames go through a receive buffer, and a frame too large for it gets a buffer of its
 own size that the socket fills directly, so a large Produce request is not copied on its
 way in. `feed(data)` is the same machinery for callers that already hold bytes.
+
+The receive buffer is taken from a pool when bytes arrive and given back by `release()`
+once the frames it held are out (a few bytes of a frame not yet complete are kept in a
+small copy of their own): an idle connection holds none. (Each connection used to keep
+its own 64 KiB buffer for life: 21,000 idle sockets pinned 1.37 GB, which malloc kept after
+they closed.)
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import struct
 
 _SIZE = struct.Struct(">i")
 BUFFER_BYTES = 64 * 1024
+_KEEP_PARTIAL_BYTES = 4096  # a partial frame up to this is copied out so the buffer can go back
 
 
 class FrameTooLargeError(Exception):
@@ -29,11 +36,36 @@ class InvalidFrameError(Exception):
     pass
 
 
+class BufferPool:
+    """Receive buffers of one size, shared by the connections: a few are kept for reuse,
+    the rest freed."""
+
+    def __init__(self, buffer_bytes: int = BUFFER_BYTES, max_free: int = 64) -> None:
+        self.buffer_bytes = buffer_bytes
+        self.max_free = max_free
+        self._free: list[bytearray] = []
+
+    def acquire(self) -> bytearray:
+        return self._free.pop() if self._free else bytearray(self.buffer_bytes)
+
+    def release(self, buf: bytearray) -> None:
+        if len(self._free) < self.max_free and len(buf) == self.buffer_bytes:
+            self._free.append(buf)
+
+
+RECEIVE_BUFFERS = BufferPool()  # the broker's connections share it
+
+
 class FrameDecoder:
-    def __init__(self, max_frame_bytes: int, buffer_bytes: int = BUFFER_BYTES) -> None:
+    def __init__(self, max_frame_bytes: int, buffer_bytes: int = BUFFER_BYTES,
+                 pool: BufferPool | None = None) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray(buffer_bytes)
-        self._view = memoryview(self._buf)
+        if pool is None:
+            pool = RECEIVE_BUFFERS if buffer_bytes == BUFFER_BYTES else BufferPool(buffer_bytes)
+        self._pool = pool
+        self._buf: bytearray | None = None  # taken from the pool while bytes are in it
+        self._view: memoryview | None = None
+        self._partial = b""  # the start of a frame, kept while the buffer is back in the pool
         self._start = 0  # unparsed bytes are _buf[_start:_end]
         self._end = 0
         self._body: bytearray | None = None  # a large frame being received into its own buffer
@@ -41,12 +73,39 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
-        return (self._end - self._start) + (self._filled if self._body is not None else 0)
+        return (self._end - self._start) + len(self._partial) + (
+            self._filled if self._body is not None else 0)
+
+    @property
+    def holds_buffer(self) -> bool:
+        return self._buf is not None
+
+    def release(self) -> None:
+        """Give the receive buffer back to the pool if what is left in it is small (nothing,
+        or the first bytes of a frame, then copied out)."""
+        buf = self._buf
+        if buf is None or self._body is not None:
+            return
+        tail = self._end - self._start
+        if tail > _KEEP_PARTIAL_BYTES:
+            return
+        if tail:
+            self._partial = bytes(buf[self._start:self._end])
+        self._view.release()
+        self._buf = self._view = None
+        self._start = self._end = 0
+        self._pool.release(buf)
 
     def recv_buffer(self) -> memoryview:
         """Where the next received bytes should be written."""
         if self._body is not None:
             return memoryview(self._body)[self._filled:]
+        if self._buf is None:
+            self._buf = self._pool.acquire()
+            self._view = memoryview(self._buf)
+            partial, self._partial = self._partial, b""
+            self._buf[:len(partial)] = partial
+            self._start, self._end = 0, len(partial)
         if self._end == len(self._buf):  # full: move the unparsed tail to the front
             tail = self._end - self._start
             self._buf[:tail] = self._buf[self._start:self._end]

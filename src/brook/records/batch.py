@@ -301,6 +301,35 @@ def _read_bytes(data: bytes | memoryview, pos: int, end: int) -> tuple[bytes | N
     return bytes(data[pos : pos + length]), pos + length
 
 
+def first_null_key(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> int | None:
+    """The index of the batch's first record without a key, or None: what a compacted
+    topic must refuse. Reads each record's lengths and key length only (decompressing a
+    compressed batch); the batch's CRC is the caller's to have checked."""
+    body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
+    if header.compression != Codec.NONE:
+        body = decompress(header.compression, body)
+    try:
+        at = 0
+        end = len(body)
+        for i in range(header.record_count):
+            length, at = decode_varint(body, at)
+            if length < 1 or at + length > end:
+                raise CorruptRecordError(f"invalid record length {length}")
+            rec_end = at + length
+            p = at + 1  # the attributes byte
+            _, p = decode_varint(body, p)  # timestamp delta
+            _, p = decode_varint(body, p)  # offset delta
+            key_length, p = decode_varint(body, p)
+            if key_length < 0:
+                return i
+            if p > rec_end:
+                raise CorruptRecordError("record fields run past its length")
+            at = rec_end
+    except TruncatedBatchError as exc:
+        raise CorruptRecordError(str(exc)) from None
+    return None
+
+
 def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool = True) -> RecordBatch:
     """Decode the whole batch at `pos`, records included (decompressing them)."""
     header = read_header(buf, pos)

@@ -31,6 +31,7 @@ from ..records.batch import (
     TIMESTAMP_TYPE_BIT,
     RecordBatch,
     decode_batch,
+    first_null_key,
     read_header,
 )
 from ..records.errors import CorruptRecordError, RecordsError, TruncatedBatchError
@@ -42,6 +43,7 @@ from .errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
+from .producer_budget import ProducerIdBudget
 from .producer_state import (
     AppendOrigin,
     CorruptSnapshotError,
@@ -132,7 +134,7 @@ def parse_topic_partition(dirname: str) -> tuple[str, int]:
 class Log:
     def __init__(self, directory: str, config: LogConfig, *, clock: Clock = SYSTEM_CLOCK,
                  recovery_point: int = 0, log_start_offset: int = 0,
-                 had_clean_shutdown: bool = False) -> None:
+                 had_clean_shutdown: bool = False, producer_budget: ProducerIdBudget | None = None) -> None:
         self.directory = directory
         self.topic, self.partition = parse_topic_partition(directory)
         self.config = config  # the setter also derives what append needs
@@ -147,7 +149,7 @@ class Log:
         os.makedirs(directory, exist_ok=True)
         self._segments: tuple[LogSegment, ...] = ()
         self._bases: list[int] = []
-        self.producer_state = ProducerStateManager(config.producer_id_expiration_ms)
+        self.producer_state = ProducerStateManager(config.producer_id_expiration_ms, producer_budget)
         self._load(had_clean_shutdown)
         self._load_producer_state()
 
@@ -342,6 +344,9 @@ class Log:
         # What append needs of it, derived once.
         self._max_batch_size = min(config.max_message_bytes, config.segment_bytes)
         self._log_append_time = config.message_timestamp_type == "LogAppendTime"
+        # A compacted topic refuses records without a key, so its appends read keys.
+        self._keys_required = config.compact
+        self._general_path_only = self._log_append_time or self._keys_required
         self._before_max_ms = config.timestamp_before_max_ms
         self._after_max_ms = config.timestamp_after_max_ms
         self._flush_messages = config.flush_messages
@@ -374,7 +379,7 @@ class Log:
         # timestamps, passing every check of the general path. Anything else, errors
         # included, takes the general path. (Failed checks return at once: CPython 3.11
         # specializes a comparison only when it is followed by a short jump.)
-        if not assign_offsets or origin is not _CLIENT or self._log_append_time or end < HEADER_SIZE:
+        if not assign_offsets or origin is not _CLIENT or self._general_path_only or end < HEADER_SIZE:
             return self._append(view, now, leader_epoch, assign_offsets, origin)
         (base, length, epoch, magic, crc, attrs, delta, base_ts, max_ts, pid, _, _, count) = \
             _HEADER.unpack_from(view)
@@ -405,6 +410,7 @@ class Log:
         config = self._config
         append_time = self._log_append_time
         client = assign_offsets and origin is _CLIENT
+        keys_required = self._keys_required
         check_timestamps = assign_offsets and not append_time
         earliest, latest = now - self._before_max_ms, now + self._after_max_ms
         pieces: list = []
@@ -440,6 +446,10 @@ class Log:
                         raise InvalidRecordError(f"batch base offset is {base}; a producer's must be 0")
                     if pid >= 0 and bseq < 0:
                         raise InvalidRecordError(f"batch of producer {pid} has no sequence number ({bseq})")
+                    if keys_required and (i := first_null_key(view, pos, read_header(view, pos))) is not None:
+                        raise InvalidRecordError(
+                            f"Compacted topic cannot accept message without key in topic partition "
+                            f"{self.topic}-{self.partition} (record {i} of the batch at position {pos})")
                 if check_timestamps:
                     # The header's base timestamp stands for the earliest record, its max
                     # timestamp for the latest (Kafka checks every record).
@@ -712,9 +722,11 @@ class Log:
         for seg in self._segments:
             seg.close()
         self.delete_pending_files(force=True)
+        self.producer_state.clear()  # out of the broker's producer budget
 
     def delete(self) -> None:
         """Remove the whole log directory (topic deletion)."""
+        self.producer_state.clear()
         for seg in self._segments:
             seg.delete_files()
         self.delete_pending_files(force=True)

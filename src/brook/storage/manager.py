@@ -25,6 +25,7 @@ from ..records.errors import RecordsError
 from .checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
 from .cleaner import CleanAborted, CleanerThread, CleanJob, CleanResult, LogCleaner
 from .config import LogConfig
+from .producer_budget import DEFAULT_PRODUCER_ID_MAX_COUNT, ProducerIdBudget
 from .log import Log, parse_topic_partition
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class ManagerConfig:
     cleaner_backoff_ms: int = 15_000  # log.cleaner.backoff.ms
     cleaner_enable: bool = True  # log.cleaner.enable
     producer_expiration_check_interval_ms: int = 600_000  # producer.id.expiration.check.interval.ms
+    producer_id_max_count: int = DEFAULT_PRODUCER_ID_MAX_COUNT  # producer.id.max.count (brook's)
 
     @classmethod
     def from_broker_props(cls, props: dict[str, str]) -> "ManagerConfig":
@@ -63,6 +65,7 @@ class ManagerConfig:
             "log.flush.start.offset.checkpoint.interval.ms": "start_offset_checkpoint_interval_ms",
             "log.cleaner.backoff.ms": "cleaner_backoff_ms",
             "producer.id.expiration.check.interval.ms": "producer_expiration_check_interval_ms",
+            "producer.id.max.count": "producer_id_max_count",
         }
         values: dict = {name: int(props[k]) for k, name in keys.items() if k in props}
         if "log.cleaner.enable" in props:
@@ -82,6 +85,7 @@ class LogManager:
         self.manager_config = manager_config or ManagerConfig()
         self._topic_config = topic_config
         self.logs: dict[TopicPartition, Log] = {}
+        self.producer_budget = ProducerIdBudget(self.manager_config.producer_id_max_count)
         self._dir_of: dict[TopicPartition, str] = {}
         self.cleaner = LogCleaner()
         self.cleaner_thread: CleanerThread | None = None
@@ -126,7 +130,7 @@ class LogManager:
                 self.logs[tp] = Log(path, self.config_for(tp[0]), clock=self.clock,
                                     recovery_point=recovery_points.get(tp, 0),
                                     log_start_offset=start_offsets.get(tp, 0),
-                                    had_clean_shutdown=clean)
+                                    had_clean_shutdown=clean, producer_budget=self.producer_budget)
                 self._dir_of[tp] = log_dir
             if clean:
                 os.unlink(marker)  # from now on a crash must be recovered
@@ -185,7 +189,7 @@ class LogManager:
             counts[d] += 1
         log_dir = min(self.log_dirs, key=lambda d: counts[d])  # fewest logs, as Kafka does
         lg = Log(os.path.join(log_dir, f"{topic}-{partition}"), config or self.config_for(topic),
-                 clock=self.clock, had_clean_shutdown=True)
+                 clock=self.clock, had_clean_shutdown=True, producer_budget=self.producer_budget)
         self.logs[tp] = lg
         self._dir_of[tp] = log_dir
         return lg

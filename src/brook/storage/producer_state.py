@@ -49,6 +49,7 @@ from ..records.crc import crc32c
 
 from ..records.batch import CONTROL_BIT, NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP
 from .errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from .producer_budget import ProducerIdBudget
 
 log = logging.getLogger(__name__)
 
@@ -167,9 +168,11 @@ class ProducerStateManager:
     """The producer state of one partition log (Kafka's ProducerStateManager, without
     transactions). Sans-I/O: snapshots are bytes, files are the log's business."""
 
-    def __init__(self, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+    def __init__(self, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+                 budget: "ProducerIdBudget | None" = None) -> None:
         self.producers: dict[int, ProducerStateEntry] = {}
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.budget = budget  # the broker-wide bound (producer.id.max.count), if any
 
     def __len__(self) -> int:
         return len(self.producers)
@@ -221,6 +224,8 @@ class ProducerStateManager:
         that changes producer state, live or on replay."""
         if plan.duplicate is None:
             self.producers.update(plan.updates)
+            if self.budget is not None:
+                self.budget.touched(self, plan.updates)
 
     def replay(self, batches: Iterable[ProducerBatch]) -> None:
         """Rebuild state from batch headers read back from the log (nothing is checked)."""
@@ -238,6 +243,8 @@ class ProducerStateManager:
         expired = [pid for pid, e in self.producers.items() if self.is_expired(e, now_ms)]
         for pid in expired:
             del self.producers[pid]
+        if self.budget is not None:
+            self.budget.forget(self, expired)
         return expired
 
     def last_data_offsets(self) -> dict[int, int]:
@@ -246,6 +253,8 @@ class ProducerStateManager:
         return {pid: e.last_data_offset for pid, e in self.producers.items() if e.batches}
 
     def clear(self) -> None:
+        if self.budget is not None:
+            self.budget.forget(self, self.producers)
         self.producers.clear()
 
     # ------------------------------------------------------------ snapshots
@@ -258,7 +267,10 @@ class ProducerStateManager:
         """Replace the state by a snapshot's (expired producers are dropped).
         Raises CorruptSnapshotError."""
         entries = decode_snapshot(data, offset)
+        self.clear()
         self.producers = {e.producer_id: e for e in entries if not self.is_expired(e, now_ms)}
+        if self.budget is not None:
+            self.budget.touched(self, list(self.producers))
 
 
 def _check_sequence(entry: ProducerStateEntry, batch: ProducerBatch) -> None:

@@ -17,7 +17,7 @@ from ...protocol.messages import make, response_class, response_module
 from ...records.batch import ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 from ...records.compression import CODEC_MASK, Codec
 from ..errors import error_code_for
-from ..metadata import MetadataError
+from ..metadata import INTERNAL_TOPICS, MetadataError
 from . import Api
 from .common import NO_THROTTLE
 
@@ -42,14 +42,16 @@ async def handle(broker, request, connection):
     topics = []
     for td in body.topic_data:
         name = td.name
-        if broker.metadata.get(name) is None and broker.config.auto_create_topics_enable:
+        if broker.metadata.get(name) is None and broker.config.auto_create_topics_enable \
+                and name not in INTERNAL_TOPICS:
             try:
                 broker.create_topic(name, broker.config.num_partitions)
             except MetadataError:
                 pass  # answered per partition below
         tm = broker.metadata.get(name)
-        # Only the broker writes internal topics (Kafka allows its own admin client id too).
-        internal = tm is not None and tm.internal and request.client_id != "__admin_client"
+        # Only the broker's own writers write internal topics: no client id is exempt (Kafka
+        # lets "__admin_client" through; one bad record there used to poison a partition).
+        internal = name in INTERNAL_TOPICS or (tm is not None and tm.internal)
         parts = []
         for pd in td.partition_data:
             code, base_offset, append_time, start = ErrorCode.none, -1, -1, -1
@@ -57,10 +59,10 @@ async def handle(broker, request, connection):
             partition = broker.partition(name, pd.index)
             if acks not in (0, 1, -1):
                 code = ErrorCode.invalid_required_acks
-            elif partition is None:
-                code = ErrorCode.unknown_topic_or_partition
             elif internal:
                 code, detail = ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {name}"
+            elif partition is None:
+                code = ErrorCode.unknown_topic_or_partition
             elif body.transactional_id is not None:
                 code = ErrorCode.transactional_id_authorization_failed  # no transactions yet
             elif pd.records is None:

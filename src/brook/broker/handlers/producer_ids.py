@@ -1,4 +1,5 @@
-"""InitProducerId for idempotent producers: a producer id never handed out before, epoch 0.
+"""InitProducerId for idempotent producers: a producer id never handed out before, epoch 0,
+at `producer.ids.rate` per client (over it, the answer is throttled: `brook.broker.producer_id_quota`).
 
 Transactional ids are refused (transactions are not implemented yet) with
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report as a fatal error rather than
@@ -6,6 +7,9 @@ retrying forever.
 """
 
 from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
 
@@ -21,7 +25,10 @@ async def handle(broker, request, connection):
     if request.body.transactional_id is not None:
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed,
                     producer_id=-1, producer_epoch=-1)
-    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+    delay = broker.producer_id_quota.record(request.client_id, connection.peer.rpartition(":")[0])
+    if delay > 0:
+        await asyncio.sleep(delay)  # held back as Kafka mutes a throttled channel
+    return make(cls, throttle_time=timedelta(seconds=delay), error_code=ErrorCode.none,
                 producer_id=broker.metadata.allocate_producer_id(), producer_epoch=0)
 
 
