@@ -9,6 +9,7 @@ result is run in turn. ``advance(ms)`` moves the clock and runs what the shard's
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from kio.schema.errors import ErrorCode
@@ -42,7 +43,8 @@ class CoordinatorHarness:
     def run(self, result: CoordinatorResult, fail: ErrorCode | None = None
             ) -> CoordinatorResult:
         """Write ``result`` as the runtime would (the append failing with ``fail`` when given,
-        if it has records); returns it. Deliveries go to ``replies`` (None: failed)."""
+        if it has records); returns it with ``completions`` as delivered (those its success
+        returned included). Deliveries go to ``replies`` (None: failed)."""
         now = self.now
         if fail is not None and result.records:
             keys = [c.key for c in result.completions]
@@ -57,11 +59,13 @@ class CoordinatorHarness:
             self.log += [CoordinatorRecord(k, v) for k, v in record_pairs(result.records)]
             if result.replay:
                 self.shard.replay_records(result.records, now)
+        delivered = list(result.completions)
         if result.on_success is not None:
-            result.on_success(now)
-        for c in result.completions:
+            delivered += result.on_success(now) or ()
+        for c in delivered:
             self.replies[c.key] = c.response
-        return result
+        # What the runtime delivered for it, the write's own completions included.
+        return dataclasses.replace(result, completions=delivered)
 
     def advance(self, ms: int) -> list[CoordinatorResult]:
         """Move the clock on and run what is due then."""

@@ -599,9 +599,10 @@ class Simulation:
                 self.core.replay(record.key, record.value, self.now)
             if isinstance(record.key, GroupMetadataKey):
                 self.written[record.key.group] = record.value
+        completions = list(result.completions)
         if result.on_success is not None:
-            result.on_success(self.now)
-        for completion in result.completions:
+            completions += result.on_success(self.now) or ()
+        for completion in completions:
             self.deliver(completion.key, completion.response)
         if result.response is not None and owner is not None:
             self.handle(owner, result.response)

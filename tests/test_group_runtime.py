@@ -47,6 +47,7 @@ class MemoryLog:
         self.partitions: dict[int, list[bytes]] = {}
         self.appends: list[tuple[int, list]] = []
         self.fail: Exception | None = None
+        self.hold = None
 
     def append(self, partition: int, epoch: int, records: list, now: int) -> int:
         """The runtime's writer: fails with the Kafka error of ``fail`` when it is set, as the
@@ -71,6 +72,10 @@ class MemoryLog:
 
     def end(self, partition: int) -> int:
         return sum(read_header(b).record_count for b in self.partitions.get(partition, []))
+
+    def written(self, partition: int, offset: int):
+        """What an append waits for before it is answered: ``hold`` when set."""
+        return self.hold
 
     def read(self, partition: int):
         yield from self.partitions.get(partition, [])
@@ -740,3 +745,88 @@ def test_the_broker_runs_group_timeouts_on_the_monotonic_wall_clock(tmp_path):
         assert broker.fetch_sessions.clock is broker.coordinator.clock
     finally:
         broker.close()
+
+
+# --- answers that wait for the write to be durable -----------------------------------------------
+
+
+def test_an_operation_is_answered_once_its_write_is_durable_and_others_go_on_meanwhile():
+    async def main():
+        log = MemoryLog()
+        rt = await started(offsets_runtime(log))
+        try:
+            loop = asyncio.get_running_loop()
+            durable = loop.create_future()
+
+            async def disk():
+                await durable
+
+            log.hold = disk()
+            commit = asyncio.ensure_future(rt.run("g", commit_op("g", range(2))))
+            await asyncio.sleep(0.01)
+            assert not commit.done() and len(log.appends) == 1  # written, not yet answered
+            log.hold = None
+            assert await rt.run("g", commit_op("g", [5])) == [("t", 5, ErrorCode.none)]
+            durable.set_result(None)
+            assert await commit == [("t", 0, ErrorCode.none), ("t", 1, ErrorCode.none)]
+        finally:
+            await rt.stop()
+
+    asyncio.run(main())
+
+
+def test_a_write_that_cannot_be_made_durable_is_answered_not_coordinator():
+    async def main():
+        log = MemoryLog()
+        rt = await started(offsets_runtime(log))
+        try:
+            async def disk():
+                raise KafkaStorageError("fsync failed")
+
+            log.hold = disk()
+            with pytest.raises(AppendFailed) as info:
+                await rt.run("g", commit_op("g", [0]))
+            assert info.value.code == ErrorCode.not_coordinator
+        finally:
+            await rt.stop()
+
+    asyncio.run(main())
+
+
+def test_a_leaders_assignment_completes_syncs_that_arrived_while_it_was_being_written():
+    """As Kafka's propagation: every member waiting in SyncGroup when the write is done."""
+    async def main():
+        log = MemoryLog()
+        rt = await started(new_runtime(log))
+        try:
+            a, _ = await join_and_sync(rt, "g")  # a Stable group of one
+            other = await rt.run("g", lambda s, now: s.join_group(join("g"), now))
+            b = asyncio.ensure_future(rt.run("g", lambda s, now: s.join_group(
+                join("g", other.member_id), now)))  # parked: the group rebalances
+            await asyncio.sleep(0.01)
+            ja = await rt.run("g", lambda s, now: s.join_group(join("g", a.member_id), now))
+            jb = await b
+            assert ja.generation == jb.generation == 2
+            leader, follower = (ja, jb) if ja.leader == ja.member_id else (jb, ja)
+            loop = asyncio.get_running_loop()
+            durable = loop.create_future()
+
+            async def disk():
+                await durable
+
+            log.hold = disk()
+            assignments = ((leader.member_id, b"L"), (follower.member_id, b"F"))
+            lead = asyncio.ensure_future(rt.run("g", lambda s, now: s.sync_group(classic.SyncGroup(
+                "g", leader.member_id, leader.generation, assignments), now)))
+            await asyncio.sleep(0.01)
+            log.hold = None
+            follow = asyncio.ensure_future(rt.run("g", lambda s, now: s.sync_group(
+                classic.SyncGroup("g", follower.member_id, follower.generation), now)))
+            await asyncio.sleep(0.01)
+            assert not lead.done() and not follow.done()
+            durable.set_result(None)
+            assert (await lead).assignment == b"L" and (await follow).assignment == b"F"
+        finally:
+            await rt.stop()
+
+    asyncio.run(main())

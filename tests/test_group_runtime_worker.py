@@ -43,6 +43,9 @@ class NoLog:
     def append(self, partition, epoch, records, now) -> int:
         return 0
 
+    def written(self, partition, offset):
+        return None
+
     def read(self, partition):
         return iter(())
 

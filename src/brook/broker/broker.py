@@ -15,6 +15,7 @@ from ..coordinator.offsets import OffsetsConfig
 from ..coordinator.runtime import OFFSETS_TOPIC, CoordinatorRuntime
 from ..coordinator.shard import CoordinatorShard
 from .fetch_session import FetchSessionCache
+from .group_commit import GroupCommitter
 from .offsets_log import PartitionOffsetsLog
 from .handlers import registry
 from .metadata import (
@@ -51,6 +52,8 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.log_manager: LogManager | None = None
         self.producer_id_quota = ProducerIdQuota(config.producer_ids_rate)
+        #: log.flush.before.ack: what makes appends durable before they are answered
+        self.group_commit = GroupCommitter() if config.log_flush_before_ack else None
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
                                                 self.timeout_clock)
         #: The group coordinator: the runtime of the __consumer_offsets shards.

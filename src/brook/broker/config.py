@@ -86,6 +86,9 @@ class BrokerConfig:
     # host or address -> its own limit, from "host:count,host:count" (Kafka's format)
     max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()
     max_incremental_fetch_session_cache_slots: int = 1000
+    # Answer produce (acks 1 and all) and group coordinator writes only once fsynced, fsyncs
+    # shared among all waiting (brook's key: Kafka relies on replication instead).
+    log_flush_before_ack: bool = False
     # The group coordinator and __consumer_offsets (Kafka's keys and defaults).
     offsets_topic_num_partitions: int = 50
     offsets_topic_segment_bytes: int = 104_857_600
@@ -156,6 +159,7 @@ class BrokerConfig:
             max_connections_per_ip_overrides=get("max.connections.per.ip.overrides", (),
                                                  _per_ip_overrides),
             max_incremental_fetch_session_cache_slots=get("max.incremental.fetch.session.cache.slots", 1000),
+            log_flush_before_ack=get("log.flush.before.ack", False, _bool),
             offsets_topic_num_partitions=get("offsets.topic.num.partitions", 50),
             offsets_topic_segment_bytes=get("offsets.topic.segment.bytes", 104_857_600),
             offsets_retention_minutes=get("offsets.retention.minutes", 10_080),

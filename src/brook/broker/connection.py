@@ -13,6 +13,11 @@ out as it makes room, through a writer callback, while the handler waits). A req
 (metrics) runs until its answer has gone to the socket. On loopback a `send` that wakes the client
 costs the broker about as much as handling a small request, and a pipelining client (8 offset
 commits in flight) gets its answers in one.
+
+A handler may answer `Deferred` (with log.flush.before.ack: a write answered once on disk). Its
+place in the queue is kept and the connection goes on with the next requests, whose writes then
+share the same fsyncs; answers are sent in order, each once the ones before it are ready. At
+most MAX_DEFERRED wait at a time.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from ..protocol.messages import (
     encode_response,
     parse_request,
 )
-from .handlers import RawResponse
+from .handlers import Deferred, RawResponse
 from .handlers.api_versions import build_response as api_versions_response
 from .handlers.common import InvalidRequest
 from .handlers.produce import CloseConnection
@@ -48,6 +53,21 @@ YIELD_EVERY = 64
 #: costs the broker, whatever their size.
 MAX_QUEUED_BYTES = 1 << 20
 _IOV_MAX = 1024  # buffers one sendmsg takes (Linux's UIO_MAXIOV)
+#: Deferred answers a connection holds before it waits for the oldest (the requests of a
+#: pipelining client waiting together for their fsyncs).
+MAX_DEFERRED = 32
+
+
+class _Pending:
+    """A deferred answer's place in the queue, until its bytes are known."""
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: asyncio.Task) -> None:
+        self.task = task
+
+    def __len__(self) -> int:
+        return 0
 
 
 class Connection:
@@ -73,6 +93,7 @@ class Connection:
         #: (api key, time received) of the requests whose answers are still queued: their
         #: time is counted when the queue has gone to the socket (Kafka's TotalTimeMs).
         self._answered: list[tuple[int, float]] = []
+        self._pending: list[_Pending] = []  # deferred answers not ready, oldest first
 
     async def run(self) -> None:
         decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
@@ -142,6 +163,9 @@ class Connection:
                 if metrics is not None:
                     metrics.request_done(request.api_key, received)
                 return True
+            if type(response) is Deferred:
+                await self._defer(response, request, received)
+                return True
             if not isinstance(response, RawResponse):
                 response = encode_response(request.api_key, request.api_version,
                                            request.correlation_id, response)
@@ -171,6 +195,49 @@ class Connection:
                 metrics.request_done(request.api_key, received)
         return True
 
+    # ------------------------------------------------------------ deferred answers
+
+    async def _defer(self, deferred: Deferred, request, received: float) -> None:
+        """Keep the answer's place in the queue; it is encoded into it once ready."""
+        if len(self._pending) >= MAX_DEFERRED:
+            await asyncio.wait((self._pending[0].task,))
+        task = self.loop.create_task(self._encoded(deferred, request))
+        pending = _Pending(task)
+        self._pending.append(pending)
+        self._out.append(pending)
+        task.add_done_callback(lambda t, p=pending: self._resolved(p, request.api_key, received))
+
+    @staticmethod
+    async def _encoded(deferred: Deferred, request) -> bytes:
+        response = await deferred.answer
+        if isinstance(response, RawResponse):  # encoded by its handler (bytes, no file regions)
+            return b"".join(response.pieces)
+        return encode_response(request.api_key, request.api_version, request.correlation_id,
+                               response)
+
+    def _resolved(self, pending: _Pending, api_key: int, received: float) -> None:
+        """A deferred answer is ready: its bytes take its place, and what is ready is sent."""
+        self._pending.remove(pending)
+        if self.closed or pending.task.cancelled():
+            return
+        exc = pending.task.exception()
+        if exc is not None:  # no answer can be given: the client must not take it as one
+            log.warning("closing connection from %s: a deferred answer failed: %r", self.peer, exc)
+            self.close()
+            return
+        data = pending.task.result()
+        try:
+            i = self._out.index(pending)
+        except ValueError:
+            return
+        self._out[i] = data
+        self._out_bytes += len(data)
+        if self.broker.metrics is not None:
+            self._answered.append((api_key, received))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
     # ------------------------------------------------------------ writing
 
     def _write(self, data: bytes) -> None:
@@ -190,7 +257,7 @@ class Connection:
         if (self._out and not self.closed and self._write_error is None
                 and not self._writer_armed and not self._task_writing):
             self._send_ready()
-            if self._out and self._write_error is None and not self.closed:
+            if self._sendable() and self._write_error is None and not self.closed:
                 self.loop.add_writer(self.fd, self._send_ready)
                 self._writer_armed = True
 
@@ -203,8 +270,13 @@ class Connection:
                 self._send_queued()
             except OSError as exc:
                 self._write_error = exc  # raised in the task by its next `_drain`
-        if self._writer_armed and (not self._out or self._write_error is not None or self.closed):
+        if self._writer_armed and (not self._sendable() or self._write_error is not None
+                                   or self.closed):
             self._disarm_writer()
+
+    def _sendable(self) -> bool:
+        """Whether an answer is queued that is ready to go (not behind a deferred one)."""
+        return bool(self._out) and type(self._out[0]) is not _Pending
 
     def _disarm_writer(self) -> None:
         if self._writer_armed:
@@ -215,11 +287,18 @@ class Connection:
                 pass
 
     def _send_queued(self) -> None:
-        """One `send` (or `sendmsg`, the pieces not joined) of the queued answers; what the
-        socket does not take stays queued."""
+        """One `send` (or `sendmsg`, the pieces not joined) of the queued answers that are
+        ready (up to the first deferred one that is not); what the socket does not take stays
+        queued."""
         out = self._out
+        ready = len(out)
+        if self._pending:
+            ready = next(i for i, piece in enumerate(out) if type(piece) is _Pending)
+            if not ready:
+                return
         try:
-            n = self.sock.send(out[0]) if len(out) == 1 else self.sock.sendmsg(out[:_IOV_MAX])
+            n = (self.sock.send(out[0]) if ready == 1
+                 else self.sock.sendmsg(out[:min(ready, _IOV_MAX)]))
         except BlockingIOError:
             return
         if n:
@@ -242,15 +321,20 @@ class Connection:
             self._answered.clear()
 
     async def _drain(self) -> None:
-        """Send every queued answer, waiting for room in the socket as long as it takes."""
+        """Send every queued answer ready (deferred ones: once ready), waiting for room in the
+        socket as long as it takes."""
         while True:
             if self._write_error is not None:
                 raise self._write_error
             if not self._out:
                 self._disarm_writer()
                 return
+            if type(self._out[0]) is _Pending:
+                await asyncio.wait((self._out[0].task,))
+                await asyncio.sleep(0)  # its done-callback puts its bytes in place
+                continue
             self._send_queued()
-            if self._out:
+            if self._out and type(self._out[0]) is not _Pending:
                 await self._writable()
 
     async def _write_pieces(self, pieces) -> None:
@@ -326,6 +410,8 @@ class Connection:
         if not self.closed:
             self.closed = True
             self._disarm_writer()
+            for pending in self._pending:
+                pending.task.cancel()
             self._out.clear()  # nothing is sent after close
             self._out_bytes = 0
             self._answered.clear()

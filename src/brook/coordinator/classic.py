@@ -648,13 +648,6 @@ class ClassicGroupCoordinator:
         gid, generation = group.group_id, group.generation
         result.on_success = lambda t: self._assignment_stored(gid, generation, assignments, t)
         result.on_failure = lambda error, t: self._assignment_failed(gid, generation, error, t)
-        for mid, m in group.members.items():
-            if m.awaiting_sync:
-                result.completions.append(
-                    Completion(
-                        sync_key(group.group_id, mid), self._sync_response(group, assignments[mid])
-                    )
-                )
         return result
 
     def _sync_error(self, error: ErrorCode) -> CoordinatorResult:
@@ -803,16 +796,23 @@ class ClassicGroupCoordinator:
     # --- the outcome of a write ---------------------------------------------------------------
 
     def _assignment_stored(self, group_id: str, generation: int, assignments: dict[str, bytes],
-                           now: int) -> None:
-        """The leader's assignment of ``generation`` is stored: the group is Stable with it."""
+                           now: int) -> list[Completion]:
+        """The leader's assignment of ``generation`` is stored: the group is Stable with it, and
+        every member waiting in SyncGroup then gets its part (as in Kafka, those that arrived
+        while it was being written too)."""
         group = self.groups.get(group_id)
         if group is None or group.generation != generation or not group.is_in(
                 S.COMPLETING_REBALANCE):
-            return
+            return []
+        completions = []
         for member in group.members.values():
             member.assignment = assignments.get(member.member_id, b"")
+            if member.awaiting_sync:
+                completions.append(Completion(sync_key(group_id, member.member_id),
+                                              self._sync_response(group, member.assignment)))
             member.awaiting_sync = False
         group.transition_to(S.STABLE, now)
+        return completions
 
     def _assignment_failed(self, group_id: str, generation: int, error: ErrorCode,
                            now: int) -> CoordinatorResult:

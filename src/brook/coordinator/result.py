@@ -135,9 +135,10 @@ class CoordinatorResult:
     #: Whether the runtime replays the records once appended. False when the operation has
     #: already applied them to its in-memory state (the classic group operations, as in Kafka).
     replay: bool = True
-    #: Called with ``now`` after the records are appended (and replayed): the effects that wait
-    #: for the write, e.g. a group becoming Stable once its assignment is stored.
-    on_success: Callable[[int], None] | None = None
+    #: Called with ``now`` once the records are written (appended and replayed, and on disk
+    #: when the broker acknowledges only that): the effects that wait for the write, e.g. a
+    #: group becoming Stable once its assignment is stored; returns more completions to deliver.
+    on_success: Callable[[int], list[Completion]] | None = None
     #: Called with the client's answer (``error_for`` of the append's error) and ``now`` when the
     #: append failed: puts the state back on track; its result's records are appended (once,
     #: best effort) and its completions delivered. The request and every reply this result
@@ -171,9 +172,8 @@ def _chain_success(first, second):
     if first is None or second is None:
         return first or second
 
-    def both(now: int) -> None:
-        first(now)
-        second(now)
+    def both(now: int) -> list[Completion]:
+        return [*(first(now) or ()), *(second(now) or ())]
 
     return both
 

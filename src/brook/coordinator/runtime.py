@@ -46,7 +46,7 @@ import enum
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -130,6 +130,10 @@ class OffsetsWriter(Protocol):
     def read(self, partition: int) -> Iterator[bytes]:
         """The partition's record batches (v2, as stored), in offset order: buffers of whole
         batches."""
+
+    def written(self, partition: int, offset: int) -> Awaitable[None] | None:
+        """What to wait for before answering an append that ended at ``offset`` (None: answer
+        at once): it raises when the records could not be made durable."""
 
 
 class Shard(Protocol):
@@ -282,18 +286,59 @@ class CoordinatorContext(Generic[S]):
                 old.cancel()
             parked = self.parked[result.parked] = self.runtime.loop.create_future()
         if result.records:
+            writer = self.runtime.writer
             try:
-                self.runtime.writer.append(self.partition, self.epoch, result.records, now)
+                end = writer.append(self.partition, self.epoch, result.records, now)
             except Exception as exc:
                 self._append_failed(result, fut, exc, now)
                 return
             if result.replay:
                 self.shard.replay_records(result.records, now)
+            wait = writer.written(self.partition, end)
+            if wait is not None:  # answered once on disk; the next operations go on meanwhile
+                task = asyncio.ensure_future(self._answer_when(wait, result, fut, parked))
+                self.tasks.append(task)
+                task.add_done_callback(self.tasks.remove)
+                return
+        self._answer(result, fut, parked, now)
+
+    def _answer(self, result: CoordinatorResult, fut: asyncio.Future | None,
+                parked: asyncio.Future | None, now: int) -> None:
+        """The write is done: what waited for it, then the response and the completions."""
+        completions = result.completions
         if result.on_success is not None:
-            result.on_success(now)
+            completions = [*completions, *(result.on_success(now) or ())]
         if fut is not None and not fut.done():
             fut.set_result(parked if parked is not None else result.response)
-        self._complete(result.completions)
+        self._complete(completions)
+
+    async def _answer_when(self, wait: Awaitable[None], result: CoordinatorResult,
+                           fut: asyncio.Future | None, parked: asyncio.Future | None) -> None:
+        try:
+            await wait
+        except asyncio.CancelledError:  # closed meanwhile: the caller still gets an answer
+            for f in (fut, parked):
+                if f is not None and not f.done():
+                    f.set_exception(NotCoordinator(f"{self.name} is no longer coordinated here"))
+                    f.exception()
+            raise
+        except Exception as exc:  # in the log but not known to be on disk: not acknowledged
+            answer = result.error_for(ErrorCode.kafka_storage_error)
+            log.error("%s: the group records could not be made durable, answering %s: %s",
+                      self.name, answer.name.upper(), exc)
+            error = AppendFailed(str(exc), answer)
+            for f in (fut, parked):
+                if f is not None and not f.done():
+                    f.set_exception(error)
+                    f.exception()
+            return
+        if self.state is ShardState.CLOSED:
+            for f in (fut, parked):
+                if f is not None and not f.done():
+                    f.set_exception(NotCoordinator(f"{self.name} is no longer coordinated here"))
+                    f.exception()
+            return
+        self._answer(result, fut, parked, self.runtime.clock.milliseconds())
 
     def _complete(self, completions) -> None:
         for completion in completions:
@@ -334,7 +379,7 @@ class CoordinatorContext(Generic[S]):
                 if result.replay:
                     self.shard.replay_records(result.records, now)
                 if result.on_success is not None:
-                    result.on_success(now)
+                    self._complete(result.on_success(now) or ())
         self._complete(result.completions)
 
     async def timers(self) -> None:
@@ -542,6 +587,20 @@ class CoordinatorRuntime(Generic[S]):
     async def run_on(self, ctx: CoordinatorContext[S], op: Operation) -> Any:
         fut = self.loop.create_future()
         ctx.submit(op, fut)
+        return await self.answer(fut)
+
+    def submit(self, group_id: str, op: Operation) -> asyncio.Future:
+        """``run`` without waiting: the operation takes its turn now (so requests that follow
+        come after it) and the future gets what ``answer`` reads the response from; often it is
+        done already. Raises CoordinatorError as ``run`` does."""
+        ctx = self.context_for(group_id)
+        fut = self.loop.create_future()
+        ctx.submit(op, fut)
+        return fut
+
+    @staticmethod
+    async def answer(fut: asyncio.Future) -> Any:
+        """The response of a submitted operation (waiting for a parked one's completion)."""
         answer = await fut
         if isinstance(answer, asyncio.Future):
             return await answer

@@ -15,6 +15,17 @@ class RawResponse:
     size: int
 
 
+class Deferred:
+    """A handler's answer that is not ready yet (it waits for its writes to be on disk): the
+    connection goes on with the next requests and sends this answer, in its place among the
+    others, once ``answer`` (a coroutine giving the response) is done."""
+
+    __slots__ = ("answer",)
+
+    def __init__(self, answer: Awaitable[Any]) -> None:
+        self.answer = answer
+
+
 @dataclass(frozen=True, slots=True)
 class Api:
     key: int

@@ -18,7 +18,7 @@ from ...protocol.group_responses import (
     offset_fetch_response,
 )
 from ...protocol.messages import make, response_class, response_module
-from . import Api, RawResponse
+from . import Api, Deferred, RawResponse
 from .common import NO_THROTTLE, ms
 
 OFFSET_COMMIT = 8
@@ -66,10 +66,29 @@ async def handle_offset_commit(broker, request, connection):
     version = request.api_version
     req = commit_request(request.body, version)
     try:
-        errors = await _runtime(broker).run(
+        runtime = _runtime(broker)
+        done = runtime.submit(
             req.group_id, lambda shard, now: shard.commit_offsets(req, now, broker.partition_count))
     except CoordinatorError as exc:
+        return _commit_answer(request, req, [(t.name, p.partition, exc.code)
+                                             for t in req.topics for p in t.partitions])
+    answer = _commit_when_written(runtime, done, request, req)
+    if done.done():  # answered at once (the hot path): awaiting it does not suspend
+        return await answer
+    # log.flush.before.ack: the connection goes on while the commit waits for its fsync
+    return Deferred(answer)
+
+
+async def _commit_when_written(runtime, done, request, req: OffsetCommit):
+    try:
+        errors = await runtime.answer(done)
+    except CoordinatorError as exc:
         errors = [(t.name, p.partition, exc.code) for t in req.topics for p in t.partitions]
+    return _commit_answer(request, req, errors)
+
+
+def _commit_answer(request, req: OffsetCommit, errors) -> RawResponse:
+    version = request.api_version
     by_topic: dict[str, list] = {}
     for topic, partition, code in errors:
         by_topic.setdefault(topic, []).append((partition, code))

@@ -7,6 +7,7 @@ needs Produce v7+ (UNSUPPORTED_COMPRESSION_TYPE)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import struct
 from datetime import datetime, timezone
@@ -16,9 +17,10 @@ from kio.schema.errors import ErrorCode
 from ...protocol.messages import make, response_class, response_module
 from ...records.batch import ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 from ...records.compression import CODEC_MASK, Codec
+from ...storage.errors import KafkaStorageError
 from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
-from . import Api
+from . import Api, Deferred
 from .common import NO_THROTTLE
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,8 @@ async def handle(broker, request, connection):
     acks = body.acks
     any_error = False
     topics = []
+    appended = []  # the logs written, when they must be on disk before the answer
+    durable = broker.group_commit is not None and acks != 0
     for td in body.topic_data:
         name = td.name
         if broker.metadata.get(name) is None and broker.config.auto_create_topics_enable \
@@ -82,6 +86,8 @@ async def handle(broker, request, connection):
                 else:
                     if broker.metrics is not None:
                         broker.metrics.produced(name, len(pd.records), info.record_count)
+                    if durable:
+                        appended.append((len(topics), len(parts), partition.log))
                 start = partition.log_start_offset
             if code != ErrorCode.none:
                 any_error = True
@@ -96,7 +102,29 @@ async def handle(broker, request, connection):
         if any_error:
             raise CloseConnection("acks=0 produce failed")
         return None
+    if appended:  # log.flush.before.ack: answered once fsynced, with the fsyncs of others
+        return Deferred(_durable(broker, version, topics, appended))
     return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=NO_THROTTLE)
+
+
+async def _durable(broker, version: int, topics: list, appended: list):
+    """The answer, once what the request appended is on disk."""
+    try:
+        await broker.group_commit.sync(lg for _, _, lg in appended)
+    except KafkaStorageError as exc:
+        topics = _failed(topics, appended, str(exc))
+    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=NO_THROTTLE)
+
+
+def _failed(topics: list, appended: list, detail: str) -> list:
+    """The answer with KAFKA_STORAGE_ERROR for the partitions whose fsync failed."""
+    topics = list(topics)
+    for t, p, _ in appended:
+        parts = list(topics[t].partition_responses)
+        parts[p] = dataclasses.replace(parts[p], error_code=ErrorCode.kafka_storage_error,
+                                       base_offset=-1, error_message=detail)
+        topics[t] = dataclasses.replace(topics[t], partition_responses=tuple(parts))
+    return topics
 
 
 def refuse_records(records: bytes, version: int) -> tuple[ErrorCode, str] | None:

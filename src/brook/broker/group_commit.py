@@ -1,0 +1,110 @@
+"""Acknowledging only what is on disk: fsyncs shared by everything waiting (group commit).
+
+With ``log.flush.before.ack=true`` a produce (acks 1 or all) and every write of the group
+coordinator are answered only once their batches are fsynced. Appends go to the page cache as
+always; each waiter then asks ``sync(logs)``. While an fsync round runs in a worker thread, new
+waiters gather; the next round fsyncs every log any of them touched, once, and answers them all.
+So under load one fsync per partition serves as many requests and connections as arrived during
+the previous round, and a lone request pays one fsync.
+
+The thread fsyncs duplicates of the segment and directory descriptors, taken on the event loop:
+the log may roll, delete or close segments meanwhile without the thread ever touching a reused
+descriptor. A round covers what was appended before it started. The recovery point is left to
+the flush policy: a crash recovers from it, and finds the fsynced batches whole (their CRCs hold).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import weakref
+from collections.abc import Iterable
+
+from ..storage.errors import KafkaStorageError
+
+log = logging.getLogger(__name__)
+
+
+class GroupCommitter:
+    def __init__(self) -> None:
+        self._waiting: list[tuple[list, asyncio.Future]] = []
+        self._round: asyncio.Task | None = None
+        #: log -> its end offset as of the last round that fsynced it
+        self._durable: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        #: fsync rounds run so far, and the waiters they answered (figures for tests and docs)
+        self.rounds = 0
+        self.answered = 0
+
+    async def sync(self, logs: Iterable) -> None:
+        """Until everything appended to ``logs`` so far is on disk; raises KafkaStorageError if
+        an fsync fails."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting.append((list(logs), fut))
+        if self._round is None:
+            self._round = asyncio.create_task(self._rounds())
+        await fut
+
+    async def _rounds(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                logs = {id(lg): lg for logs, _ in batch for lg in logs}.values()
+                error: BaseException | None = None
+                try:
+                    fds, ends = self._plan(logs)
+                    await asyncio.to_thread(_fsync_all, fds)
+                    self._durable.update(ends)
+                except Exception as exc:
+                    log.error("fsync before acknowledging failed: %s", exc)
+                    error = exc if isinstance(exc, KafkaStorageError) else KafkaStorageError(str(exc))
+                self.rounds += 1
+                self.answered += len(batch)
+                for _, fut in batch:
+                    if fut.done():
+                        continue
+                    if error is None:
+                        fut.set_result(None)
+                    else:
+                        fut.set_exception(error)
+        finally:
+            self._round = None
+
+    def _plan(self, logs) -> tuple[list[int], dict]:
+        """Duplicates of the descriptors to fsync (segments with data past what the last round
+        made durable, and each log's directory, for segments created meanwhile) and the end
+        offsets they make durable."""
+        fds: list[int] = []
+        ends = {}
+        try:
+            for lg in logs:
+                end = lg.log_end_offset
+                durable = self._durable.get(lg, -1)
+                if end <= durable:
+                    continue
+                for seg in reversed(lg.segments):  # those created since, and the one before
+                    fds.append(os.dup(seg.fd))
+                    if seg.base_offset <= durable:
+                        break
+                fds.append(os.open(lg.directory, os.O_RDONLY))
+                ends[lg] = end
+        except BaseException:
+            _close_all(fds)
+            raise
+        return fds, ends
+
+
+def _fsync_all(fds: list[int]) -> None:
+    try:
+        for fd in fds:
+            os.fsync(fd)
+    finally:
+        _close_all(fds)
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
