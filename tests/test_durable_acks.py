@@ -252,3 +252,27 @@ def _whole(data: bytes) -> bool:
     while pos + 4 <= len(data):
         pos += 4 + int.from_bytes(data[pos:pos + 4], "big")
     return pos == len(data)
+
+
+def test_a_segment_rolled_since_the_last_round_is_fsynced_with_its_directory(tmp_path, fsyncs):
+    lg = Log(str(tmp_path / "t-0"), LogConfig(segment_bytes=400))
+    committer = GroupCommitter()
+
+    async def main():
+        append(lg, b"x" * 250)
+        await committer.sync([lg])
+        fsyncs.clear()
+        append(lg, b"y" * 250)  # does not fit: a new segment
+        assert len(lg.segments) == 2
+        await committer.sync([lg])
+        assert file_id(lg.segments[-1].log_path) in fsyncs
+        assert file_id(lg.directory) in fsyncs
+        fsyncs.clear()
+        append(lg, b"z")
+        await committer.sync([lg])
+        assert file_id(lg.directory) not in fsyncs  # no new entry to make durable
+
+    try:
+        asyncio.run(main())
+    finally:
+        lg.close()

@@ -74,7 +74,7 @@ class MemoryLog:
         return sum(read_header(b).record_count for b in self.partitions.get(partition, []))
 
     def written(self, partition: int, offset: int):
-        """What an append waits for before it is answered: ``hold`` when set."""
+        """What an append waits for before it is answered: the future ``hold`` when set."""
         return self.hold
 
     def read(self, partition: int):
@@ -756,12 +756,7 @@ def test_an_operation_is_answered_once_its_write_is_durable_and_others_go_on_mea
         rt = await started(offsets_runtime(log))
         try:
             loop = asyncio.get_running_loop()
-            durable = loop.create_future()
-
-            async def disk():
-                await durable
-
-            log.hold = disk()
+            durable = log.hold = loop.create_future()
             commit = asyncio.ensure_future(rt.run("g", commit_op("g", range(2))))
             await asyncio.sleep(0.01)
             assert not commit.done() and len(log.appends) == 1  # written, not yet answered
@@ -780,10 +775,8 @@ def test_a_write_that_cannot_be_made_durable_is_answered_not_coordinator():
         log = MemoryLog()
         rt = await started(offsets_runtime(log))
         try:
-            async def disk():
-                raise KafkaStorageError("fsync failed")
-
-            log.hold = disk()
+            log.hold = asyncio.get_running_loop().create_future()
+            log.hold.set_exception(KafkaStorageError("fsync failed"))
             with pytest.raises(AppendFailed) as info:
                 await rt.run("g", commit_op("g", [0]))
             assert info.value.code == ErrorCode.not_coordinator
@@ -809,12 +802,7 @@ def test_a_leaders_assignment_completes_syncs_that_arrived_while_it_was_being_wr
             assert ja.generation == jb.generation == 2
             leader, follower = (ja, jb) if ja.leader == ja.member_id else (jb, ja)
             loop = asyncio.get_running_loop()
-            durable = loop.create_future()
-
-            async def disk():
-                await durable
-
-            log.hold = disk()
+            durable = log.hold = loop.create_future()
             assignments = ((leader.member_id, b"L"), (follower.member_id, b"F"))
             lead = asyncio.ensure_future(rt.run("g", lambda s, now: s.sync_group(classic.SyncGroup(
                 "g", leader.member_id, leader.generation, assignments), now)))

@@ -8,7 +8,8 @@ partition's batches as stored, in buffers of whole batches for the loader.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterator
+import asyncio
+from collections.abc import Iterator
 
 from kio.schema.errors import ErrorCode
 
@@ -42,13 +43,13 @@ class PartitionOffsetsLog:
             raise AppendError(error_code_for(exc), str(exc)) from exc
         return p.log_end_offset
 
-    def written(self, partition: int, offset: int) -> Awaitable[None] | None:
+    def written(self, partition: int, offset: int) -> asyncio.Future | None:
         """With log.flush.before.ack, the fsync (shared with others) before answering."""
         committer = self.broker.group_commit
         if committer is None:
             return None
         p = self.broker.partition(OFFSETS_TOPIC, partition)
-        return None if p is None else committer.sync((p.log,))
+        return None if p is None else committer.durable((p.log,))
 
     def read(self, partition: int) -> Iterator[bytes]:
         p = self.broker.partition(OFFSETS_TOPIC, partition)

@@ -46,7 +46,7 @@ import enum
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -131,9 +131,9 @@ class OffsetsWriter(Protocol):
         """The partition's record batches (v2, as stored), in offset order: buffers of whole
         batches."""
 
-    def written(self, partition: int, offset: int) -> Awaitable[None] | None:
+    def written(self, partition: int, offset: int) -> asyncio.Future | None:
         """What to wait for before answering an append that ended at ``offset`` (None: answer
-        at once): it raises when the records could not be made durable."""
+        at once): it fails when the records could not be made durable."""
 
 
 class Shard(Protocol):
@@ -296,9 +296,8 @@ class CoordinatorContext(Generic[S]):
                 self.shard.replay_records(result.records, now)
             wait = writer.written(self.partition, end)
             if wait is not None:  # answered once on disk; the next operations go on meanwhile
-                task = asyncio.ensure_future(self._answer_when(wait, result, fut, parked))
-                self.tasks.append(task)
-                task.add_done_callback(self.tasks.remove)
+                wait.add_done_callback(
+                    lambda done: self._answer_when(done, result, fut, parked))
                 return
         self._answer(result, fut, parked, now)
 
@@ -312,17 +311,12 @@ class CoordinatorContext(Generic[S]):
             fut.set_result(parked if parked is not None else result.response)
         self._complete(completions)
 
-    async def _answer_when(self, wait: Awaitable[None], result: CoordinatorResult,
-                           fut: asyncio.Future | None, parked: asyncio.Future | None) -> None:
-        try:
-            await wait
-        except asyncio.CancelledError:  # closed meanwhile: the caller still gets an answer
-            for f in (fut, parked):
-                if f is not None and not f.done():
-                    f.set_exception(NotCoordinator(f"{self.name} is no longer coordinated here"))
-                    f.exception()
-            raise
-        except Exception as exc:  # in the log but not known to be on disk: not acknowledged
+    def _answer_when(self, done: asyncio.Future, result: CoordinatorResult,
+                     fut: asyncio.Future | None, parked: asyncio.Future | None) -> None:
+        """The write's wait ended: answer (or fail) what it held back."""
+        exc = None if done.cancelled() else done.exception()
+        if done.cancelled() or exc is not None:
+            # In the log but not known to be on disk: not acknowledged.
             answer = result.error_for(ErrorCode.kafka_storage_error)
             log.error("%s: the group records could not be made durable, answering %s: %s",
                       self.name, answer.name.upper(), exc)
