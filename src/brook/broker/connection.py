@@ -61,10 +61,10 @@ MAX_DEFERRED = 32
 class _Pending:
     """A deferred answer's place in the queue, until its bytes are known."""
 
-    __slots__ = ("task",)
+    __slots__ = ("waiting",)
 
-    def __init__(self, task: asyncio.Task) -> None:
-        self.task = task
+    def __init__(self, waiting: asyncio.Future) -> None:
+        self.waiting = waiting
 
     def __len__(self) -> int:
         return 0
@@ -200,32 +200,30 @@ class Connection:
     async def _defer(self, deferred: Deferred, request, received: float) -> None:
         """Keep the answer's place in the queue; it is encoded into it once ready."""
         if len(self._pending) >= MAX_DEFERRED:
-            await asyncio.wait((self._pending[0].task,))
-        task = self.loop.create_task(self._encoded(deferred, request))
-        pending = _Pending(task)
+            await asyncio.wait((self._pending[0].waiting,))
+        pending = _Pending(deferred.waiting)
         self._pending.append(pending)
         self._out.append(pending)
-        task.add_done_callback(lambda t, p=pending: self._resolved(p, request.api_key, received))
+        deferred.waiting.add_done_callback(
+            lambda _, p=pending: self._resolved(p, deferred, request, received))
 
-    @staticmethod
-    async def _encoded(deferred: Deferred, request) -> bytes:
-        response = await deferred.answer
-        if isinstance(response, RawResponse):  # encoded by its handler (bytes, no file regions)
-            return b"".join(response.pieces)
-        return encode_response(request.api_key, request.api_version, request.correlation_id,
-                               response)
-
-    def _resolved(self, pending: _Pending, api_key: int, received: float) -> None:
+    def _resolved(self, pending: _Pending, deferred: Deferred, request, received: float) -> None:
         """A deferred answer is ready: its bytes take its place, and what is ready is sent."""
         self._pending.remove(pending)
-        if self.closed or pending.task.cancelled():
+        if self.closed:
             return
-        exc = pending.task.exception()
-        if exc is not None:  # no answer can be given: the client must not take it as one
+        try:
+            response = deferred.build(deferred.waiting)
+            if isinstance(response, RawResponse):  # encoded by its handler (bytes only)
+                data = b"".join(response.pieces)
+            else:
+                data = encode_response(request.api_key, request.api_version,
+                                       request.correlation_id, response)
+        except Exception as exc:  # no answer can be given: the client must not take it as one
             log.warning("closing connection from %s: a deferred answer failed: %r", self.peer, exc)
             self.close()
             return
-        data = pending.task.result()
+        api_key = request.api_key
         try:
             i = self._out.index(pending)
         except ValueError:
@@ -330,7 +328,7 @@ class Connection:
                 self._disarm_writer()
                 return
             if type(self._out[0]) is _Pending:
-                await asyncio.wait((self._out[0].task,))
+                await asyncio.wait((self._out[0].waiting,))
                 await asyncio.sleep(0)  # its done-callback puts its bytes in place
                 continue
             self._send_queued()
@@ -410,8 +408,7 @@ class Connection:
         if not self.closed:
             self.closed = True
             self._disarm_writer()
-            for pending in self._pending:
-                pending.task.cancel()
+            self._pending.clear()  # what they wait for goes on; nothing is sent after close
             self._out.clear()  # nothing is sent after close
             self._out_bytes = 0
             self._answered.clear()

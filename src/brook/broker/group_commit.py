@@ -61,6 +61,9 @@ class GroupCommitter:
     async def _rounds(self) -> None:
         try:
             while self._waiting:
+                # One more turn of the event loop first: the requests other connections have
+                # ready join this round instead of waiting for the next.
+                await asyncio.sleep(0)
                 batch, self._waiting = self._waiting, []
                 logs = {id(lg): lg for logs, _ in batch for lg in logs}.values()
                 error: BaseException | None = None

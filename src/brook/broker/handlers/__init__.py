@@ -18,12 +18,14 @@ class RawResponse:
 class Deferred:
     """A handler's answer that is not ready yet (it waits for its writes to be on disk): the
     connection goes on with the next requests and sends this answer, in its place among the
-    others, once ``answer`` (a coroutine giving the response) is done."""
+    others, once the future ``waiting`` is done; ``build(waiting)`` then gives the response (a
+    callback, not a task: this is the hot path of durable writes)."""
 
-    __slots__ = ("answer",)
+    __slots__ = ("waiting", "build")
 
-    def __init__(self, answer: Awaitable[Any]) -> None:
-        self.answer = answer
+    def __init__(self, waiting: Any, build: Callable[[Any], Any]) -> None:
+        self.waiting = waiting
+        self.build = build
 
 
 @dataclass(frozen=True, slots=True)

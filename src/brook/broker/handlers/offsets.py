@@ -72,18 +72,21 @@ async def handle_offset_commit(broker, request, connection):
     except CoordinatorError as exc:
         return _commit_answer(request, req, [(t.name, p.partition, exc.code)
                                              for t in req.topics for p in t.partitions])
-    answer = _commit_when_written(runtime, done, request, req)
-    if done.done():  # answered at once (the hot path): awaiting it does not suspend
-        return await answer
+    if done.done():  # answered at once: the hot path
+        return _committed(done, request, req)
     # log.flush.before.ack: the connection goes on while the commit waits for its fsync
-    return Deferred(answer)
+    return Deferred(done, lambda d: _committed(d, request, req))
 
 
-async def _commit_when_written(runtime, done, request, req: OffsetCommit):
-    try:
-        errors = await runtime.answer(done)
-    except CoordinatorError as exc:
+def _committed(done, request, req: OffsetCommit) -> RawResponse:
+    """The answer of a commit whose operation has ended (it is never parked)."""
+    exc = done.exception()
+    if exc is None:
+        errors = done.result()
+    elif isinstance(exc, CoordinatorError):
         errors = [(t.name, p.partition, exc.code) for t in req.topics for p in t.partitions]
+    else:
+        raise exc
     return _commit_answer(request, req, errors)
 
 

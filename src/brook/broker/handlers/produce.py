@@ -17,7 +17,6 @@ from kio.schema.errors import ErrorCode
 from ...protocol.messages import make, response_class, response_module
 from ...records.batch import ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 from ...records.compression import CODEC_MASK, Codec
-from ...storage.errors import KafkaStorageError
 from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from . import Api, Deferred
@@ -103,15 +102,15 @@ async def handle(broker, request, connection):
             raise CloseConnection("acks=0 produce failed")
         return None
     if appended:  # log.flush.before.ack: answered once fsynced, with the fsyncs of others
-        return Deferred(_durable(broker, version, topics, appended))
+        written = broker.group_commit.durable(lg for _, _, lg in appended)
+        return Deferred(written, lambda done: _durable_answer(done, version, topics, appended))
     return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=NO_THROTTLE)
 
 
-async def _durable(broker, version: int, topics: list, appended: list):
-    """The answer, once what the request appended is on disk."""
-    try:
-        await broker.group_commit.sync(lg for _, _, lg in appended)
-    except KafkaStorageError as exc:
+def _durable_answer(written, version: int, topics: list, appended: list):
+    """The answer once the fsync of what the request appended has ended."""
+    exc = written.exception()
+    if exc is not None:
         topics = _failed(topics, appended, str(exc))
     return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=NO_THROTTLE)
 
