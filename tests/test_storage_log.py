@@ -226,3 +226,26 @@ def test_batches_without_timestamps_add_no_time_index_entries(tmp_path):
     assert lg.active_segment.load_indexes()  # the files written at close are sane
     assert lg.fetch_offset_by_timestamp(5001) == (base + 7, 5001)
     lg.close()
+
+
+def test_max_timestamp_is_the_offset_of_the_record_that_has_it(tmp_path):
+    """Since Kafka 3.8 (KAFKA-16310) ListOffsets MAX_TIMESTAMP answers the record's own offset,
+    not the last offset of its batch: the first record with the largest timestamp."""
+    from brook.records.compression import Codec
+
+    lg = open_log(tmp_path)
+    lg.append(encode_batch([Record(0, 1000, b"a", b"x"), Record(1, 1001, b"b", b"y")]))
+    lg.append(encode_batch([Record(0, 5000, None, b"p"), Record(1, 9000, None, b"q"),
+                            Record(2, 7000, None, b"r"), Record(3, 9000, None, b"s")],
+                           codec=Codec.LZ4))
+    lg.append(encode_batch([Record(0, 8000, None, b"t")]))
+    assert lg.fetch_offset_by_timestamp(MAX_TIMESTAMP) == (3, 9000)
+
+
+def test_max_timestamp_with_log_append_time_is_the_first_offset_of_the_batch(tmp_path):
+    clock = FakeClock(1_700_000_000_000)
+    lg = open_log(tmp_path, LogConfig(message_timestamp_type="LogAppendTime"), clock=clock)
+    lg.append(encode_batch([Record(0, 1000, b"a", b"x")]))
+    clock.advance(5)
+    lg.append(encode_batch([Record(0, 1000, b"a", b"x"), Record(1, 1000, b"b", b"y")]))
+    assert lg.fetch_offset_by_timestamp(MAX_TIMESTAMP) == (1, 1_700_000_000_005)

@@ -603,13 +603,31 @@ class Log:
             best = max(segments, key=lambda s: s.max_timestamp_so_far)
             if best.max_timestamp_so_far < 0:
                 return None
-            return best.offset_of_max_timestamp, best.max_timestamp_so_far
+            return self._record_of_max_timestamp(best), best.max_timestamp_so_far
         for seg in segments:
             if seg.size and seg.largest_timestamp >= timestamp:
                 found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
                 if found is not None:
                     return found
         return None
+
+    def _record_of_max_timestamp(self, seg: LogSegment) -> int:
+        """The offset of the first record with the segment's largest timestamp, as Kafka answers
+        since 3.8 (KAFKA-16310; before, the last offset of its batch). The segment keeps the
+        batch; only that batch is read and decoded."""
+        last = seg.offset_of_max_timestamp
+        largest = seg.max_timestamp_so_far
+        try:
+            [batch, *_] = self.read(last, self.config.max_message_bytes + 1024,
+                                    max_offset=last + 1).batches()
+        except (ValueError, RecordsError, OSError):  # unreadable: the batch's last offset
+            return last
+        if batch.attributes & TIMESTAMP_TYPE_BIT or batch.is_control:  # one time for all
+            return max(batch.base_offset, self.log_start_offset)
+        for record in batch.records:
+            if record.timestamp == largest and record.offset >= self.log_start_offset:
+                return record.offset
+        return last
 
     # ------------------------------------------------------------ retention
 
