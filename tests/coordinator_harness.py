@@ -35,6 +35,8 @@ class CoordinatorHarness:
                                                new_member_id=counting_member_ids())
         self.log: list[CoordinatorRecord] = []
         self.replies: dict[str, object] = {}
+        #: (key, reply) of every delivery, in order (None: the append failed)
+        self.deliveries: list[tuple[str, object | None]] = []
 
     @property
     def now(self) -> int:
@@ -53,6 +55,7 @@ class CoordinatorHarness:
             after = result.failed(fail, now)
             for key in keys:
                 self.replies[key] = None
+                self.deliveries.append((key, None))
             self.run(after)
             return result
         if result.records:
@@ -64,6 +67,7 @@ class CoordinatorHarness:
             delivered += result.on_success(now) or ()
         for c in delivered:
             self.replies[c.key] = c.response
+            self.deliveries.append((c.key, c.response))
         # What the runtime delivered for it, the write's own completions included.
         return dataclasses.replace(result, completions=delivered)
 

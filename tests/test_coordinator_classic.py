@@ -25,7 +25,7 @@ from brook.coordinator.classic import (
 from brook.coordinator.group import GroupState as S
 from brook.coordinator.result import Completion, CoordinatorRecord
 from brook.coordinator.schemas import GroupMetadataKey, GroupMetadataValue, MemberMetadata
-from coordinator_harness import CoordinatorHarness, counting_member_ids
+from coordinator_harness import CoordinatorHarness
 
 PROTOS = (("range", b"sub"),)
 
@@ -559,17 +559,15 @@ class SimClient:
 
 
 class Simulation:
-    """Clients that join, sync, heartbeat, leave, restart and misbehave against one core on a
-    fake clock; the runtime's part (append, replay, complete, or fail the append) in miniature."""
+    """Clients that join, sync, heartbeat, leave, restart and misbehave against one shard's
+    groups on a fake clock, through the shared harness (which fails some appends)."""
 
     def __init__(self, seed):
         self.rng = random.Random(seed)
-        self.now = 0
-        self.core = ClassicGroupCoordinator(
-            GroupConfig(initial_rebalance_delay_ms=self.rng.choice([0, 0, 500]), max_size=6),
-            new_member_id=counting_member_ids(),
-        )
-        self.log: list[CoordinatorRecord] = []
+        self.h = CoordinatorHarness(0, GroupConfig(
+            initial_rebalance_delay_ms=self.rng.choice([0, 0, 500]), max_size=6))
+        self.core = self.h.shard.classic
+        self.log = self.h.log
         self.written: dict[str, GroupMetadataValue] = {}
         self.parked: dict[str, SimClient | None] = {}
         self.leaders: dict[tuple[str, int], set[str]] = {}
@@ -580,30 +578,24 @@ class Simulation:
             instance = f"i{n}" if self.rng.random() < 0.5 else None
             self.clients.append(SimClient(f"c{n}", group, instance))
 
-    # the runtime
+    @property
+    def now(self):
+        return self.h.now
+
+    # the runtime: the harness, with one append in seven or so failing
     def run(self, result, owner=None):
         if result.parked is not None:
             self.parked[result.parked] = owner
-        if result.records and self.rng.random() < 0.15:
-            error = self.rng.choice(SIM_ERRORS)
-            failed = [c.key for c in result.completions]
-            if result.parked is not None:
-                failed.append(result.parked)
-            for key in failed:
-                self.deliver(key, None)
-            self.run(result.failed(error, self.now))
-            return None
-        for record in result.records:
-            self.log.append(record)
-            if result.replay:
-                self.core.replay(record.key, record.value, self.now)
+        fail = self.rng.choice(SIM_ERRORS) if result.records and self.rng.random() < 0.15 else None
+        logged, delivered = len(self.h.log), len(self.h.deliveries)
+        self.h.run(result, fail=fail)
+        for record in self.h.log[logged:]:
             if isinstance(record.key, GroupMetadataKey):
                 self.written[record.key.group] = record.value
-        completions = list(result.completions)
-        if result.on_success is not None:
-            completions += result.on_success(self.now) or ()
-        for completion in completions:
-            self.deliver(completion.key, completion.response)
+        for key, response in self.h.deliveries[delivered:]:
+            self.deliver(key, response)
+        if fail is not None:
+            return None
         if result.response is not None and owner is not None:
             self.handle(owner, result.response)
         return result.response
@@ -660,7 +652,7 @@ class Simulation:
         elif action == "restart":
             c.member_id, c.generation, c.members = "", -1, ()
         elif action == "advance":
-            self.now += rng.choice([1, 100, 1_000, 3_000, 7_000, 12_000])
+            self.h.clock.advance(rng.choice([1, 100, 1_000, 3_000, 7_000, 12_000]))
             self.run(self.core.poll(self.now))
         else:
             self.garbage(c)
