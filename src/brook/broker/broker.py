@@ -31,6 +31,7 @@ from .metadata import (
 )
 from .partition import Partition
 from .producer_id_quota import ProducerIdQuota
+from .response_cache import EncodedResponseCache
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.log_manager: LogManager | None = None
         self.producer_id_quota = ProducerIdQuota(config.producer_ids_rate)
+        self.metadata_responses = EncodedResponseCache()
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, clock)
         self.groups: GroupRuntime | None = None
         self.metrics = None  # a brook.broker.metrics.BrokerMetrics when metrics.port is set

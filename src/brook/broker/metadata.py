@@ -160,6 +160,7 @@ class MetadataStore:
         self.path = os.path.join(log_dirs[0], METADATA_FILE)
         self.journal_path = os.path.join(log_dirs[0], JOURNAL_FILE)
         self.topics: dict[str, TopicMetadata] = {}
+        self.generation = 0  # changes with every change applied
         self.by_id: dict[uuid.UUID, TopicMetadata] = {}
         self._by_metric_name: dict[str, str] = {}  # '.' as '_' -> topic (see colliding_topic)
         self.next_producer_id = 0
@@ -214,6 +215,7 @@ class MetadataStore:
 
     def _apply(self, record: dict) -> None:
         """One journal record, live or replayed."""
+        self.generation += 1  # what was built from the metadata before is stale
         if "topic" in record:
             self._put_topic(_topic_from_json(record["topic"], record))
         elif "delete" in record:
