@@ -37,8 +37,6 @@ JOURNAL_FILE = "brook-metadata.log"
 _MIN_RECORDS_TO_FOLD = 1000  # the journal is folded into a snapshot after more than this
 META_PROPERTIES = "meta.properties"
 MAX_TOPIC_NAME_LENGTH = 249
-# Kafka's controller refuses one operation that would create more records than this.
-MAX_PARTITIONS_PER_REQUEST = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 # Topics only the broker creates, with their proper configuration, and only it writes:
 # Kafka's internal topics (Topic.INTERNAL_TOPICS) and the name of its metadata log.

@@ -718,7 +718,8 @@ class Log:
         """Close a log cleanly: a producer snapshot at the log end spares the next load
         any replay."""
         self._segments[-1].release_reserved()  # first: on a full disk the snapshot needs the space
-        self.take_producer_snapshot(sync=True)
+        if self.log_end_offset > 0:  # an empty log has nothing to replay (and 10,000 fsyncs is slow)
+            self.take_producer_snapshot(sync=True)
         for seg in self._segments:
             seg.close()
         self.delete_pending_files(force=True)
