@@ -215,11 +215,11 @@ class Broker:
             for i in indexes:
                 logs.append(self.log_manager.get_or_create_log(name, i, config))
         except BaseException:
-            self._discard_logs(name, indexes[:len(logs)])
+            self.discard_logs(name, indexes[:len(logs)])
             raise
         return logs
 
-    def _discard_logs(self, name: str, indexes) -> None:
+    def discard_logs(self, name: str, indexes) -> None:
         for i in indexes:
             try:
                 self.log_manager.delete_log(name, i)
@@ -236,7 +236,7 @@ class Broker:
                 logs += self._open_logs(name, indexes[start:start + CREATE_SLICE], config)
                 await asyncio.sleep(0)
         except BaseException:  # an error, or the request cancelled: nothing is left behind
-            self._discard_logs(name, indexes[:len(logs)])
+            self.discard_logs(name, indexes[:len(logs)])
             raise
         return logs
 
@@ -254,7 +254,7 @@ class Broker:
         try:
             tm = self.metadata.create_topic(name, len(logs), configs, internal=internal)
         except BaseException:
-            self._discard_logs(name, range(len(logs)))
+            self.discard_logs(name, range(len(logs)))
             raise
         for i, lg in enumerate(logs):
             self.partitions[(name, i)] = Partition(name, i, lg)
@@ -312,12 +312,12 @@ class Broker:
         finally:
             self.release(name)
         if self.metadata.get(name) is not tm:  # deleted (or replaced) meanwhile
-            self._discard_logs(name, range(old, count))
+            self.discard_logs(name, range(old, count))
             raise UnknownTopicError(f"Topic '{name}' was deleted while its partitions were added.")
         try:
             self.metadata.set_partitions(name, count)
         except BaseException:
-            self._discard_logs(name, range(old, count))
+            self.discard_logs(name, range(old, count))
             raise
         for i, lg in zip(range(old, count), logs):
             self.partitions[(name, i)] = Partition(name, i, lg)

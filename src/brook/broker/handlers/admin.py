@@ -90,7 +90,7 @@ async def create_topics(broker, request, connection):
     except BaseException:  # cancelled: what was made goes
         for plan in plans:
             if plan.logs:
-                broker._discard_logs(plan.name, range(len(plan.logs)))
+                broker.discard_logs(plan.name, range(len(plan.logs)))
         raise
     finally:
         for name in reserved:
