@@ -3,7 +3,10 @@ connections dispatch to. Topic operations live here so every handler shares them
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import resource
 
 from ..clock import SYSTEM_CLOCK, Clock, MonotonicWallClock
 from ..storage.config import LogConfig
@@ -34,8 +37,12 @@ from .metadata import (
 )
 from .partition import Partition
 from .producer_id_quota import ProducerIdQuota
+from .response_cache import EncodedResponseCache
 
 log = logging.getLogger(__name__)
+
+CREATE_SLICE = 64  # partitions made between two turns of the event loop
+FD_HEADROOM = 1024  # open files kept free for connections and segment rolls
 
 
 class Broker:
@@ -54,12 +61,14 @@ class Broker:
         self.producer_id_quota = ProducerIdQuota(config.producer_ids_rate)
         #: log.flush.before.ack: what makes appends durable before they are answered
         self.group_commit = GroupCommitter() if config.log_flush_before_ack else None
+        self.metadata_responses = EncodedResponseCache()
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
                                                 self.timeout_clock)
         #: The group coordinator: the runtime of the __consumer_offsets shards.
         self.coordinator: CoordinatorRuntime[CoordinatorShard] | None = None
         self.metrics = None  # a brook.broker.metrics.BrokerMetrics when metrics.port is set
         self.dir_locks = LogDirLocks(config.log_dirs)
+        self._creating: dict[str, int] = {}  # topic -> partitions being created (in slices)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -167,29 +176,116 @@ class Broker:
         values.update({k: v for k, v in overrides.items() if k in PASSIVE_TOPIC_KEYS})
         return values
 
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None, *,
-                     validate_only: bool = False, internal: bool = False):
+    # ------------------------------------------------------------ creating partitions
+
+    def check_new_topic(self, name: str, partitions: int, configs: dict[str, str], *,
+                        internal: bool = False) -> None:
+        """Everything a topic's creation checks before any file is made (MetadataError)."""
         validate_topic_name(name)
         if name in INTERNAL_TOPICS and not internal:
             # Whoever created it first would get an ordinary topic (deletable, not compacted).
             raise InvalidRequestError(f"Creation of internal topic {name} is prohibited: the broker "
                                       "creates it, with its proper configuration, on first use.")
-        configs = dict(configs or {})
         validate_topic_configs(configs, self.config.log_config)
         if partitions < 1:
             raise InvalidPartitionsError("Number of partitions must be larger than 0.")
-        if validate_only:
-            if self.metadata.get(name) is not None:
-                raise TopicExistsError(f"Topic '{name}' already exists.")
-            other = self.metadata.colliding_topic(name)
-            if other is not None:
-                raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {other}")
-            return None
-        tm = self.metadata.create_topic(name, partitions, configs, internal=internal)
-        for i in range(partitions):
-            self._open_partition(name, i)
-        log.info("created topic %s with %d partition%s", name, partitions, "" if partitions == 1 else "s")
+        if self.metadata.get(name) is not None or name in self._creating:
+            raise TopicExistsError(f"Topic '{name}' already exists.")
+        other = self.metadata.colliding_topic(name)
+        if other is not None:
+            raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {other}")
+        if not internal:  # the coordinator's topic is made whatever the clients took
+            self.check_room(partitions)
+
+    def check_room(self, adding: int) -> None:
+        """`adding` partitions fit under max.broker.partitions and the open-files limit."""
+        have = len(self.partitions) + sum(self._creating.values())
+        limit = self.config.max_broker_partitions
+        if have + adding > limit:
+            raise InvalidPartitionsError(
+                f"{adding} more partition(s) would bring this broker to {have + adding}, over "
+                f"max.broker.partitions={limit}")
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        try:
+            open_files = len(os.listdir("/proc/self/fd"))
+        except OSError:
+            return  # not Linux: the open itself fails, and the topic with it
+        if soft != resource.RLIM_INFINITY and open_files + adding + FD_HEADROOM > soft:
+            raise InvalidPartitionsError(
+                f"{adding} more partition(s) need as many open files: {open_files} are open of this "
+                f"process's limit of {soft} (RLIMIT_NOFILE), {FD_HEADROOM} kept for connections and "
+                f"segment rolls")
+
+    def log_config_of(self, configs: dict[str, str]) -> LogConfig:
+        """The log config of a topic with these overrides (before its metadata exists)."""
+        return self.config.log_config.with_overrides(
+            {k: v for k, v in configs.items() if k not in PASSIVE_TOPIC_KEYS})
+
+    def _open_logs(self, name: str, indexes: range, config: LogConfig | None = None) -> list:
+        """The logs of these partitions, made now; all or none (a failure removes those made)."""
+        logs = []
+        try:
+            for i in indexes:
+                logs.append(self.log_manager.get_or_create_log(name, i, config))
+        except BaseException:
+            self.discard_logs(name, indexes[:len(logs)])
+            raise
+        return logs
+
+    def discard_logs(self, name: str, indexes) -> None:
+        for i in indexes:
+            try:
+                self.log_manager.delete_log(name, i)
+            except Exception:
+                log.exception("cannot remove the log of %s-%d after a failed creation", name, i)
+
+    async def open_logs_in_slices(self, name: str, indexes: range, config: LogConfig | None = None) -> list:
+        """`_open_logs` in slices of CREATE_SLICE partitions, the event loop serving others
+        between them; the partitions count against the broker's room meanwhile (the caller
+        reserved them with `reserve`)."""
+        logs: list = []
+        try:
+            for start in range(0, len(indexes), CREATE_SLICE):
+                logs += self._open_logs(name, indexes[start:start + CREATE_SLICE], config)
+                await asyncio.sleep(0)
+        except BaseException:  # an error, or the request cancelled: nothing is left behind
+            self.discard_logs(name, indexes[:len(logs)])
+            raise
+        return logs
+
+    def reserve(self, name: str, partitions: int) -> None:
+        """Count `partitions` of `name` as being created (released by `release`)."""
+        self._creating[name] = self._creating.get(name, 0) + partitions
+
+    def release(self, name: str) -> None:
+        self._creating.pop(name, None)
+
+    def register_topic(self, name: str, configs: dict[str, str], logs: list, *, internal: bool = False):
+        """Make a topic whose logs are all open known: metadata, then its partitions, with no
+        await between them (a crash before the metadata leaves logs that the next start
+        deletes as those of no topic)."""
+        try:
+            tm = self.metadata.create_topic(name, len(logs), configs, internal=internal)
+        except BaseException:
+            self.discard_logs(name, range(len(logs)))
+            raise
+        for i, lg in enumerate(logs):
+            self.partitions[(name, i)] = Partition(name, i, lg)
+        n = len(logs)
+        log.info("created topic %s with %d partition%s", name, n, "" if n == 1 else "s")
         return tm
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None, *,
+                     validate_only: bool = False, internal: bool = False):
+        """Create a topic at once (auto-creation, the offsets topic; CreateTopics creates in
+        slices instead). All or nothing: a partition that cannot be made leaves no trace."""
+        configs = dict(configs or {})
+        self.check_new_topic(name, partitions, configs, internal=internal)
+        if validate_only:
+            return None
+        return self.register_topic(name, configs, self._open_logs(name, range(partitions),
+                                                                  self.log_config_of(configs)),
+                                   internal=internal)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic's metadata and logs; its name stays reserved until
@@ -229,7 +325,7 @@ class Broker:
                 self.metadata.finish_deletion(name)
         return complete
 
-    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+    def check_new_partitions(self, name: str, count: int):
         tm = self.metadata.get(name)
         if tm is None:
             raise UnknownTopicError(f"Topic '{name}' does not exist.")
@@ -242,12 +338,31 @@ class Broker:
             raise InvalidPartitionsError(
                 f"Topic currently has {tm.partitions} partitions, which is higher than or equal to "
                 f"the requested {count}.")
+        if name in self._creating:
+            raise InvalidPartitionsError(f"Topic '{name}' is having partitions added already.")
+        self.check_room(count - tm.partitions)
+        return tm
+
+    async def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        tm = self.check_new_partitions(name, count)
         if validate_only:
             return
         old = tm.partitions
-        self.metadata.set_partitions(name, count)
-        for i in range(old, count):
-            self._open_partition(name, i)
+        self.reserve(name, count - old)
+        try:
+            logs = await self.open_logs_in_slices(name, range(old, count))
+        finally:
+            self.release(name)
+        if self.metadata.get(name) is not tm:  # deleted (or replaced) meanwhile
+            self.discard_logs(name, range(old, count))
+            raise UnknownTopicError(f"Topic '{name}' was deleted while its partitions were added.")
+        try:
+            self.metadata.set_partitions(name, count)
+        except BaseException:
+            self.discard_logs(name, range(old, count))
+            raise
+        for i, lg in zip(range(old, count), logs):
+            self.partitions[(name, i)] = Partition(name, i, lg)
         log.info("topic %s now has %d partitions", name, count)
 
     def set_topic_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:

@@ -71,6 +71,10 @@ class BrokerConfig:
     advertised_listeners: tuple[Listener, ...] = ()
     log_dirs: tuple[str, ...] = ("./data",)
     num_partitions: int = 1
+    # Partitions one CreateTopics (all its topics) or CreatePartitions may add (the limit
+    # Kafka's controller hard-codes), and partitions this broker may hold (KIP-578's name).
+    max_partitions_per_request: int = 10_000
+    max_broker_partitions: int = 100_000
     auto_create_topics_enable: bool = True
     delete_topic_enable: bool = True
     socket_request_max_bytes: int = 100 * 1024 * 1024
@@ -146,6 +150,8 @@ class BrokerConfig:
             advertised_listeners=advertised,
             log_dirs=tuple(os.path.abspath(d.strip()) for d in dirs.split(",") if d.strip()),
             num_partitions=get("num.partitions", 1),
+            max_partitions_per_request=get("max.partitions.per.request", 10_000),
+            max_broker_partitions=get("max.broker.partitions", 100_000),
             auto_create_topics_enable=get("auto.create.topics.enable", True, _bool),
             delete_topic_enable=get("delete.topic.enable", True, _bool),
             socket_request_max_bytes=get("socket.request.max.bytes", 100 * 1024 * 1024),
@@ -179,6 +185,8 @@ class BrokerConfig:
             raise ConfigError("producer.ids.rate must be positive")
         if cfg.manager_config.producer_id_max_count < 1:
             raise ConfigError("producer.id.max.count must be at least 1")
+        if cfg.max_partitions_per_request < 1 or cfg.max_broker_partitions < 1:
+            raise ConfigError("max.partitions.per.request and max.broker.partitions must be at least 1")
         if cfg.num_partitions < 1:
             raise ConfigError("num.partitions must be at least 1")
         if cfg.offsets_topic_num_partitions < 1:

@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 #: Requests of one read answered before the connection lets the others have the event loop
 #: (each is answered without waiting when its shard is idle).
 YIELD_EVERY = 64
+#: Seconds of work a connection does in one turn of the event loop before it lets the others
+#: have it, even with more requests already read or waiting in its socket: a quiet client's
+#: small request waits for at most about this much per busy connection, plus one request.
+TURN_SECONDS = 0.002
 #: Bytes of answers a connection may hold that the socket has not taken yet; past it, the
 #: connection reads no further request until they have gone. Kafka holds one answer per
 #: connection; this bounds what a client that pipelines requests without reading the answers
@@ -98,6 +102,7 @@ class Connection:
     async def run(self) -> None:
         decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
         recv_into = self.sock.recv_into
+        turn = perf_counter()  # when this connection's turn of the event loop began
         try:
             while True:
                 try:
@@ -105,6 +110,7 @@ class Connection:
                 except BlockingIOError:
                     decoder.release()  # an idle connection holds no receive buffer
                     await self._readable()
+                    turn = perf_counter()
                     continue
                 if n == 0:
                     return
@@ -120,9 +126,10 @@ class Connection:
                     handled += 1
                     if self._out_bytes > MAX_QUEUED_BYTES:
                         await self._drain()
-                    if handled % YIELD_EVERY == 0:
+                    if handled % YIELD_EVERY == 0 or perf_counter() - turn > TURN_SECONDS:
                         await self._drain()
                         await asyncio.sleep(0)  # let other connections in
+                        turn = perf_counter()
                 await self._drain()
         except FrameTooLargeError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)

@@ -37,8 +37,6 @@ JOURNAL_FILE = "brook-metadata.log"
 _MIN_RECORDS_TO_FOLD = 1000  # the journal is folded into a snapshot after more than this
 META_PROPERTIES = "meta.properties"
 MAX_TOPIC_NAME_LENGTH = 249
-# Kafka's controller refuses one operation that would create more records than this.
-MAX_PARTITIONS_PER_REQUEST = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 # Topics only the broker creates, with their proper configuration, and only it writes:
 # Kafka's internal topics (Topic.INTERNAL_TOPICS) and the name of its metadata log.
@@ -163,6 +161,7 @@ class MetadataStore:
         #: Topics being deleted: gone for clients, their names reserved until the groups'
         #: committed offsets of them are tombstoned (a restart finishes what a crash left).
         self.deleting: dict[str, TopicMetadata] = {}
+        self.generation = 0  # changes with every change applied
         self.by_id: dict[uuid.UUID, TopicMetadata] = {}
         self._by_metric_name: dict[str, str] = {}  # '.' as '_' -> topic (see colliding_topic)
         self.next_producer_id = 0
@@ -219,6 +218,7 @@ class MetadataStore:
 
     def _apply(self, record: dict) -> None:
         """One journal record, live or replayed."""
+        self.generation += 1  # what was built from the metadata before is stale
         if "topic" in record:
             self._put_topic(_topic_from_json(record["topic"], record))
         elif "deleting" in record:

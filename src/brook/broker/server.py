@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import signal
 import socket
 
@@ -46,6 +47,21 @@ def _resolve_overrides(overrides) -> dict[str, int]:
     return limits
 
 
+def raise_open_files_limit() -> None:
+    """The soft RLIMIT_NOFILE up to the hard one: every segment and connection is a file,
+    and a soft limit of 1024 (a common default) runs out long before the machine does."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("cannot raise the open files limit from %d to %d: %s", soft, hard, exc)
+    else:
+        log.info("open files limit raised from %d to %s", soft,
+                 "unlimited" if hard == resource.RLIM_INFINITY else hard)
+
+
 class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -64,6 +80,7 @@ class BrokerServer:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        raise_open_files_limit()
         self.broker.open()
         self.broker.coordinator.start()
         started = False

@@ -303,30 +303,36 @@ def _read_bytes(data: bytes | memoryview, pos: int, end: int) -> tuple[bytes | N
 
 def first_null_key(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> int | None:
     """The index of the batch's first record without a key, or None: what a compacted
-    topic must refuse. Reads each record's lengths and key length only (decompressing a
-    compressed batch); the batch's CRC is the caller's to have checked."""
+    topic must refuse. Reads each record's length and skips to its key length (decompressing
+    a compressed batch); the batch's CRC is the caller's to have checked."""
     body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
-    if header.compression != Codec.NONE:
-        body = decompress(header.compression, body)
+    data = decompress(header.compression, body) if header.compression != Codec.NONE else bytes(body)
+    at = 0
     try:
-        at = 0
-        end = len(body)
         for i in range(header.record_count):
-            length, at = decode_varint(body, at)
-            if length < 1 or at + length > end:
+            b = data[at]
+            if b < 0x80:  # most records are shorter than 64 bytes or longer: decode only then
+                length, p = (b >> 1) ^ -(b & 1), at + 1
+            else:
+                length, p = decode_varint(data, at)
+            if length < 1:
                 raise CorruptRecordError(f"invalid record length {length}")
-            rec_end = at + length
-            p = at + 1  # the attributes byte
-            _, p = decode_varint(body, p)  # timestamp delta
-            _, p = decode_varint(body, p)  # offset delta
-            key_length, p = decode_varint(body, p)
-            if key_length < 0:
+            rec_end = p + length
+            p += 1  # the attributes byte
+            while data[p] & 0x80:  # timestamp delta
+                p += 1
+            p += 1
+            while data[p] & 0x80:  # offset delta
+                p += 1
+            p += 1
+            b = data[p]
+            if b == 1 or (b & 0x80 and decode_varint(data, p)[0] < 0):  # key length -1
                 return i
-            if p > rec_end:
+            if p >= rec_end or rec_end > len(data):
                 raise CorruptRecordError("record fields run past its length")
             at = rec_end
-    except TruncatedBatchError as exc:
-        raise CorruptRecordError(str(exc)) from None
+    except (IndexError, TruncatedBatchError):
+        raise CorruptRecordError("a record runs past the end of the batch") from None
     return None
 
 

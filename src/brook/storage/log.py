@@ -346,7 +346,6 @@ class Log:
         self._log_append_time = config.message_timestamp_type == "LogAppendTime"
         # A compacted topic refuses records without a key, so its appends read keys.
         self._keys_required = config.compact
-        self._general_path_only = self._log_append_time or self._keys_required
         self._before_max_ms = config.timestamp_before_max_ms
         self._after_max_ms = config.timestamp_after_max_ms
         self._flush_messages = config.flush_messages
@@ -379,7 +378,7 @@ class Log:
         # timestamps, passing every check of the general path. Anything else, errors
         # included, takes the general path. (Failed checks return at once: CPython 3.11
         # specializes a comparison only when it is followed by a short jump.)
-        if not assign_offsets or origin is not _CLIENT or self._general_path_only or end < HEADER_SIZE:
+        if not assign_offsets or origin is not _CLIENT or self._log_append_time or end < HEADER_SIZE:
             return self._append(view, now, leader_epoch, assign_offsets, origin)
         (base, length, epoch, magic, crc, attrs, delta, base_ts, max_ts, pid, _, _, count) = \
             _HEADER.unpack_from(view)
@@ -389,6 +388,8 @@ class Log:
                 and (base_ts >= now - self._before_max_ms or base_ts == NO_TIMESTAMP)
                 and crc32c(view[ATTRIBUTES_OFFSET:]) == crc):
             return self._append(view, now, leader_epoch, assign_offsets, origin)
+        if self._keys_required and first_null_key(view, 0, read_header(view)) is not None:
+            return self._append(view, now, leader_epoch, assign_offsets, origin)  # refuses it
         segment = self._segments[-1]
         first = segment.next_offset
         last = first + delta
@@ -736,7 +737,8 @@ class Log:
         """Close a log cleanly: a producer snapshot at the log end spares the next load
         any replay."""
         self._segments[-1].release_reserved()  # first: on a full disk the snapshot needs the space
-        self.take_producer_snapshot(sync=True)
+        if self.log_end_offset > 0:  # an empty log has nothing to replay (and 10,000 fsyncs is slow)
+            self.take_producer_snapshot(sync=True)
         for seg in self._segments:
             seg.close()
         self.delete_pending_files(force=True)

@@ -87,6 +87,7 @@ class LogManager:
         self.logs: dict[TopicPartition, Log] = {}
         self.producer_budget = ProducerIdBudget(self.manager_config.producer_id_max_count)
         self._dir_of: dict[TopicPartition, str] = {}
+        self._logs_per_dir = dict.fromkeys(self.log_dirs, 0)  # kept, not counted per new log
         self.cleaner = LogCleaner()
         self.cleaner_thread: CleanerThread | None = None
         now = clock.milliseconds()
@@ -132,6 +133,7 @@ class LogManager:
                                     log_start_offset=start_offsets.get(tp, 0),
                                     had_clean_shutdown=clean, producer_budget=self.producer_budget)
                 self._dir_of[tp] = log_dir
+                self._logs_per_dir[log_dir] += 1
             if clean:
                 os.unlink(marker)  # from now on a crash must be recovered
             count = sum(1 for d in self._dir_of.values() if d == log_dir)
@@ -184,14 +186,13 @@ class LogManager:
         existing = self.logs.get(tp)
         if existing is not None:
             return existing
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])  # fewest logs, as Kafka does
+        counts = self._logs_per_dir
+        log_dir = min(self.log_dirs, key=counts.__getitem__)  # fewest logs, as Kafka does
         lg = Log(os.path.join(log_dir, f"{topic}-{partition}"), config or self.config_for(topic),
                  clock=self.clock, had_clean_shutdown=True, producer_budget=self.producer_budget)
         self.logs[tp] = lg
         self._dir_of[tp] = log_dir
+        counts[log_dir] += 1
         return lg
 
     def update_config(self, topic: str, config: LogConfig) -> None:
@@ -206,7 +207,7 @@ class LogManager:
         lg = self.logs.pop(tp, None)
         if lg is None:
             return
-        self._dir_of.pop(tp)
+        self._logs_per_dir[self._dir_of.pop(tp)] -= 1
         self.cleaner.remove(tp)
         thread = self.cleaner_thread
         if thread is not None and thread.job is not None and thread.job.log is lg:

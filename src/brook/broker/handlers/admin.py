@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from ..errors import error_code_for
-from ..metadata import MAX_PARTITIONS_PER_REQUEST, MetadataError
+from ..metadata import MetadataError
 from . import Api
 from .common import NO_THROTTLE
 
@@ -42,59 +42,119 @@ def _check_replication(broker, replication_factor: int, assignments) -> None:
 
 
 async def create_topics(broker, request, connection):
+    """Each topic is checked, then the logs of those that pass are made in slices (the event
+    loop serves others between them), then all are made known with one metadata write.
+    A topic is created whole or not at all."""
     body = request.body
     version = request.api_version
     mod = response_module(19, version)
     validate_only = getattr(body, "validate_only", False)
-    results = []
     seen: dict[str, int] = {}
     for t in body.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
-    with broker.metadata.batch():  # durable, with one fsync, before the answer
-        for t in body.topics:
-            results.append(_create_topic(broker, t, seen, validate_only, version, mod))
+    plans = [_Plan(t) for t in body.topics]
+    total = 0
+    for plan in plans:
+        _check_topic(broker, plan, seen)
+        if plan.code == ErrorCode.none:
+            total += plan.partitions
+    cap = broker.config.max_partitions_per_request
+    reserved = []
+    try:
+        for plan in plans:
+            if plan.code != ErrorCode.none:
+                continue
+            if total > cap:  # Kafka's controller refuses such an operation as a whole
+                plan.refuse(ErrorCode.policy_violation,
+                            f"the request asks for {total} partitions in all, more than "
+                            f"max.partitions.per.request={cap}")
+                continue
+            try:
+                broker.check_new_topic(plan.name, plan.partitions, plan.configs)
+            except MetadataError as exc:
+                plan.refuse(error_code_for(exc), str(exc))
+                continue
+            broker.reserve(plan.name, plan.partitions)  # the next topics' room counts these
+            reserved.append(plan.name)
+            if validate_only:
+                plan.created = True
+        if not validate_only:
+            for plan in plans:
+                if plan.code == ErrorCode.none:
+                    try:
+                        plan.logs = await broker.open_logs_in_slices(
+                            plan.name, range(plan.partitions), broker.log_config_of(plan.configs))
+                    except OSError as exc:  # e.g. out of file descriptors or disk space
+                        plan.refuse(ErrorCode.kafka_storage_error, str(exc))
+                        log.error("create topic %r failed: %s", plan.name, exc)
+    except BaseException:  # cancelled: what was made goes
+        for plan in plans:
+            if plan.logs:
+                broker.discard_logs(plan.name, range(len(plan.logs)))
+        raise
+    finally:
+        for name in reserved:
+            broker.release(name)
+    if not validate_only:
+        with broker.metadata.batch():  # durable, with one fsync, before the answer
+            for plan in plans:
+                if plan.code == ErrorCode.none:
+                    try:
+                        plan.tm = broker.register_topic(plan.name, plan.configs, plan.logs)
+                        plan.created = True
+                    except MetadataError as exc:
+                        plan.refuse(error_code_for(exc), str(exc))
+    results = [_result(broker, plan, version, mod) for plan in plans]
     return make(response_class(19, version), throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-def _create_topic(broker, t, seen: dict[str, int], validate_only: bool, version: int, mod):
-    code, text, tm = ErrorCode.none, None, None
-    partitions = t.num_partitions
-    configs = {c.name: c.value for c in t.configs}
+class _Plan:
+    """One topic of a CreateTopics request on its way."""
+
+    def __init__(self, t) -> None:
+        self.t = t
+        self.name = t.name
+        self.partitions = t.num_partitions
+        self.configs = {c.name: c.value for c in t.configs}
+        self.code, self.text = ErrorCode.none, None
+        self.logs: list = []
+        self.tm = None
+        self.created = False
+
+    def refuse(self, code: ErrorCode, text: str) -> None:
+        self.code, self.text = code, text
+        log.info("create topic %r refused: %s", self.name, text)
+
+
+def _check_topic(broker, plan: _Plan, seen: dict[str, int]) -> None:
+    t = plan.t
     try:
         if seen[t.name] > 1:
             raise _Refused(ErrorCode.invalid_request, f"topic {t.name!r} appears more than once")
         _check_replication(broker, t.replication_factor, t.assignments)
         if t.assignments:
-            if partitions not in (-1, len(t.assignments)):
+            if plan.partitions not in (-1, len(t.assignments)):
                 raise _Refused(ErrorCode.invalid_request, "both numPartitions and assignments given")
-            partitions = len(t.assignments)
-        elif partitions == -1:
-            partitions = broker.config.num_partitions
-        if partitions > MAX_PARTITIONS_PER_REQUEST:
-            raise _Refused(ErrorCode.policy_violation,
-                           f"{partitions} partitions is more than {MAX_PARTITIONS_PER_REQUEST} in one request")
-        tm = broker.create_topic(t.name, partitions, configs, validate_only=validate_only)
+            plan.partitions = len(t.assignments)
+        elif plan.partitions == -1:
+            plan.partitions = broker.config.num_partitions
     except _Refused as exc:
-        code, text = exc.code, str(exc)
-    except MetadataError as exc:
-        code, text = error_code_for(exc), str(exc)
-    except OSError as exc:  # e.g. out of file descriptors or disk space
-        code, text = ErrorCode.kafka_storage_error, str(exc)
-        log.error("create topic %r failed: %s", t.name, exc)
-    if code != ErrorCode.none:
-        log.info("create topic %r refused: %s", t.name, text)
+        plan.refuse(exc.code, str(exc))
+
+
+def _result(broker, plan: _Plan, version: int, mod):
     described = ()
-    if tm is not None and version >= 5:
+    if plan.created and version >= 5:
         described = tuple(
             make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
-                 config_source=CONFIG_SOURCE_DYNAMIC_TOPIC if k in configs else CONFIG_SOURCE_DEFAULT,
+                 config_source=CONFIG_SOURCE_DYNAMIC_TOPIC if k in plan.configs else CONFIG_SOURCE_DEFAULT,
                  is_sensitive=False)
-            for k, v in sorted(broker.topic_config_values(t.name, configs).items()))
-    return make(mod.CreatableTopicResult, name=t.name,
-                topic_id=tm.topic_id if tm is not None else ZERO_UUID,
-                error_code=code, error_message=text, topic_config_error_code=0,
-                num_partitions=partitions if tm is not None else -1,
-                replication_factor=1 if tm is not None else -1, configs=described)
+            for k, v in sorted(broker.topic_config_values(plan.name, plan.configs).items()))
+    return make(mod.CreatableTopicResult, name=plan.name,
+                topic_id=plan.tm.topic_id if plan.tm is not None else ZERO_UUID,
+                error_code=plan.code, error_message=plan.text, topic_config_error_code=0,
+                num_partitions=plan.partitions if plan.created else -1,
+                replication_factor=1 if plan.created else -1, configs=described)
 
 
 async def delete_topics(broker, request, connection):
@@ -150,13 +210,15 @@ async def create_partitions(broker, request, connection):
             if t.assignments:
                 _check_replication(broker, 1, t.assignments)
             tm = broker.metadata.get(t.name)
-            if tm is not None and t.count - tm.partitions > MAX_PARTITIONS_PER_REQUEST:
+            cap = broker.config.max_partitions_per_request
+            if tm is not None and t.count - tm.partitions > cap:
                 raise _Refused(ErrorCode.policy_violation,
-                               f"more than {MAX_PARTITIONS_PER_REQUEST} new partitions in one request")
+                               f"{t.count - tm.partitions} new partitions in one request, more than "
+                               f"max.partitions.per.request={cap}")
             if tm is not None and t.assignments and len(t.assignments) != t.count - tm.partitions:
                 raise _Refused(ErrorCode.invalid_replica_assignment,
                                f"{len(t.assignments)} assignments for {t.count - tm.partitions} new partitions")
-            broker.create_partitions(t.name, t.count, validate_only=body.validate_only)
+            await broker.create_partitions(t.name, t.count, validate_only=body.validate_only)
         except _Refused as exc:
             code, text = exc.code, str(exc)
         except MetadataError as exc:

@@ -11,11 +11,11 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from ...protocol.messages import make, response_class, response_module
+from ...protocol.messages import encode_response, make, response_class, response_module
 from ..errors import error_code_for
 from ...coordinator.runtime import OFFSETS_TOPIC
 from ..metadata import MetadataError
-from . import Api
+from . import Api, RawResponse
 from .common import INT32_MIN, NO_THROTTLE, InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,44 @@ def topic_entry(broker, mod, version: int, name: str, error: ErrorCode = ErrorCo
 
 
 async def handle(broker, request, connection):
+    """Answered from `broker.metadata_responses` when the same question was answered at the
+    same metadata generation (same version, topics and listener)."""
+    version = request.api_version
+    key = _cache_key(request, connection)
+    generation = broker.metadata.generation
+    cache = broker.metadata_responses
+    if key is not None:
+        frame = cache.get(key, generation, request.correlation_id)
+        if frame is not None:
+            return RawResponse([frame], len(frame))
+    response = _build(broker, request, connection)
+    if key is None or broker.metadata.generation != generation \
+            or any(t.error_code != ErrorCode.none for t in response.topics):
+        return response  # it auto-created a topic, or an error may be gone next time
+    frame = encode_response(API_KEY, version, request.correlation_id, response)
+    cache.put(key, generation, frame)
+    return RawResponse([frame], len(frame))
+
+
+def _cache_key(request, connection):
+    """What the answer depends on besides the metadata; None for requests by topic id."""
+    body = request.body
+    requested = body.topics
+    if requested is None:
+        names = None
+    else:
+        names = []
+        for t in requested:
+            name = t if isinstance(t, str) else t.name
+            if name is None or (getattr(t, "topic_id", None) or ZERO_UUID) != ZERO_UUID:
+                return None
+            names.append(name)
+        names = tuple(names)
+    return (request.api_version, names, getattr(body, "allow_auto_topic_creation", True),
+            getattr(connection, "listener_name", None))
+
+
+def _build(broker, request, connection):
     body = request.body
     version = request.api_version
     mod = response_module(API_KEY, version)
