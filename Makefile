@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv tools test demo bench broker clean
+.PHONY: venv tools test test-fast demo bench broker clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,11 @@ tools:
 
 test: venv tools
 	$(PY) -m pytest -q
+
+# The tests that start no broker process, no Spark and run for no set time (the markers broker,
+# spark and timeboxed, which tests/conftest.py sets): about a minute.
+test-fast: venv
+	$(PY) -m pytest -q -m "not broker and not spark and not timeboxed"
 
 # The main job end to end: the broker with real clients, then a Spark streaming pipeline.
 demo: venv
