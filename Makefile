@@ -25,8 +25,14 @@ tools:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
 
+# The whole suite on TEST_WORKERS pytest-xdist workers. Most broker tests wait on sockets and
+# timers, so more workers than cores pays; a module's broker and all of Spark stay on one worker
+# each (the xdist_group marks tests/conftest.py sets).
+TEST_WORKERS ?= 4
+PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
 test: venv tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PARALLEL)
 
 # The tests that start no broker process, no Spark and run for no set time (the markers broker,
 # spark and timeboxed, which tests/conftest.py sets): about a minute.
