@@ -20,8 +20,11 @@ import pytest  # noqa: E402
 
 from broker_harness import BrokerProcess  # noqa: E402
 
-# Overrides every test broker gets: a 4-partition default for auto-created topics.
-BROKER_DEFAULTS = {"num.partitions": 4}
+# Overrides every test broker gets: a 4-partition default for auto-created topics, and no
+# initial rebalance delay (a new group's first join would wait 3 s for more members; the delay
+# is tested on the fake clock in test_coordinator_classic.py and on a real broker in
+# test_broker_pipelining.py and test_connection_writes.py, which set it).
+BROKER_DEFAULTS = {"num.partitions": 4, "group.initial.rebalance.delay.ms": 0}
 
 
 @pytest.fixture(scope="module")
