@@ -284,7 +284,7 @@ def pytest_collection_modifyitems(config, items):
     other broker tests run first (longest work first, so that no worker is left with it at the
     end of a parallel run); each module's tests stay together and in order."""
     classes = {item.nodeid: _classify(item) for item in items}
-    spark_modules = {item.module for item in items if "spark" in classes[item.nodeid][0]}
+    spark_modules = {item.module for item in items if "spark_session" in item.fixturenames}
     xdist = config.pluginmanager.hasplugin("xdist")
     for item in items:
         tiers, shared = classes[item.nodeid]
@@ -292,7 +292,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, name))
         if not xdist:
             continue
-        if "spark" in tiers or (shared and item.module in spark_modules):
+        if "spark_session" in item.fixturenames or (shared and item.module in spark_modules):
             item.add_marker(pytest.mark.xdist_group("spark"))  # one Spark session per run
         elif shared:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
