@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv tools test demo bench broker clean
+.PHONY: venv tools test test-fast demo bench broker clean
 
 venv: $(STAMP)
 
@@ -25,8 +25,19 @@ tools:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
 
+# The whole suite on TEST_WORKERS pytest-xdist workers. Most broker tests wait on sockets and
+# timers, so more workers than cores pays; a module's broker and all of Spark stay on one worker
+# each (the xdist_group marks tests/conftest.py sets).
+TEST_WORKERS ?= 4
+PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
 test: venv tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PARALLEL)
+
+# The tests that start no broker process, no Spark and run for no set time (the markers broker,
+# spark and timeboxed, which tests/conftest.py sets): about a minute.
+test-fast: venv
+	$(PY) -m pytest -q -m "not broker and not spark and not timeboxed"
 
 # The main job end to end: the broker with real clients, then a Spark streaming pipeline.
 demo: venv

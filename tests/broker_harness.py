@@ -1,9 +1,12 @@
 """Run a brook broker as a real process for integration tests with real Kafka clients.
 
-The broker is started as ``python -m brook broker --override listeners=PLAINTEXT://127.0.0.1:<port>
---override log.dirs=<dir> [--override key=value ...]``; it is ready when its port accepts TCP
-connections. Its stderr goes to ``broker.stderr.log`` in the test's data directory (appended to
-across restarts) so a failure can show what the broker said.
+The broker is started as ``python -m brook broker --listeners-file <dir>/listeners --override
+listeners=PLAINTEXT://127.0.0.1:<port> --override log.dirs=<dir>/logs [--override key=value ...]``,
+on port 0 the first time: the system gives it a free port, which it writes to the listeners file
+once it listens (no other test can take the port between a look-up and the bind, as with a port
+chosen beforehand), and every restart asks for that port again. It is ready when the file names
+its port and the port accepts TCP connections. Its stderr goes to ``broker.stderr.log`` in the
+test's data directory (appended to across restarts) so a failure can show what the broker said.
 """
 
 from __future__ import annotations
@@ -39,10 +42,11 @@ class BrokerError(AssertionError):
 
 
 class BrokerProcess:
-    """One broker process on a data directory and a fixed port.
+    """One broker process on a data directory and a port.
 
-    The port and the data directory stay the same across ``restart()``, so clients that know
-    the bootstrap address reconnect to the restarted broker, and the data is the same data.
+    The port is the one given, or else the one the system gave the first start; it and the
+    data directory stay the same across ``restart()``, so clients that know the bootstrap
+    address reconnect to the restarted broker, and the data is the same data.
     """
 
     def __init__(
@@ -56,11 +60,12 @@ class BrokerProcess:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = self.data_dir / "logs"
-        self.port = port if port is not None else free_port()
+        self.port = port if port is not None else 0  # 0: not started yet, the system's choice
         self.overrides: dict[str, object] = dict(overrides or {})
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.stderr_path = self.data_dir / "broker.stderr.log"
+        self.listeners_path = self.data_dir / "listeners"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -80,7 +85,7 @@ class BrokerProcess:
             "log.dirs": str(self.log_dir),
         }
         settings.update(self.overrides)
-        cmd = [sys.executable, "-m", "brook", "broker"]
+        cmd = [sys.executable, "-m", "brook", "broker", "--listeners-file", str(self.listeners_path)]
         for key, value in settings.items():
             cmd += ["--override", f"{key}={value}"]
         return cmd
@@ -89,8 +94,9 @@ class BrokerProcess:
     def start(self) -> "BrokerProcess":
         if self.running:
             raise BrokerError(f"broker on {self.bootstrap} is already running")
-        if port_accepts(self.port):
+        if self.port and port_accepts(self.port):
             raise BrokerError(f"port {self.port} already accepts connections before the start")
+        self.listeners_path.unlink(missing_ok=True)
         self.starts += 1
         with open(self.stderr_path, "ab") as err:
             err.write(f"\n===== start #{self.starts}: {' '.join(self.command())}\n".encode())
@@ -111,7 +117,9 @@ class BrokerProcess:
                     f"broker exited with code {code} before accepting connections on "
                     f"{self.bootstrap}\n{self.stderr_tail()}"
                 )
-            if port_accepts(self.port):
+            port = self._listening_port()
+            if port is not None and port_accepts(port):
+                self.port = port
                 return self
             if time.monotonic() > deadline:
                 self._force_kill()
@@ -120,6 +128,18 @@ class BrokerProcess:
                     f"{self.start_timeout:.0f}s\n{self.stderr_tail()}"
                 )
             time.sleep(0.05)
+
+    def _listening_port(self) -> int | None:
+        """The port the broker wrote to its listeners file, once it has."""
+        try:
+            first = self.listeners_path.read_text().split()[0]
+        except (FileNotFoundError, IndexError):
+            return None
+        port = int(first.rsplit(":", 1)[1])
+        if self.port and port != self.port:
+            self._force_kill()
+            raise BrokerError(f"broker listens on port {port}, not on {self.port}")
+        return port
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         """Ask the broker to stop (SIGTERM by default) and wait for it; return its exit code.
@@ -179,7 +199,7 @@ class BrokerProcess:
 
     def _wait_port_closed(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
-        while port_accepts(self.port) and time.monotonic() < deadline:
+        while self.port and port_accepts(self.port) and time.monotonic() < deadline:
             time.sleep(0.05)
 
     # -- diagnostics -----------------------------------------------------------------------
@@ -211,13 +231,14 @@ class TcpProxy:
     through it. ``swallow_responses()`` keeps forwarding requests but drops everything the
     broker sends back: the broker handles (appends) what it receives while the client hears
     nothing, so the client must retry requests that did succeed. ``reset()`` closes every
-    connection and forwards normally again.
+    connection and forwards normally again. The broker may be given before it has started
+    (its port is looked up at each connection).
     """
 
-    def __init__(self, upstream_port: int, port: int | None = None) -> None:
+    def __init__(self, upstream: "int | BrokerProcess", port: int | None = None) -> None:
         import threading
 
-        self.upstream = ("127.0.0.1", upstream_port)
+        self._upstream = upstream
         self.listener = socket.create_server(("127.0.0.1", port or 0))
         self.port = self.listener.getsockname()[1]
         self.swallowed_bytes = 0
@@ -231,6 +252,11 @@ class TcpProxy:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def upstream(self) -> tuple[str, int]:
+        up = self._upstream
+        return ("127.0.0.1", up if isinstance(up, int) else up.port)
 
     def swallow_responses(self) -> None:
         self._swallow = True

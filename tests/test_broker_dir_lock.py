@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from broker_harness import BrokerProcess, free_port
+from broker_harness import BrokerProcess
 from brook.broker.broker import Broker
 from brook.broker.config import BrokerConfig
 from brook.storage.dir_lock import LOCK_FILE, LogDirInUseError, LogDirLocks
@@ -25,7 +25,7 @@ from test_broker_protocol import batch, create_topic, fetch_request, produce
 
 def _run(log_dirs: str, port: int | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "brook", "broker", "-o", f"log.dirs={log_dirs}",
-           "-o", f"listeners=PLAINTEXT://127.0.0.1:{port or free_port()}"]
+           "-o", f"listeners=PLAINTEXT://127.0.0.1:{port or 0}"]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
@@ -109,14 +109,17 @@ def test_a_listener_port_in_use_stops_the_start_with_a_line_naming_it(tmp_path):
 
 
 def _run_until_started(log_dir) -> bool:
-    port = free_port()
+    listeners = f"{log_dir}.listeners"
     proc = subprocess.Popen([sys.executable, "-m", "brook", "broker", "-o", f"log.dirs={log_dir}",
-                             "-o", f"listeners=PLAINTEXT://127.0.0.1:{port}"],
+                             "-o", "listeners=PLAINTEXT://127.0.0.1:0",
+                             "--listeners-file", listeners],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and proc.poll() is None:
             try:
+                with open(listeners) as f:
+                    port = int(f.read().rsplit(":", 1)[1])
                 socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
                 return True
             except OSError:

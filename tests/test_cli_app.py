@@ -103,6 +103,35 @@ def test_broker_serves_metrics_on_the_metrics_port(tmp_path):
         assert proc.wait(30) == 0
 
 
+def test_a_listener_on_port_0_gets_a_port_advertised_and_written_to_the_listeners_file(tmp_path):
+    from confluent_kafka.admin import AdminClient
+
+    listeners = tmp_path / "listeners"
+    proc = subprocess.Popen([BROOK, "broker", "--listeners-file", str(listeners),
+                             "-o", "listeners=PLAINTEXT://127.0.0.1:0",
+                             "-o", "advertised.listeners=PLAINTEXT://localhost:0",
+                             "-o", f"log.dirs={tmp_path / 'logs'}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while not listeners.exists():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "no listeners file"
+            time.sleep(0.05)
+        text = listeners.read_text()
+        port = int(text.rsplit(":", 1)[1])
+        assert port > 0 and text == f"PLAINTEXT://127.0.0.1:{port}\n"
+        assert port_accepts(port)
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+        brokers = admin.list_topics(timeout=10).brokers
+        assert [(b.host, b.port) for b in brokers.values()] == [("localhost", port)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    assert f"listening on PLAINTEXT://127.0.0.1:{port}," in proc.stderr.read()
+
+
 COMMANDS = [[], ["topics"], ["groups"], ["offsets"], ["topics", "list"], ["topics", "describe"],
             ["topics", "create"], ["topics", "delete"], ["topics", "alter-config"],
             ["topics", "delete-records"], ["groups", "list"], ["groups", "describe"],

@@ -109,7 +109,7 @@ def test_idempotent_producer_across_restart(broker_factory, request, sig):
     from confluent_kafka import Producer
 
     broker = broker_factory(start=False)
-    proxy = TcpProxy(broker.port)
+    proxy = TcpProxy(broker)  # its port once it has started
     request.addfinalizer(proxy.close)
     broker.overrides["advertised.listeners"] = f"PLAINTEXT://{proxy.address}"
     broker.start()

@@ -81,7 +81,7 @@ def test_hand_built_magic1_messages():
 
 
 def _gzip_wrapper(offset, magic, inner: bytes, attributes=1, timestamp=0) -> bytes:
-    return _entry(offset, magic, attributes, None, gzip.compress(inner), timestamp)
+    return _entry(offset, magic, attributes, None, gzip.compress(inner, mtime=0), timestamp)
 
 
 def test_hand_built_magic1_wrapper_with_relative_offsets():
@@ -372,7 +372,7 @@ def test_v2_batch_is_not_a_legacy_message_set():
     ("name", "entry", "error"),
     [
         ("null wrapper value", _entry(0, 1, 1, None, None, 0), CorruptRecordError),
-        ("no inner messages", _entry(0, 1, 1, None, gzip.compress(b""), 0), CorruptRecordError),
+        ("no inner messages", _entry(0, 1, 1, None, gzip.compress(b"", mtime=0), 0), CorruptRecordError),
         ("not gzip at all", _entry(0, 1, 1, None, b"plain bytes", 0), CorruptRecordError),
         (
             "zstd before v2",

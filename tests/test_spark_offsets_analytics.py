@@ -1,8 +1,8 @@
 """Offsets-topic analytics on Spark (``brook.spark.offsets_analytics``) against a real broker.
 
-One broker and one SparkSession (``local[2]``) serve the module. The scenario commits, overwrites,
-deletes offsets (OffsetDelete), deletes a group (DeleteGroups) and keeps a group with a member,
-through real clients. The records of ``__consumer_offsets`` are read back with confluent-kafka
+One broker serves the module, and the run's SparkSession (``local[2]``, conftest.py). The
+scenario commits, overwrites, deletes offsets (OffsetDelete), deletes a group (DeleteGroups) and
+keeps a group with a member, through real clients. The records of ``__consumer_offsets`` are read back with confluent-kafka
 into a pyarrow table with the rows of Spark's Kafka source; the broker's own coordinator (its
 replay, OffsetFetch and expiry) is the oracle for the compacted view and its expiry.
 """
@@ -77,17 +77,6 @@ PRODUCED = {("orders", 0): 10, ("orders", 1): 6, ("orders", 2): 0, ("payments", 
 
 
 # --- fixtures ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def spark():
-    from brook.spark import local_session
-
-    session = local_session("test_spark_offsets_analytics")
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ the produced rows, DataFrames written to topics read back equal, the offset and 
 options behave as in Spark's Kafka source, and wrong options or DataFrames fail with a
 message. Also the executor-side range reader on its own (exact range ends, gaps, data loss).
 
-One SparkSession (local[2]) and one broker for the module.
+One broker for the module; the SparkSession (local[2]) is the run's (conftest.py).
 """
 
 from __future__ import annotations
@@ -28,18 +28,9 @@ from broker_harness import (  # noqa: E402
     create_topic_confluent,
     make_records,
 )
-from brook.spark import local_session  # noqa: E402
 from brook.spark.reader import DataLossError, OffsetRange, read_range  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = local_session("brook-tests")
-    yield session
-    for query in session.streams.active:
-        query.stop()
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ output across restarts while producing goes on, the group's committed offsets af
 micro-batch, startingOffsets=group, partition and topic discovery, trigger(availableNow=True)
 with maxOffsetsPerTrigger, failOnDataLoss, and the streaming sink.
 
-One SparkSession (local[2]) and one broker for the module.
+One broker for the module; the SparkSession (local[2]) is the run's (conftest.py).
 """
 
 from __future__ import annotations
@@ -33,17 +33,8 @@ from broker_harness import (  # noqa: E402
     create_topic_confluent,
     make_records,
 )
-from brook.spark import local_session  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = local_session("brook-tests")
-    yield session
-    for query in session.streams.active:
-        query.stop()
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,7 @@ def test_torn_tail_at_every_byte_of_the_last_batch(tmp_path):
     b"\xff" * 61,
     "valid-but-old",  # a well-formed batch whose offsets go backwards
     "bad-crc",
-])
+], ids=["zeros", "random-3", "random-500", "ff", "valid-but-old", "bad-crc"])  # one id each run
 def test_garbage_after_the_last_batch_is_cut(tmp_path, garbage):
     d, expected, _ = build_log(tmp_path)
     if garbage == "valid-but-old":

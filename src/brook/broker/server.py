@@ -4,7 +4,9 @@ clean shutdown on SIGINT/SIGTERM (flush, checkpoints, clean-shutdown marker)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
 import resource
 import signal
 import socket
@@ -62,9 +64,24 @@ def raise_open_files_limit() -> None:
                  "unlimited" if hard == resource.RLIM_INFINITY else hard)
 
 
+def _address(listener: Listener) -> str:
+    host = f"[{listener.host}]" if ":" in listener.host else listener.host
+    return f"{listener.name}://{host}:{listener.port}"
+
+
+def write_listeners_file(path: str, listeners: tuple[Listener, ...]) -> None:
+    """``NAME://host:port`` of each listener, one a line, written whole (a reader never sees a
+    part of it): how a script learns the port a listener on port 0 was given."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(_address(l) + "\n" for l in listeners))
+    os.replace(tmp, path)
+
+
 class BrokerServer:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, listeners_file: str | None = None) -> None:
         self.config = config
+        self.listeners_file = listeners_file
         self.broker = Broker(config)
         if config.metrics_port is not None:
             self.broker.metrics = BrokerMetrics(self.broker)
@@ -90,7 +107,12 @@ class BrokerServer:
             if self.broker.metrics is not None:
                 self.broker.metrics.start(self.config.listeners[0].host, self.config.metrics_port)
             for listener in self.config.listeners:
-                self.sockets.append((_listen(listener), listener))
+                sock = _listen(listener)
+                port = sock.getsockname()[1]
+                self.sockets.append((sock, dataclasses.replace(listener, port=port)))
+            self._use_bound_ports()
+            if self.listeners_file:
+                write_listeners_file(self.listeners_file, self.config.listeners)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 try:
                     loop.add_signal_handler(sig, self.stop)
@@ -103,7 +125,7 @@ class BrokerServer:
             finishing = asyncio.create_task(self._complete_topic_deletions())
             log.info("brook broker %d started: listening on %s, cluster %s, log dirs %s",
                      self.broker.broker_id,
-                     ", ".join(f"{l.name}://{l.host}:{l.port}" for l in self.config.listeners),
+                     ", ".join(_address(l) for l in self.config.listeners),
                      self.broker.metadata.cluster_id, ", ".join(self.config.log_dirs))
             started = True
             await self._stopping.wait()
@@ -126,6 +148,20 @@ class BrokerServer:
             self.broker.close()
             if started:
                 log.info("brook broker %d stopped cleanly", self.broker.broker_id)
+
+    def _use_bound_ports(self) -> None:
+        """A listener on port 0 was given a port by the system: from now on the configuration
+        says that port, so Metadata advertises it; an advertised listener of the same name on
+        port 0 gets it too, as in Kafka."""
+        bound = tuple(l for _, l in self.sockets)
+        if bound == self.config.listeners:
+            return
+        ports = {l.name: l.port for l in bound}
+        advertised = tuple(dataclasses.replace(l, port=ports.get(l.name, 0)) if l.port == 0 else l
+                           for l in self.config.advertised_listeners)
+        self.config = dataclasses.replace(self.config, listeners=bound,
+                                          advertised_listeners=advertised)
+        self.broker.config = self.config
 
     def stop(self) -> None:
         if self._stopping is not None:
@@ -205,9 +241,10 @@ class BrokerServer:
             await asyncio.sleep(min(max(delay_ms, 10), 1000) / 1000)
 
 
-def run_broker(config: BrokerConfig) -> None:
-    """Run until SIGINT/SIGTERM, on uvloop when it is installed."""
-    server = BrokerServer(config)
+def run_broker(config: BrokerConfig, listeners_file: str | None = None) -> None:
+    """Run until SIGINT/SIGTERM, on uvloop when it is installed; once listening, write the
+    listeners with their bound ports to ``listeners_file`` if given."""
+    server = BrokerServer(config, listeners_file)
     try:
         import uvloop
     except ImportError:

@@ -37,6 +37,10 @@ def broker(
         None, "--metrics-port", min=1, max=65535,
         help="Serve Prometheus metrics on this port (the metrics.port key)."),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
+    listeners_file: Optional[str] = typer.Option(
+        None, "--listeners-file", metavar="FILE",
+        help="Once listening, write each listener with the port it got (NAME://host:port, one "
+             "a line) to FILE: how a script learns the port of a listener on port 0."),
 ) -> None:
     """Run a broker in the foreground (Ctrl-C or SIGTERM stops it cleanly)."""
     from ..broker.config import BrokerConfig, ConfigError
@@ -55,7 +59,7 @@ def broker(
         typer.echo(f"brook: invalid configuration: {exc}", err=True)
         raise typer.Exit(2)
     try:
-        run_broker(cfg)
+        run_broker(cfg, listeners_file)
     except LogDirInUseError as exc:
         typer.echo(f"brook: {exc}", err=True)
         raise typer.Exit(1)
