@@ -38,3 +38,8 @@ class EncodedResponseCache:
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every answer (what they describe changed outside the metadata generation:
+        the cluster's controller or brokers)."""
+        self._entries.clear()

@@ -25,9 +25,12 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def brokers_of(broker, mod, connection):
+    """This broker alone, in a cluster too: it holds every partition it answers for, and
+    listing brokers that do not (its partitions are not replicated yet) would send clients to
+    them."""
     listener = broker.advertised_listener(connection)
     return (make(mod.MetadataResponseBroker, node_id=broker.broker_id, host=listener.host,
-                 port=listener.port, rack=None),)
+                 port=listener.port, rack=broker.config.broker_rack),)
 
 
 def topic_entry(broker, mod, version: int, name: str, error: ErrorCode = ErrorCode.none,
@@ -132,7 +135,7 @@ def _build(broker, request, connection):
             topics.append(topic_entry(broker, mod, version, name, error))
     return make(response_class(API_KEY, version), throttle_time=NO_THROTTLE,
                 brokers=brokers_of(broker, mod, connection), cluster_id=broker.metadata.cluster_id,
-                controller_id=broker.broker_id, topics=tuple(topics),
+                controller_id=broker.controller_id, topics=tuple(topics),
                 cluster_authorized_operations=INT32_MIN)
 
 
