@@ -94,8 +94,8 @@ class Broker:
 
     @property
     def controller_id(self) -> int:
-        """The controller as clients are told: the elected one in a cluster (-1 while there is
-        none), else this broker."""
+        """The controller DescribeCluster names: the elected one in a cluster (-1 while there
+        is none), else this broker."""
         return self.broker_id if self.cluster is None else self.cluster.view.controller_id
 
     def _load(self, cluster_id: str | None = None) -> None:

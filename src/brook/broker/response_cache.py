@@ -39,7 +39,3 @@ class EncodedResponseCache:
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
-    def clear(self) -> None:
-        """Forget every answer (what they describe changed outside the metadata generation:
-        the cluster's controller or brokers)."""
-        self._entries.clear()

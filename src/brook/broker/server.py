@@ -70,7 +70,6 @@ class BrokerServer:
             from ..cluster.zk_cluster import ZkCluster  # kazoo is imported only for a cluster
 
             self.broker.cluster = ZkCluster(config)
-            self.broker.cluster.listeners.append(lambda view: self.broker.metadata_responses.clear())
         if config.metrics_port is not None:
             self.broker.metrics = BrokerMetrics(self.broker)
         self.sockets: list[tuple[socket.socket, Listener]] = []

@@ -150,6 +150,11 @@ class ZkClient:
             except NodeExistsError:
                 continue  # another broker made it first: read theirs
 
+    def restore_cluster_id(self, cluster_id: str) -> str:
+        """Create /cluster/id with `cluster_id` if it is gone (a ZooKeeper that lost its data:
+        the brokers carry the cluster on); returns the id it holds."""
+        return self.get_or_create_cluster_id(lambda: cluster_id)
+
     # ------------------------------------------------------------ registration
 
     def register(self, registration: zk_data.BrokerRegistration) -> int:

@@ -183,6 +183,13 @@ class ZkCluster:
             raise ConnectionLoss("not connected")
         conflict = None
         if session != self._registered_session:
+            if not first:  # a new session: maybe a new ZooKeeper that lost everything
+                client.ensure_layout()
+                found = client.restore_cluster_id(self.cluster_id)
+                if found != self.cluster_id:
+                    conflict = (f"/cluster/id is {found} now, not {self.cluster_id}: ZooKeeper "
+                                "holds another cluster, which this broker does not join")
+        if conflict is None and session != self._registered_session:
             try:
                 epoch = client.register(self._registration())
             except BrokerIdInUseError as exc:

@@ -27,7 +27,9 @@ ZERO_UUID = uuid.UUID(int=0)
 def brokers_of(broker, mod, connection):
     """This broker alone, in a cluster too: it holds every partition it answers for, and
     listing brokers that do not (its partitions are not replicated yet) would send clients to
-    them."""
+    them. For the same reason Metadata names this broker as the controller even when another
+    is elected (DescribeCluster names that one): clients send CreateTopics and DeleteTopics to
+    Metadata's controller (librdkafka does), and one they cannot reach would fail them."""
     listener = broker.advertised_listener(connection)
     return (make(mod.MetadataResponseBroker, node_id=broker.broker_id, host=listener.host,
                  port=listener.port, rack=broker.config.broker_rack),)
@@ -135,7 +137,7 @@ def _build(broker, request, connection):
             topics.append(topic_entry(broker, mod, version, name, error))
     return make(response_class(API_KEY, version), throttle_time=NO_THROTTLE,
                 brokers=brokers_of(broker, mod, connection), cluster_id=broker.metadata.cluster_id,
-                controller_id=broker.controller_id, topics=tuple(topics),
+                controller_id=broker.broker_id, topics=tuple(topics),
                 cluster_authorized_operations=INT32_MIN)
 
 
