@@ -61,7 +61,8 @@ class ZkView:
 
         self.server = server
         self.chroot = chroot
-        self.kz = KazooClient(hosts=server.connect, timeout=10)
+        self.kz = KazooClient(hosts=server.connect, timeout=10,
+                              connection_retry={"max_tries": -1, "max_delay": 0.5})
         self.kz.start(timeout=30)
 
     @property
@@ -71,13 +72,12 @@ class ZkView:
 
     def get(self, path: str) -> tuple[bytes | None, object] | None:
         """(data, stat) of a znode, None if it does not exist (or ZooKeeper is down)."""
-        from kazoo.exceptions import KazooException, NoNodeError
+        from kazoo.exceptions import KazooException
+        from kazoo.handlers.threading import KazooTimeoutError
 
         try:
-            return self.kz.get(self.chroot + path)
-        except NoNodeError:
-            return None
-        except KazooException:
+            return self.kz.get_async(self.chroot + path).get(timeout=5)
+        except (KazooException, KazooTimeoutError):
             return None
 
     def json(self, path: str):
@@ -86,10 +86,11 @@ class ZkView:
 
     def children(self, path: str) -> list[str]:
         from kazoo.exceptions import KazooException
+        from kazoo.handlers.threading import KazooTimeoutError
 
         try:
-            return sorted(self.kz.get_children(self.chroot + path))
-        except KazooException:
+            return sorted(self.kz.get_children_async(self.chroot + path).get(timeout=5))
+        except (KazooException, KazooTimeoutError):
             return []
 
     def controller(self) -> int | None:

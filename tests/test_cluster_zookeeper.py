@@ -180,7 +180,9 @@ def test_zookeeper_restarted_brokers_stay_or_register_again(own_zookeeper, tmp_p
 
         # Restarted empty (it lost its disk): the sessions are unknown to it, so they expire,
         # and the brokers register again, elect a controller and put the cluster id back.
+        view.close()  # its session is lost with the data too
         server.restart(wipe=True)
+        view = ZkView(server, "")
         wait_for(lambda: view.broker_ids() == [1, 2] and view.controller() in (1, 2), 20,
                  "both registered again, a controller", cluster)
         assert view.json("/cluster/id")["id"] == cluster_id

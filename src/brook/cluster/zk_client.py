@@ -118,6 +118,14 @@ class ZkClient:
                         attempt, timeout_ms, reason)
         return False
 
+    def new_session(self) -> None:
+        """Drop the session and connect afresh. For a server that refuses this client because
+        it has seen a later zxid than the server has (a ZooKeeper restarted without its data):
+        such a session is gone anyway once the session timeout has passed, and only a new
+        client (no session, no zxid) is let in."""
+        self.kz.stop()
+        self.kz.start_async()
+
     def close(self) -> None:
         """End the session: ZooKeeper removes this broker's ephemeral znodes at once."""
         try:

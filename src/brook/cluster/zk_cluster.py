@@ -50,6 +50,7 @@ class ZkCluster:
         self._registered_session: int | None = None  # the session /brokers/ids/<id> belongs to
         self._conflict: str | None = None  # why this broker is not registered, once logged
         self._connected = False
+        self._watchdog: asyncio.Task | None = None
 
     @property
     def is_controller(self) -> bool:
@@ -94,9 +95,10 @@ class ZkCluster:
         at once, and the other brokers see it leave without waiting for a session timeout."""
         self._closing = True
         self._stop.set()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._watchdog):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._client is not None:
             try:
                 await asyncio.to_thread(self._client.close)
@@ -132,6 +134,8 @@ class ZkCluster:
             return
         if what == "suspended":
             self._connected = False
+            if self._watchdog is None or self._watchdog.done():
+                self._watchdog = asyncio.create_task(self._renew_if_refused(), name="zookeeper-watchdog")
             log.warning("Lost the connection to ZooKeeper at %s; reconnecting (the session "
                         "survives if it is back within %d ms)", self.connect,
                         self.config.zookeeper_session_timeout_ms)
@@ -146,6 +150,22 @@ class ZkCluster:
                          self._client.session_id or 0)
             self._connected = True
         self._dirty.set()
+
+    async def _renew_if_refused(self) -> None:
+        """Disconnected for longer than the session could live: ZooKeeper has expired it, or
+        (restarted without its data) refuses the client for the zxids it has seen. Either way
+        a new session is what the broker needs; kazoo alone would knock on forever."""
+        deadline = self.config.zookeeper_session_timeout_ms / 1000 * 2
+        while not self._connected and not self._closing:
+            await asyncio.sleep(deadline)
+            if self._connected or self._closing:
+                return
+            log.warning("No connection to ZooKeeper at %s for %.0f s, twice the session timeout: "
+                        "starting a new session", self.connect, deadline)
+            try:
+                await asyncio.to_thread(self._client.new_session)
+            except Exception as exc:  # noqa: BLE001 - tried again after another wait
+                log.warning("starting a new ZooKeeper session failed: %s", _describe(exc))
 
     # ------------------------------------------------------------ keeping up to date
 
