@@ -16,7 +16,6 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Callable
 
 from ..broker.metadata import new_cluster_id
 from . import zk_data, zk_paths
@@ -38,8 +37,6 @@ class ZkCluster:
         self.view = ClusterView()
         #: This broker's controller epoch while it is the controller, else None.
         self.controller_epoch: int | None = None
-        #: Called on the event loop whenever the view changes (the broker drops cached answers).
-        self.listeners: list[Callable[[ClusterView], None]] = []
         self.cluster_id: str | None = None
         self._client: ZkClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -259,9 +256,6 @@ class ZkCluster:
                 and after.controller_id != NO_CONTROLLER:
             log.info("The controller is broker %d", after.controller_id)
         self.view = after
-        if after != before:
-            for listener in self.listeners:
-                listener(after)
 
     def _resign(self, why: str) -> None:
         if self.controller_epoch is not None:
