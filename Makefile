@@ -19,11 +19,18 @@ $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,spark,bench]'
 	touch $(BENCH_STAMP)
 
-# kcat (a librdkafka command-line client) is one of the clients the broker is tested with.
+# kcat (a librdkafka command-line client) is one of the clients the broker is tested with;
+# ZooKeeper (Debian's package: the server's jar, and Java with it) is what the cluster tests
+# run brokers on. The broker itself needs neither.
+ZOOKEEPER_JAR := /usr/share/java/zookeeper.jar
 tools:
-	@command -v kcat >/dev/null 2>&1 || { \
+	@missing=""; \
+	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
+	[ -f $(ZOOKEEPER_JAR) ] || missing="$$missing zookeeper"; \
+	[ -z "$$missing" ] || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; }
 
 # The whole suite on TEST_WORKERS pytest-xdist workers. Most broker tests wait on sockets and
 # timers, so more workers than cores pays; a module's broker and all of Spark stay on one worker

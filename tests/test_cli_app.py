@@ -137,7 +137,7 @@ COMMANDS = [[], ["topics"], ["groups"], ["offsets"], ["topics", "list"], ["topic
             ["topics", "delete-records"], ["groups", "list"], ["groups", "describe"],
             ["groups", "reset-offsets"], ["groups", "delete"], ["groups", "delete-offsets"],
             ["offsets", "export"], ["offsets", "import"], ["produce"], ["consume"], ["dump-log"],
-            ["broker"]]
+            ["broker"], ["cluster"]]
 
 
 def help_text(*args: str) -> str:

@@ -68,22 +68,38 @@ class Broker:
         self.coordinator: CoordinatorRuntime[CoordinatorShard] | None = None
         self.metrics = None  # a brook.broker.metrics.BrokerMetrics when metrics.port is set
         self.dir_locks = LogDirLocks(config.log_dirs)
+        #: The cluster on ZooKeeper (a brook.cluster.zk_cluster.ZkCluster) when zookeeper.connect
+        #: is set; None for the embedded single node.
+        self.cluster = None
         self._creating: dict[str, int] = {}  # topic -> partitions being created (in slices)
 
     # ------------------------------------------------------------ lifecycle
 
-    def open(self) -> None:
-        """Lock the log dirs (`LogDirInUseError` if another broker has them), then load
-        metadata and every log (recovering after a crash)."""
-        self.dir_locks.acquire()
+    def open(self, cluster_id: str | None = None) -> None:
+        """Lock the log dirs (`LogDirInUseError` if another broker has them) unless `lock`
+        did, then load metadata and every log (recovering after a crash). `cluster_id`: the
+        cluster's, from ZooKeeper (log dirs of another cluster refuse to load)."""
+        if not self.dir_locks.held:
+            self.dir_locks.acquire()
         try:
-            self._load()
+            self._load(cluster_id)
         except BaseException:
             self.close()
             raise
 
-    def _load(self) -> None:
-        self.metadata.load()
+    def lock(self) -> None:
+        """Lock the log dirs ahead of `open` (a broker joining a cluster fails on dirs in use
+        before it waits for ZooKeeper)."""
+        self.dir_locks.acquire()
+
+    @property
+    def controller_id(self) -> int:
+        """The controller DescribeCluster names: the elected one in a cluster (-1 while there
+        is none), else this broker."""
+        return self.broker_id if self.cluster is None else self.cluster.view.controller_id
+
+    def _load(self, cluster_id: str | None = None) -> None:
+        self.metadata.load(cluster_id)
         self.log_manager = LogManager(self.config.log_dirs, self.config.log_config, clock=self.clock,
                                       manager_config=self.config.manager_config,
                                       topic_config=self.topic_log_config)

@@ -63,6 +63,25 @@ def _bool(v: str) -> bool:
     return v == "true"
 
 
+def _check_cluster_config(cfg: "BrokerConfig") -> None:
+    from ..cluster.zk_paths import ConnectStringError, parse_connect
+
+    try:
+        parse_connect(cfg.zookeeper_connect)
+    except ConnectStringError as exc:
+        raise ConfigError(str(exc)) from None
+    if "broker.id" not in cfg.props and "node.id" not in cfg.props:
+        # Kafka would generate one from /brokers/seqid; brook asks for it instead, since two
+        # brokers on the default id would refuse each other.
+        raise ConfigError("zookeeper.connect is set but broker.id is not: each broker of a cluster "
+                          "needs its own broker.id")
+    if cfg.broker_id < 0:
+        raise ConfigError(f"broker.id={cfg.broker_id} must be 0 or more")
+    if cfg.zookeeper_session_timeout_ms < 1 or cfg.zookeeper_connection_timeout_ms < 1:
+        raise ConfigError("zookeeper.session.timeout.ms and zookeeper.connection.timeout.ms must "
+                          "be at least 1")
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     props: dict[str, str] = field(default_factory=dict)
@@ -105,6 +124,11 @@ class BrokerConfig:
     group_max_size: int = 2**31 - 1
     # Prometheus metrics over HTTP on this port (brook's key; Kafka has JMX instead): off if None.
     metrics_port: int | None = None
+    # A cluster on ZooKeeper (Kafka's keys and defaults): off, the embedded single node, if None.
+    zookeeper_connect: str | None = None
+    zookeeper_session_timeout_ms: int = 18_000
+    zookeeper_connection_timeout_ms: int = 18_000  # Kafka's default: the session timeout
+    broker_rack: str | None = None
     log_config: LogConfig = field(default_factory=LogConfig)
     manager_config: ManagerConfig = field(default_factory=ManagerConfig)
 
@@ -138,6 +162,8 @@ class BrokerConfig:
                 raise ConfigError(f"log.dirs names one directory twice: {seen[os.path.realpath(d)]!r} "
                                   f"and {d!r}")
         broker_id = get("node.id", get("broker.id", 1))
+        zk_connect = props.get("zookeeper.connect", "").strip() or None
+        zk_session_timeout = get("zookeeper.session.timeout.ms", 18_000)
         try:
             log_config = LogConfig.from_broker_props(props)
             manager_config = ManagerConfig.from_broker_props(props)
@@ -176,6 +202,10 @@ class BrokerConfig:
             group_initial_rebalance_delay_ms=get("group.initial.rebalance.delay.ms", 3_000),
             group_max_size=get("group.max.size", 2**31 - 1),
             metrics_port=get("metrics.port", None),
+            zookeeper_connect=zk_connect,
+            zookeeper_session_timeout_ms=zk_session_timeout,
+            zookeeper_connection_timeout_ms=get("zookeeper.connection.timeout.ms", zk_session_timeout),
+            broker_rack=props.get("broker.rack", "").strip() or None,
             log_config=log_config,
             manager_config=manager_config,
         )
@@ -199,6 +229,8 @@ class BrokerConfig:
             raise ConfigError("group.initial.rebalance.delay.ms must be >= 0 and group.max.size >= 1")
         if cfg.metrics_port is not None and not 1 <= cfg.metrics_port <= 65535:
             raise ConfigError(f"metrics.port={cfg.metrics_port} is not a port number (1-65535)")
+        if cfg.zookeeper_connect is not None:
+            _check_cluster_config(cfg)
         return cfg
 
     @property

@@ -93,6 +93,11 @@ class PolicyViolationError(MetadataError):
     """POLICY_VIOLATION"""
 
 
+class InconsistentClusterIdError(MetadataError):
+    """The log dirs belong to another cluster than ZooKeeper's /cluster/id (Kafka's
+    InconsistentClusterIdException)."""
+
+
 def new_cluster_id() -> str:
     """22 characters of URL-safe base64 of a random UUID, as Kafka makes them."""
     while True:
@@ -174,7 +179,9 @@ class MetadataStore:
 
     # -------------------------------------------------------------- load and save
 
-    def load(self) -> None:
+    def load(self, cluster_id: str | None = None) -> None:
+        """Load the metadata; `cluster_id` is the cluster's (ZooKeeper's /cluster/id), which
+        log dirs of another cluster refuse (InconsistentClusterIdError)."""
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
         if os.path.exists(self.path):
@@ -189,7 +196,7 @@ class MetadataStore:
         self._replay_journal()
         # Ids of the block handed out before a restart are never reused.
         self.next_producer_id = self.producer_id_block_end
-        self.cluster_id = self._check_meta_properties(self.cluster_id)
+        self.cluster_id = self._check_meta_properties(self.cluster_id, cluster_id)
         self._journal_fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._write_snapshot()  # folds the journal in (and makes its creation durable)
 
@@ -275,7 +282,7 @@ class MetadataStore:
         if self._journal_records > max(_MIN_RECORDS_TO_FOLD, len(self.topics)):
             self._write_snapshot()
 
-    def _check_meta_properties(self, cluster_id: str) -> str:
+    def _check_meta_properties(self, cluster_id: str, expected: str | None = None) -> str:
         found: dict[str, str] = {}
         for d in self.log_dirs:
             p = os.path.join(d, META_PROPERTIES)
@@ -289,7 +296,12 @@ class MetadataStore:
         ids = {c for c in found.values() if c} | ({cluster_id} if cluster_id else set())
         if len(ids) > 1:
             raise MetadataError(f"log dirs belong to different clusters: {sorted(ids)}")
-        cluster_id = ids.pop() if ids else new_cluster_id()
+        if expected is not None and ids and expected not in ids:
+            raise InconsistentClusterIdError(
+                f"The Cluster ID {expected} doesn't match stored clusterId Some({ids.pop()}) in "
+                "meta.properties. The broker is trying to join the wrong cluster. Configured "
+                "zookeeper.connect may be wrong.")
+        cluster_id = ids.pop() if ids else expected or new_cluster_id()
         for d in self.log_dirs:
             if found.get(d) != cluster_id:
                 _atomic_write(os.path.join(d, META_PROPERTIES),

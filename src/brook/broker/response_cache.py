@@ -38,3 +38,4 @@ class EncodedResponseCache:
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
+

@@ -83,6 +83,10 @@ class BrokerServer:
         self.config = config
         self.listeners_file = listeners_file
         self.broker = Broker(config)
+        if config.zookeeper_connect is not None:
+            from ..cluster.zk_cluster import ZkCluster  # kazoo is imported only for a cluster
+
+            self.broker.cluster = ZkCluster(config)
         if config.metrics_port is not None:
             self.broker.metrics = BrokerMetrics(self.broker)
         self.sockets: list[tuple[socket.socket, Listener]] = []
@@ -98,7 +102,13 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         raise_open_files_limit()
-        self.broker.open()
+        cluster = self.broker.cluster
+        if cluster is None:
+            self.broker.open()
+        else:
+            self._handle_signals(loop)  # stopping while waiting for ZooKeeper
+            if not await self._open_in_cluster(cluster):
+                return
         self.broker.coordinator.start()
         started = False
         try:
@@ -111,13 +121,14 @@ class BrokerServer:
                 port = sock.getsockname()[1]
                 self.sockets.append((sock, dataclasses.replace(listener, port=port)))
             self._use_bound_ports()
+            if cluster is not None:
+                # Registered (with the ports bound) before the listeners accept: a broker whose
+                # id is taken serves nobody.
+                cluster.use_endpoints(self.config.advertised)
+                await cluster.join()
             if self.listeners_file:
                 write_listeners_file(self.listeners_file, self.config.listeners)
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                try:
-                    loop.add_signal_handler(sig, self.stop)
-                except (NotImplementedError, RuntimeError):
-                    pass
+            self._handle_signals(loop)
             accepting = [asyncio.create_task(self._accept(s, l)) for s, l in self.sockets]
             ticker = asyncio.create_task(self._tick())
             sweeper = asyncio.create_task(self._close_idle_connections())
@@ -145,6 +156,8 @@ class BrokerServer:
                 self.broker.metrics.stop()
             if not started:  # a listener or the metrics port failed: the groups never served
                 await self.broker.coordinator.stop()
+            if cluster is not None:
+                await cluster.stop()  # deregistered before the log dirs are let go
             self.broker.close()
             if started:
                 log.info("brook broker %d stopped cleanly", self.broker.broker_id)
@@ -166,6 +179,37 @@ class BrokerServer:
     def stop(self) -> None:
         if self._stopping is not None:
             self._stopping.set()
+
+    def _handle_signals(self, loop) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self.stop)
+            except (NotImplementedError, RuntimeError):
+                pass
+
+    async def _open_in_cluster(self, cluster) -> bool:
+        """Lock the log dirs, wait for ZooKeeper and the cluster id, then load the logs (dirs of
+        another cluster refuse). False if the broker was stopped meanwhile."""
+        self.broker.lock()
+        joining = asyncio.create_task(cluster.start())
+        stopping = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait((joining, stopping), return_when=asyncio.FIRST_COMPLETED)
+            if not joining.done():
+                joining.cancel()
+                await asyncio.gather(joining, return_exceptions=True)
+                log.info("brook broker %d stopped before it joined the cluster", self.broker.broker_id)
+                await cluster.stop()
+                self.broker.close()
+                return False
+            self.broker.open(joining.result())
+        except BaseException:
+            await cluster.stop()
+            self.broker.close()
+            raise
+        finally:
+            stopping.cancel()
+        return True
 
     async def _accept(self, sock: socket.socket, listener: Listener) -> None:
         loop = asyncio.get_running_loop()

@@ -16,7 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from .. import __version__
-from . import console, dump_log, groups, offsets, options, topics
+from . import cluster, console, dump_log, groups, offsets, options, topics
 from .broker import broker
 from .errors import CliError
 
@@ -118,6 +118,7 @@ def root(
 
 
 app.command()(broker)
+app.command("cluster")(cluster.cluster)
 app.add_typer(topics.app, name="topics")
 app.add_typer(groups.app, name="groups")
 app.add_typer(offsets.app, name="offsets")

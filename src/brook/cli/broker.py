@@ -44,7 +44,9 @@ def broker(
 ) -> None:
     """Run a broker in the foreground (Ctrl-C or SIGTERM stops it cleanly)."""
     from ..broker.config import BrokerConfig, ConfigError
+    from ..broker.metadata import InconsistentClusterIdError
     from ..broker.server import run_broker
+    from ..cluster.errors import ClusterError
     from ..storage.dir_lock import LogDirInUseError
 
     if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -60,7 +62,7 @@ def broker(
         raise typer.Exit(2)
     try:
         run_broker(cfg, listeners_file)
-    except LogDirInUseError as exc:
+    except (LogDirInUseError, ClusterError, InconsistentClusterIdError) as exc:
         typer.echo(f"brook: {exc}", err=True)
         raise typer.Exit(1)
     except OSError as exc:

@@ -66,3 +66,18 @@ def offset_delete(host: str, port: int, group_id: str, topics: dict[str, list[in
     errors = {(t.name, p.partition_index): p.error_code
               for t in response.topics for p in t.partitions}
     return response.error_code, errors
+
+
+DESCRIBE_CLUSTER = 60
+
+
+def describe_cluster(host: str, port: int, timeout: float):
+    """DescribeCluster v0 (KIP-700): the broker's view of the cluster, its live brokers and the
+    controller. (confluent-kafka's describe_cluster asks Metadata instead, whose brokers are
+    those holding partitions, not every live one.)"""
+    response = request(host, port, request_class(DESCRIBE_CLUSTER, 0)(
+        include_cluster_authorized_operations=False), timeout)
+    if response.error_code != ErrorCode.none:
+        raise CliError(f"cannot describe the cluster: {response.error_code.name}"
+                       + (f": {response.error_message}" if response.error_message else ""))
+    return response

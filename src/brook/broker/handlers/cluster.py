@@ -1,4 +1,7 @@
-"""DescribeCluster: this broker, the cluster id and the controller (this broker)."""
+"""DescribeCluster: the cluster id, the controller, and the brokers: this one alone on the
+embedded single node; in a cluster, the live brokers registered in ZooKeeper (each at its
+endpoint for the listener the request came in on, as Kafka answers) and the elected
+controller."""
 
 from __future__ import annotations
 
@@ -14,12 +17,22 @@ API_KEY = 60
 async def handle(broker, request, connection):
     mod = response_module(API_KEY, request.api_version)
     listener = broker.advertised_listener(connection)
-    brokers = (make(mod.DescribeClusterBroker, broker_id=broker.broker_id, host=listener.host,
-                    port=listener.port, rack=None),)
+    cluster = broker.cluster
+    if cluster is None:
+        brokers = (make(mod.DescribeClusterBroker, broker_id=broker.broker_id, host=listener.host,
+                        port=listener.port, rack=None),)
+    else:
+        brokers = []
+        for broker_id, live in sorted(cluster.view.brokers.items()):
+            endpoint = live.registration.endpoint(listener.name)
+            if endpoint is not None:  # a broker without this listener is unreachable through it
+                brokers.append(make(mod.DescribeClusterBroker, broker_id=broker_id, host=endpoint.host,
+                                    port=endpoint.port, rack=live.registration.rack))
+        brokers = tuple(brokers)
     return make(response_class(API_KEY, request.api_version), throttle_time=NO_THROTTLE,
                 error_code=ErrorCode.none, error_message=None,
                 endpoint_type=getattr(request.body, "endpoint_type", 1), cluster_id=broker.metadata.cluster_id,
-                controller_id=broker.broker_id, brokers=brokers, cluster_authorized_operations=INT32_MIN)
+                controller_id=broker.controller_id, brokers=brokers, cluster_authorized_operations=INT32_MIN)
 
 
 APIS = [Api(API_KEY, "DescribeCluster", 0, 1, handle)]

@@ -25,9 +25,14 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def brokers_of(broker, mod, connection):
+    """This broker alone, in a cluster too: it holds every partition it answers for, and
+    listing brokers that do not (its partitions are not replicated yet) would send clients to
+    them. For the same reason Metadata names this broker as the controller even when another
+    is elected (DescribeCluster names that one): clients send CreateTopics and DeleteTopics to
+    Metadata's controller (librdkafka does), and one they cannot reach would fail them."""
     listener = broker.advertised_listener(connection)
     return (make(mod.MetadataResponseBroker, node_id=broker.broker_id, host=listener.host,
-                 port=listener.port, rack=None),)
+                 port=listener.port, rack=broker.config.broker_rack),)
 
 
 def topic_entry(broker, mod, version: int, name: str, error: ErrorCode = ErrorCode.none,

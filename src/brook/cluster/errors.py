@@ -1,0 +1,22 @@
+"""Why a broker refuses to join a cluster (the start fails with one line, exit code 1).
+
+Importing this module imports no ZooKeeper client: the command line catches these whatever
+the mode."""
+
+from __future__ import annotations
+
+
+class ClusterError(RuntimeError):
+    """The broker cannot take part in the cluster as configured."""
+
+
+class BrokerIdInUseError(ClusterError):
+    """/brokers/ids/<id> exists and belongs to another ZooKeeper session: another live broker
+    runs with this broker.id (Kafka fails its start with a NodeExistsException here)."""
+
+    def __init__(self, broker_id: int, path: str, owner: int, session: int) -> None:
+        self.broker_id = broker_id
+        super().__init__(
+            f"Error while creating ephemeral at {path}, node already exists and owner "
+            f"'0x{owner:x}' does not match current session '0x{session:x}': broker.id {broker_id} "
+            f"is registered by another live broker; give this one another broker.id")

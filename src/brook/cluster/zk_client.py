@@ -1,0 +1,262 @@
+"""A broker's ZooKeeper operations on kazoo: blocking calls, run in worker threads (never on the
+event loop). kazoo calls back on its own threads: session states and watch events go to the
+`notify` callable given, which hands them to the event loop.
+
+Paths are the layout's (`zk_paths`) inside the chroot of `zookeeper.connect`, which brook
+applies itself so that it can create the chroot as Kafka does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (BadVersionError, KazooException, NodeExistsError, NoNodeError,
+                              RolledBackError)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+
+from . import zk_data, zk_paths
+from .errors import BrokerIdInUseError
+from .view import NO_CONTROLLER, LiveBroker
+from .zk_paths import ConnectString
+
+log = logging.getLogger(__name__)
+
+#: What a ZooKeeper call may fail with that trying again later can cure (connection loss, an
+#: expired session, a timeout, an unexpected ZooKeeper error code).
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (KazooException, KazooTimeoutError)
+
+
+class _KazooLog(logging.Filter):
+    """kazoo logs every failed connection attempt as a warning; the broker logs one line per
+    attempt of its own instead, with kazoo's last complaint as the reason. kazoo's errors
+    (bugs, not weather) still get through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_warning = ""
+        self.logger = logging.getLogger("brook.cluster.kazoo")
+        self.logger.addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING:
+            self.last_warning = record.getMessage().removeprefix("Connection dropped: ")
+        return record.levelno >= logging.ERROR
+
+
+@dataclass(frozen=True)
+class Election:
+    """The outcome of trying to become the controller."""
+
+    controller_id: int
+    epoch: int | None = None  # this broker's controller epoch when it won, else None
+    epoch_zk_version: int | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The controller and the live brokers, read with watches set on both."""
+
+    controller_id: int
+    brokers: dict[int, LiveBroker] = field(default_factory=dict)
+    unreadable: tuple[str, ...] = ()  # registrations that are not Kafka's JSON
+
+
+class ZkClient:
+    def __init__(self, connect: ConnectString, session_timeout_ms: int,
+                 notify: Callable[[str], None]) -> None:
+        self.connect = connect
+        self._notify = notify
+        self._kazoo_log = _KazooLog()
+        # Reconnect fast and forever: a broker outlives any ZooKeeper outage.
+        retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0, max_jitter=0.2)
+        self.kz = KazooClient(hosts=connect.servers, timeout=session_timeout_ms / 1000,
+                              connection_retry=retry, logger=self._kazoo_log.logger)
+        self.kz.add_listener(self._on_state)
+        self._on_watch = lambda event: notify("watch")  # one object: kazoo keeps watchers in sets
+
+    def _on_state(self, state: str) -> None:
+        self._notify({KazooState.LOST: "lost", KazooState.SUSPENDED: "suspended"}.get(state, "connected"))
+
+    def p(self, path: str) -> str:
+        return self.connect.path(path)
+
+    @property
+    def session_id(self) -> int | None:
+        """The id of the session while connected, else None."""
+        cid = self.kz.client_id
+        return cid[0] if cid else None
+
+    @property
+    def negotiated_session_timeout_ms(self) -> int:
+        return int(getattr(self.kz, "_session_timeout", 0))
+
+    # ------------------------------------------------------------ connecting
+
+    def connect_until(self, stop: threading.Event, timeout_ms: int) -> bool:
+        """Connect, logging one line per `timeout_ms` without a session, until connected (True)
+        or `stop` is set (False). kazoo keeps trying meanwhile."""
+        live = self.kz.start_async()
+        attempt = 0
+        while not stop.is_set():
+            attempt += 1
+            deadline = time.monotonic() + timeout_ms / 1000
+            while not live.is_set() and not stop.is_set() and time.monotonic() < deadline:
+                live.wait(0.05)
+            if live.is_set():
+                return True
+            if stop.is_set():
+                break
+            reason = self._kazoo_log.last_warning or "no answer"
+            log.warning("Timed out waiting for connection to ZooKeeper at %s while in state: %s "
+                        "(attempt %d, %d ms: %s); trying again", self.connect, self.kz.client_state,
+                        attempt, timeout_ms, reason)
+        return False
+
+    def new_session(self) -> None:
+        """Drop the session and connect afresh. For a server that refuses this client because
+        it has seen a later zxid than the server has (a ZooKeeper restarted without its data):
+        such a session is gone anyway once the session timeout has passed, and only a new
+        client (no session, no zxid) is let in."""
+        self.kz.stop()
+        self.kz.start_async()
+
+    def close(self) -> None:
+        """End the session: ZooKeeper removes this broker's ephemeral znodes at once."""
+        try:
+            self.kz.stop()
+        finally:
+            self.kz.close()
+
+    # ------------------------------------------------------------ at start
+
+    def ensure_layout(self) -> None:
+        """The chroot and the persistent paths Kafka makes sure of at start (createTopLevelPaths)."""
+        if self.connect.chroot:
+            self.kz.ensure_path(self.connect.chroot)
+        for path in zk_paths.PERSISTENT_PATHS:
+            self.kz.ensure_path(self.p(path))
+
+    def get_or_create_cluster_id(self, new_id: Callable[[], str]) -> str:
+        """/cluster/id's id; the first broker of a cluster creates it (getOrGenerateClusterId)."""
+        path = self.p(zk_paths.CLUSTER_ID)
+        while True:
+            try:
+                data, _ = self.kz.get(path)
+                return zk_data.decode_cluster_id(data)
+            except NoNodeError:
+                pass
+            try:
+                cluster_id = new_id()
+                self.kz.create(path, zk_data.encode_cluster_id(cluster_id), makepath=True)
+                return cluster_id
+            except NodeExistsError:
+                continue  # another broker made it first: read theirs
+
+    def restore_cluster_id(self, cluster_id: str) -> str:
+        """Create /cluster/id with `cluster_id` if it is gone (a ZooKeeper that lost its data:
+        the brokers carry the cluster on); returns the id it holds."""
+        return self.get_or_create_cluster_id(lambda: cluster_id)
+
+    # ------------------------------------------------------------ registration
+
+    def register(self, registration: zk_data.BrokerRegistration) -> int:
+        """Create /brokers/ids/<id> (ephemeral) and return its czxid, the broker epoch. A
+        znode of this session already there (a retry after a lost connection) is fine; one of
+        another session is another broker: BrokerIdInUseError (Kafka's checkedEphemeralCreate)."""
+        path = self.p(zk_paths.broker_path(registration.broker_id))
+        try:
+            _, stat = self.kz.create(path, zk_data.encode_broker(registration), ephemeral=True,
+                                     makepath=True, include_data=True)
+            return stat.czxid
+        except NodeExistsError:
+            pass
+        try:
+            _, stat = self.kz.get(path)
+        except NoNodeError:
+            raise NodeExistsError(f"{path} went away while checking whose it is") from None
+        session = self.session_id or 0
+        if stat.ephemeralOwner != session:
+            raise BrokerIdInUseError(registration.broker_id, zk_paths.broker_path(registration.broker_id),
+                                     stat.ephemeralOwner, session)
+        return stat.czxid
+
+    # ------------------------------------------------------------ the controller and the brokers
+
+    def read(self) -> Snapshot:
+        """The controller and the live brokers, with watches set on /controller and on
+        /brokers/ids (they call `notify("watch")` once when either changes)."""
+        controller = NO_CONTROLLER
+        path = self.p(zk_paths.CONTROLLER)
+        if self.kz.exists(path, watch=self._on_watch) is not None:
+            try:
+                controller = zk_data.decode_controller(self.kz.get(path)[0])
+            except NoNodeError:
+                pass  # gone since: the watch has fired
+            except zk_data.ZkDataError as exc:
+                log.warning("%s", exc)
+        brokers: dict[int, LiveBroker] = {}
+        unreadable = []
+        for child in self.kz.get_children(self.p(zk_paths.BROKER_IDS), watch=self._on_watch):
+            broker_id = zk_paths.broker_id_of(child)
+            if broker_id is None:
+                continue
+            try:
+                data, stat = self.kz.get(self.p(zk_paths.broker_path(broker_id)))
+                brokers[broker_id] = LiveBroker(zk_data.decode_broker(broker_id, data), stat.czxid)
+            except NoNodeError:
+                continue  # gone since: the watch has fired
+            except zk_data.ZkDataError as exc:
+                unreadable.append(str(exc))
+        return Snapshot(controller, brokers, tuple(unreadable))
+
+    def elect(self, broker_id: int, timestamp_ms: int) -> Election:
+        """Try to become the controller: create /controller (ephemeral) and bump
+        /controller_epoch in one transaction, the bump conditional on the epoch's zkVersion as
+        read, so two brokers can never both win one epoch
+        (registerControllerAndIncrementControllerEpoch)."""
+        controller_path = self.p(zk_paths.CONTROLLER)
+        epoch_path = self.p(zk_paths.CONTROLLER_EPOCH)
+        try:
+            return Election(zk_data.decode_controller(self.kz.get(controller_path)[0]))
+        except NoNodeError:
+            pass
+        epoch, version = self._controller_epoch()
+        tx = self.kz.transaction()
+        tx.create(controller_path, zk_data.encode_controller(broker_id, timestamp_ms), ephemeral=True)
+        tx.set_data(epoch_path, zk_data.encode_controller_epoch(epoch + 1), version=version)
+        results = tx.commit()
+        if not any(isinstance(r, Exception) for r in results):
+            return Election(broker_id, epoch + 1, results[1].version)
+        failure = next(r for r in results if isinstance(r, Exception) and
+                       not isinstance(r, RolledBackError))
+        if not isinstance(failure, (NodeExistsError, BadVersionError)):
+            raise failure
+        # Lost the race (checkControllerAndEpoch): whoever holds /controller now is the controller.
+        try:
+            return Election(zk_data.decode_controller(self.kz.get(controller_path)[0]))
+        except NoNodeError:
+            return Election(NO_CONTROLLER)  # gone again already: its watch makes us try again
+
+    def _controller_epoch(self) -> tuple[int, int]:
+        """/controller_epoch's epoch and zkVersion, created with epoch 0 if absent."""
+        path = self.p(zk_paths.CONTROLLER_EPOCH)
+        try:
+            data, stat = self.kz.get(path)
+            return zk_data.decode_controller_epoch(data), stat.version
+        except NoNodeError:
+            pass
+        try:
+            self.kz.create(path, zk_data.encode_controller_epoch(zk_data.INITIAL_CONTROLLER_EPOCH),
+                           makepath=True)
+            log.info("Successfully created %s with initial epoch %d", zk_paths.CONTROLLER_EPOCH,
+                     zk_data.INITIAL_CONTROLLER_EPOCH)
+            return zk_data.INITIAL_CONTROLLER_EPOCH, 0
+        except NodeExistsError:
+            data, stat = self.kz.get(path)
+            return zk_data.decode_controller_epoch(data), stat.version

@@ -1,0 +1,284 @@
+"""The ZooKeeper backend on the event loop: joining the cluster at start, then keeping this
+broker registered, electing a controller when there is none, and the view of the live brokers
+up to date, whatever happens to the connection or the session.
+
+How it stays right: every watch event and session change only marks the state dirty; one task
+then reads ZooKeeper afresh in a worker thread (setting the watches again), re-registers if the
+session is a new one, runs for controller if /controller is empty, and replaces the view. Events
+that come while a read runs are folded into the next one, so nothing is missed and nothing is
+read twice for nothing. The broker never dies of ZooKeeper trouble once started: a failed read
+is logged and tried again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+from ..broker.metadata import new_cluster_id
+from . import zk_data, zk_paths
+from .errors import BrokerIdInUseError, ClusterError
+from .view import NO_CONTROLLER, ClusterView, membership_change
+from .zk_client import TRANSIENT_ERRORS, Election, Snapshot, ZkClient
+
+log = logging.getLogger(__name__)
+
+RETRY_DELAY_S = 1.0  # between two tries of a failed ZooKeeper read while connected
+
+
+class ZkCluster:
+    def __init__(self, config) -> None:
+        self.config = config
+        self.broker_id: int = config.broker_id
+        self.connect = zk_paths.parse_connect(config.zookeeper_connect)
+        self.endpoints = tuple(zk_data.Endpoint(l.name, l.host, l.port) for l in config.advertised)
+        self.view = ClusterView()
+        #: This broker's controller epoch while it is the controller, else None.
+        self.controller_epoch: int | None = None
+        self.cluster_id: str | None = None
+        self._client: ZkClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._dirty = asyncio.Event()
+        self._stop = threading.Event()  # ends the start's wait for ZooKeeper in its thread
+        self._closing = False
+        self._task: asyncio.Task | None = None
+        self._registered_session: int | None = None  # the session /brokers/ids/<id> belongs to
+        self._conflict: str | None = None  # why this broker is not registered, once logged
+        self._connected = False
+        self._watchdog: asyncio.Task | None = None
+
+    @property
+    def is_controller(self) -> bool:
+        return self.controller_epoch is not None
+
+    # ------------------------------------------------------------ start and stop
+
+    async def start(self) -> str:
+        """Connect (waiting as long as it takes, one log line per connection timeout), make sure
+        of Kafka's persistent paths, and return the cluster id from /cluster/id (created by the
+        first broker of a cluster)."""
+        self._loop = asyncio.get_running_loop()
+        cfg = self.config
+        self._client = ZkClient(self.connect, cfg.zookeeper_session_timeout_ms, self._notify)
+        log.info("Connecting to zookeeper on %s", self.connect)
+        try:
+            connected = await asyncio.to_thread(self._client.connect_until, self._stop,
+                                                cfg.zookeeper_connection_timeout_ms)
+        except asyncio.CancelledError:
+            self._stop.set()  # the thread sees it within 50 ms
+            raise
+        if not connected:
+            raise asyncio.CancelledError()
+        self._connected = True
+        log.info("Connected to ZooKeeper at %s: session 0x%x, timeout %d ms", self.connect,
+                 self._client.session_id or 0, self._client.negotiated_session_timeout_ms)
+        await self._retrying(self._client.ensure_layout, "creating Kafka's top-level paths")
+        self.cluster_id = await self._retrying(
+            lambda: self._client.get_or_create_cluster_id(new_cluster_id), "reading /cluster/id")
+        log.info("Cluster ID = %s", self.cluster_id)
+        return self.cluster_id
+
+    def use_endpoints(self, listeners) -> None:
+        """The advertised listeners as bound (a listener on port 0 has its port only then)."""
+        self.endpoints = tuple(zk_data.Endpoint(l.name, l.host, l.port) for l in listeners)
+
+    async def join(self) -> None:
+        """Register this broker (BrokerIdInUseError if another live broker has its id), run for
+        controller, read the live brokers; then keep all of it up to date in a task."""
+        snapshot = await self._retrying(lambda: self._reconcile(first=True), "registering the broker")
+        self._apply(snapshot)
+        self._task = asyncio.create_task(self._run(), name="zookeeper")
+
+    async def stop(self) -> None:
+        """Close the session: this broker's registration (and /controller, if it holds it) go
+        at once, and the other brokers see it leave without waiting for a session timeout."""
+        self._closing = True
+        self._stop.set()
+        for task in (self._task, self._watchdog):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if self._client is not None:
+            try:
+                await asyncio.to_thread(self._client.close)
+            except Exception as exc:  # noqa: BLE001 - stopping anyway; the session then expires
+                log.warning("closing the ZooKeeper session failed: %s", exc)
+        if self.controller_epoch is not None:
+            log.info("Resigned as the controller (epoch %d): stopping", self.controller_epoch)
+            self.controller_epoch = None
+
+    async def _retrying(self, fn, what: str):
+        """`fn()` in a worker thread, tried again (one log line a try) on ZooKeeper trouble."""
+        while True:
+            try:
+                return await asyncio.to_thread(fn)
+            except TRANSIENT_ERRORS as exc:
+                log.warning("%s failed: %s; trying again in %.0f s", what, _describe(exc),
+                            RETRY_DELAY_S)
+            await asyncio.sleep(RETRY_DELAY_S)
+
+    # ------------------------------------------------------------ events (kazoo's threads)
+
+    def _notify(self, what: str) -> None:
+        """From kazoo's threads: hand the event to the event loop."""
+        if self._closing or self._loop is None:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._on_event, what)
+        except RuntimeError:
+            pass  # the loop is closed: the broker is gone
+
+    def _on_event(self, what: str) -> None:
+        if self._closing:
+            return
+        if what == "suspended":
+            self._connected = False
+            if self._watchdog is None or self._watchdog.done():
+                self._watchdog = asyncio.create_task(self._renew_if_refused(), name="zookeeper-watchdog")
+            log.warning("Lost the connection to ZooKeeper at %s; reconnecting (the session "
+                        "survives if it is back within %d ms)", self.connect,
+                        self.config.zookeeper_session_timeout_ms)
+        elif what == "lost":
+            self._connected = False
+            log.warning("ZooKeeper session expired: this broker is not registered until it "
+                        "reconnects (then it registers again)")
+            self._resign("the ZooKeeper session expired")
+        elif what == "connected":
+            if not self._connected and self._task is not None:
+                log.info("Reconnected to ZooKeeper at %s: session 0x%x", self.connect,
+                         self._client.session_id or 0)
+            self._connected = True
+        self._dirty.set()
+
+    async def _renew_if_refused(self) -> None:
+        """Disconnected for longer than the session could live: ZooKeeper has expired it, or
+        (restarted without its data) refuses the client for the zxids it has seen. Either way
+        a new session is what the broker needs; kazoo alone would knock on forever."""
+        deadline = self.config.zookeeper_session_timeout_ms / 1000 * 2
+        while not self._connected and not self._closing:
+            await asyncio.sleep(deadline)
+            if self._connected or self._closing:
+                return
+            log.warning("No connection to ZooKeeper at %s for %.0f s, twice the session timeout: "
+                        "starting a new session", self.connect, deadline)
+            try:
+                await asyncio.to_thread(self._client.new_session)
+            except Exception as exc:  # noqa: BLE001 - tried again after another wait
+                log.warning("starting a new ZooKeeper session failed: %s", _describe(exc))
+
+    # ------------------------------------------------------------ keeping up to date
+
+    async def _run(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            try:
+                snapshot = await asyncio.to_thread(self._reconcile)
+            except TRANSIENT_ERRORS as exc:
+                if self._connected:  # else the reconnection marks it dirty again
+                    log.warning("reading the cluster from ZooKeeper failed: %s; trying again "
+                                "in %.0f s", _describe(exc), RETRY_DELAY_S)
+                    await asyncio.sleep(RETRY_DELAY_S)
+                    self._dirty.set()
+                continue
+            except Exception:  # noqa: BLE001 - a bug must not take the broker down
+                log.exception("reading the cluster from ZooKeeper failed")
+                await asyncio.sleep(RETRY_DELAY_S)
+                self._dirty.set()
+                continue
+            self._apply(snapshot)
+
+    def _registration(self) -> zk_data.BrokerRegistration:
+        return zk_data.BrokerRegistration(self.broker_id, self.endpoints, self.config.broker_rack,
+                                          timestamp=int(time.time() * 1000))
+
+    def _reconcile(self, first: bool = False) -> "_Outcome":
+        """In a worker thread: register if this session has not, read the cluster (watches
+        set), run for controller if there is none."""
+        client = self._client
+        session = client.session_id
+        if session is None:
+            from kazoo.exceptions import ConnectionLoss
+            raise ConnectionLoss("not connected")
+        conflict = None
+        if session != self._registered_session:
+            if not first:  # a new session: maybe a new ZooKeeper that lost everything
+                client.ensure_layout()
+                found = client.restore_cluster_id(self.cluster_id)
+                if found != self.cluster_id:
+                    conflict = (f"/cluster/id is {found} now, not {self.cluster_id}: ZooKeeper "
+                                "holds another cluster, which this broker does not join")
+        if conflict is None and session != self._registered_session:
+            try:
+                epoch = client.register(self._registration())
+            except BrokerIdInUseError as exc:
+                if first:
+                    raise
+                conflict = str(exc)
+            else:
+                self._registered_session = session
+                log.info("Registered broker %d at path %s with addresses: %s, czxid (broker "
+                         "epoch): %d", self.broker_id, zk_paths.broker_path(self.broker_id),
+                         ",".join(e.connection_string for e in self.endpoints), epoch)
+        snapshot = client.read()
+        election = None
+        if snapshot.controller_id == NO_CONTROLLER and conflict is None:
+            election = client.elect(self.broker_id, int(time.time() * 1000))
+            snapshot = Snapshot(election.controller_id, snapshot.brokers, snapshot.unreadable)
+        return _Outcome(snapshot, election, conflict, session)
+
+    def _apply(self, outcome: "_Outcome") -> None:
+        """On the event loop: the new view, and what it means for this broker."""
+        snapshot, election = outcome.snapshot, outcome.election
+        if outcome.conflict != self._conflict:
+            if outcome.conflict:
+                log.error("%s; registering again once it is gone", outcome.conflict)
+            self._conflict = outcome.conflict
+        for text in snapshot.unreadable:
+            log.warning("%s", text)
+        before = self.view
+        after = ClusterView(snapshot.brokers, snapshot.controller_id)
+        if election is not None and election.epoch is not None:
+            if self.controller_epoch is not None:
+                self._resign("elected again in a new session")
+            self.controller_epoch = election.epoch
+            log.info("%d successfully elected as the controller. Epoch incremented to %d and "
+                     "epoch zk version is now %d", self.broker_id, election.epoch,
+                     election.epoch_zk_version)
+            log.info("Currently active brokers in the cluster: %s",
+                     ",".join(map(str, after.live_ids())))
+        elif self.controller_epoch is not None and after.controller_id != self.broker_id:
+            self._resign(f"broker {after.controller_id} is the controller" if
+                         after.controller_id != NO_CONTROLLER else "/controller is gone")
+        elif self.controller_epoch is not None:
+            change = membership_change(before.brokers, after.brokers)
+            if change:
+                log.info("%s", change.describe())
+        if after.controller_id != before.controller_id and not self.is_controller \
+                and after.controller_id != NO_CONTROLLER:
+            log.info("The controller is broker %d", after.controller_id)
+        self.view = after
+
+    def _resign(self, why: str) -> None:
+        if self.controller_epoch is not None:
+            log.info("Resigned as the controller (epoch %d): %s", self.controller_epoch, why)
+            self.controller_epoch = None
+
+
+class _Outcome:
+    __slots__ = ("snapshot", "election", "conflict", "session")
+
+    def __init__(self, snapshot: Snapshot, election: Election | None, conflict: str | None,
+                 session: int) -> None:
+        self.snapshot, self.election, self.conflict, self.session = snapshot, election, conflict, session
+
+
+def _describe(exc: BaseException) -> str:
+    """kazoo's exceptions often have no message: their class name says it."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+__all__ = ["ZkCluster", "ClusterError", "BrokerIdInUseError"]

@@ -1,0 +1,171 @@
+"""The data of each znode, as Kafka 2.8 writes and reads it (kafka.zk.ZkData).
+
+Kafka encodes with Jackson: compact JSON, UTF-8, and object keys in the order its Scala maps
+iterate. The order means nothing to a parser, but it is kept so that `get /brokers/ids/1` in
+zookeeper-shell shows what a Kafka broker would have written, byte for byte but the timestamp.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+BROKER_REGISTRATION_VERSION = 5  # Kafka 2.7+ (KIP-584 added "features")
+CONTROLLER_VERSION = 1  # Kafka 2.8 (version 2, with kraftControllerEpoch, is 3.4's migration)
+CLUSTER_ID_VERSION = "1"  # a string in Kafka's ClusterIdZNode
+INITIAL_CONTROLLER_EPOCH = 0  # /controller_epoch as created; the first controller makes it 1
+NO_JMX_PORT = -1
+
+
+class ZkDataError(ValueError):
+    """A znode's data is not what Kafka writes there."""
+
+
+def _dumps(value: dict) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _loads(data: bytes | None, what: str) -> dict:
+    try:
+        value = json.loads(data or b"")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ZkDataError(f"{what} is not JSON: {data!r} ({exc})") from None
+    if not isinstance(value, dict):
+        raise ZkDataError(f"{what} is not a JSON object: {data!r}")
+    return value
+
+
+# ------------------------------------------------------------------ /brokers/ids/<id>
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One advertised listener: PLAINTEXT://host:9092 is Endpoint("PLAINTEXT", "host", 9092)."""
+
+    listener: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    @property
+    def connection_string(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener}://{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """What /brokers/ids/<id> holds (kafka.cluster.Broker with its registration's version)."""
+
+    broker_id: int
+    endpoints: tuple[Endpoint, ...]
+    rack: str | None = None
+    version: int = BROKER_REGISTRATION_VERSION
+    jmx_port: int = NO_JMX_PORT
+    timestamp: int = 0  # ms, when it registered
+
+    def endpoint(self, listener: str) -> Endpoint | None:
+        for e in self.endpoints:
+            if e.listener == listener:
+                return e
+        return None
+
+
+def encode_broker(reg: BrokerRegistration) -> bytes:
+    """BrokerIdZNode.encode of Kafka 2.8: "host" and "port" are the first PLAINTEXT endpoint's
+    (null and -1 without one), for clients older than the endpoints list; "rack" only when
+    broker.rack is set."""
+    plaintext = next((e for e in reg.endpoints if e.security_protocol == "PLAINTEXT"), None)
+    # The order of Scala 2.13's mutable.HashMap over these keys, as Kafka's JSON comes out.
+    out: dict = {
+        "features": {},
+        "listener_security_protocol_map": {e.listener: e.security_protocol for e in reg.endpoints},
+        "endpoints": [e.connection_string for e in reg.endpoints],
+    }
+    if reg.rack is not None:
+        out["rack"] = reg.rack
+    out.update({
+        "jmx_port": reg.jmx_port,
+        "port": plaintext.port if plaintext else -1,
+        "host": plaintext.host if plaintext else None,
+        "version": reg.version,
+        "timestamp": str(reg.timestamp),
+    })
+    return _dumps(out)
+
+
+def _parse_endpoint(text: str, protocols: dict[str, str] | None) -> Endpoint:
+    """EndPoint.createEndPoint: NAME://host:port, the name's protocol from the map (else the
+    name itself, as listeners named after their protocol are)."""
+    name, sep, rest = text.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if not sep or not colon or not port.lstrip("-").isdigit():
+        raise ZkDataError(f"endpoint {text!r} is not LISTENER://host:port")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    protocol = (protocols or {}).get(name, name)
+    return Endpoint(name, host, int(port), protocol)
+
+
+def decode_broker(broker_id: int, data: bytes | None) -> BrokerRegistration:
+    """BrokerIdZNode.decode: any version from 1 on (version 1 has only host and port)."""
+    what = f"the registration of broker {broker_id}"
+    js = _loads(data, what)
+    try:
+        version = int(js["version"])
+        if version < 1:
+            raise ZkDataError(f"Unsupported version of broker registration: {data!r}")
+        if version == 1:
+            endpoints = (Endpoint("PLAINTEXT", js["host"], int(js["port"])),)
+        else:
+            protocols = js.get("listener_security_protocol_map")
+            endpoints = tuple(_parse_endpoint(e, protocols) for e in js["endpoints"])
+        rack = js.get("rack")
+        return BrokerRegistration(broker_id, endpoints, rack if rack is None else str(rack), version,
+                                  int(js.get("jmx_port", NO_JMX_PORT)), int(js.get("timestamp", 0)))
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, ZkDataError):
+            raise
+        raise ZkDataError(f"Failed to parse ZooKeeper registration for broker {broker_id}: "
+                          f"{data!r} ({type(exc).__name__}: {exc})") from None
+
+
+# ------------------------------------------------------------------ /controller, /controller_epoch
+
+
+def encode_controller(broker_id: int, timestamp: int) -> bytes:
+    return _dumps({"version": CONTROLLER_VERSION, "brokerid": broker_id, "timestamp": str(timestamp)})
+
+
+def decode_controller(data: bytes | None) -> int:
+    """The controller's broker id (ControllerZNode.decode; any version, 2 too)."""
+    js = _loads(data, "/controller")
+    try:
+        return int(js["brokerid"])
+    except (KeyError, TypeError, ValueError):
+        raise ZkDataError(f"/controller has no broker id: {data!r}") from None
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode()
+
+
+def decode_controller_epoch(data: bytes | None) -> int:
+    try:
+        return int((data or b"").decode())
+    except (ValueError, UnicodeDecodeError):
+        raise ZkDataError(f"/controller_epoch is not a number: {data!r}") from None
+
+
+# ------------------------------------------------------------------ /cluster/id
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dumps({"version": CLUSTER_ID_VERSION, "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes | None) -> str:
+    js = _loads(data, "/cluster/id")
+    cluster_id = js.get("id")
+    if not isinstance(cluster_id, str) or not cluster_id:
+        raise ZkDataError(f"/cluster/id has no id: {data!r}")
+    return cluster_id
