@@ -218,7 +218,8 @@ class _Reach:
             return True
         if any(_module_name(o) == "brook.demo_spark" for o in self.objects):
             return True
-        return self.subprocess and any(s.startswith("brook.") and "spark" in s for s in self.strings)
+        return self.subprocess and any(s.startswith("brook.") and "spark" in s
+                                       for s in self.strings)
 
     def timeboxed(self) -> bool:
         return bool(self.durations)
@@ -298,7 +299,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
     def rank(tiers: set[str]) -> int:
-        return 0 if "spark" in tiers else 1 if "timeboxed" in tiers else 2 if "broker" in tiers else 3
+        for i, name in enumerate(("spark", "timeboxed", "broker")):
+            if name in tiers:
+                return i
+        return 3
 
     module_rank: dict[object, int] = {}
     first: dict[object, int] = {}
