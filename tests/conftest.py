@@ -285,7 +285,9 @@ def pytest_collection_modifyitems(config, items):
     other broker tests run first (longest work first, so that no worker is left with it at the
     end of a parallel run); each module's tests stay together and in order."""
     classes = {item.nodeid: _classify(item) for item in items}
-    spark_modules = {item.module for item in items if "spark_session" in item.fixturenames}
+    on_spark = {item.nodeid for item in items
+                if "spark_session" in getattr(item, "fixturenames", ())}
+    spark_modules = {getattr(item, "module", None) for item in items if item.nodeid in on_spark}
     xdist = config.pluginmanager.hasplugin("xdist")
     for item in items:
         tiers, shared = classes[item.nodeid]
@@ -293,7 +295,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, name))
         if not xdist:
             continue
-        if "spark_session" in item.fixturenames or (shared and item.module in spark_modules):
+        if item.nodeid in on_spark or (shared and item.module in spark_modules):
             item.add_marker(pytest.mark.xdist_group("spark"))  # one Spark session per run
         elif shared:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
