@@ -85,7 +85,8 @@ class BrokerProcess:
             "log.dirs": str(self.log_dir),
         }
         settings.update(self.overrides)
-        cmd = [sys.executable, "-m", "brook", "broker", "--listeners-file", str(self.listeners_path)]
+        cmd = [sys.executable, "-m", "brook", "broker",
+               "--listeners-file", str(self.listeners_path)]
         for key, value in settings.items():
             cmd += ["--override", f"{key}={value}"]
         return cmd

@@ -218,7 +218,8 @@ class _Reach:
             return True
         if any(_module_name(o) == "brook.demo_spark" for o in self.objects):
             return True
-        return self.subprocess and any(s.startswith("brook.") and "spark" in s for s in self.strings)
+        return self.subprocess and any(s.startswith("brook.") and "spark" in s
+                                       for s in self.strings)
 
     def timeboxed(self) -> bool:
         return bool(self.durations)
@@ -284,7 +285,9 @@ def pytest_collection_modifyitems(config, items):
     other broker tests run first (longest work first, so that no worker is left with it at the
     end of a parallel run); each module's tests stay together and in order."""
     classes = {item.nodeid: _classify(item) for item in items}
-    spark_modules = {item.module for item in items if "spark_session" in item.fixturenames}
+    on_spark = {item.nodeid for item in items
+                if "spark_session" in getattr(item, "fixturenames", ())}
+    spark_modules = {getattr(item, "module", None) for item in items if item.nodeid in on_spark}
     xdist = config.pluginmanager.hasplugin("xdist")
     for item in items:
         tiers, shared = classes[item.nodeid]
@@ -292,13 +295,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, name))
         if not xdist:
             continue
-        if "spark_session" in item.fixturenames or (shared and item.module in spark_modules):
+        if item.nodeid in on_spark or (shared and item.module in spark_modules):
             item.add_marker(pytest.mark.xdist_group("spark"))  # one Spark session per run
         elif shared:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
     def rank(tiers: set[str]) -> int:
-        return 0 if "spark" in tiers else 1 if "timeboxed" in tiers else 2 if "broker" in tiers else 3
+        for i, name in enumerate(("spark", "timeboxed", "broker")):
+            if name in tiers:
+                return i
+        return 3
 
     module_rank: dict[object, int] = {}
     first: dict[object, int] = {}
