@@ -185,7 +185,7 @@ class BrokerServer:
             try:
                 loop.add_signal_handler(sig, self.stop)
             except (NotImplementedError, RuntimeError):
-                pass
+                pass  # no signal handlers on this loop: Ctrl-C ends the process as Python does
 
     async def _open_in_cluster(self, cluster) -> bool:
         """Lock the log dirs, wait for ZooKeeper and the cluster id, then load the logs (dirs of
