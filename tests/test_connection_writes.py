@@ -142,7 +142,10 @@ def test_a_connection_closed_with_answers_queued_sends_nothing_more(tmp_path):
         errors = []
         loop.set_exception_handler(lambda _loop, context: errors.append(context))
         await loop.sock_sendall(theirs, frame(fetch_all("big"), 3) + frame(join(member), 4))
-        await asyncio.sleep(0.3)  # the join is parked, the socket full, an answer queued
+        for _ in range(100):  # the join parked, the socket full, an answer queued (a busy machine
+            if conn.busy:    # takes longer than 0.3 s to get there)
+                break
+            await asyncio.sleep(0.05)
         assert conn.busy
         fd = conn.fd
         conn.close()
