@@ -71,6 +71,8 @@ class Broker:
         #: The cluster on ZooKeeper (a brook.cluster.zk_cluster.ZkCluster) when zookeeper.connect
         #: is set; None for the embedded single node.
         self.cluster = None
+        #: Replication in a cluster (a brook.broker.replica_manager.ReplicaManager), else None.
+        self.replicas = None
         self._creating: dict[str, int] = {}  # topic -> partitions being created (in slices)
 
     # ------------------------------------------------------------ lifecycle
@@ -111,9 +113,15 @@ class Broker:
                 # same name never shows the old records.
                 log.warning("deleting log %s-%d: its topic no longer exists", *tp)
                 self.log_manager.delete_log(*tp)
-        for tm in self.metadata.topics.values():
-            for i in range(tm.partitions):
-                self._open_partition(tm.name, i)
+        if cluster_id is not None:
+            # In a cluster this broker holds the partitions the controller gives it: the logs
+            # it has wait, leaderless and at no epoch, for the controller's word.
+            for tp in list(self.log_manager.logs):
+                self.partitions[tp] = Partition(tp[0], tp[1], self.log_manager.logs[tp], leader_epoch=-1)
+        else:
+            for tm in self.metadata.topics.values():
+                for i in range(tm.partitions):
+                    self._open_partition(tm.name, i)
         # The group coordinator: one shard per partition of __consumer_offsets (the topic's own
         # count when it exists, as Kafka does, else offsets.topic.num.partitions).
         tm = self.metadata.get(OFFSETS_TOPIC)
@@ -177,6 +185,28 @@ class Broker:
         p = Partition(topic, index, lg)
         self.partitions[(topic, index)] = p
         return p
+
+    def open_replica(self, topic: str, index: int) -> Partition:
+        """A partition the controller gives this broker in a cluster (its topic is known)."""
+        lg = self.log_manager.get_or_create_log(topic, index)
+        p = Partition(topic, index, lg, leader_epoch=-1)
+        self.partitions[(topic, index)] = p
+        return p
+
+    async def ensure_replicated_topic(self, name: str, topic_id) -> None:
+        """Know a cluster topic locally (its id, partition count and configs, from ZooKeeper)
+        before holding partitions of it."""
+        tm = self.metadata.get(name)
+        if tm is not None:
+            return
+        zk = self.cluster.client
+        assignment, configs = await asyncio.to_thread(
+            lambda: (zk.read_topic(name), zk.read_topic_config(name)))
+        count = max(assignment.partitions) + 1 if assignment and assignment.partitions else 1
+        if self.metadata.get(name) is None:
+            self.metadata.create_topic(name, count, configs, internal=name in INTERNAL_TOPICS,
+                                       topic_id=topic_id)
+            log.info("topic %s (%d partitions) is replicated here", name, count)
 
     def topic_log_config(self, topic: str) -> LogConfig:
         tm = self.metadata.get(topic)

@@ -260,3 +260,89 @@ class ZkClient:
         except NodeExistsError:
             data, stat = self.kz.get(path)
             return zk_data.decode_controller_epoch(data), stat.version
+
+    # ------------------------------------------------------------ topics and partition states
+
+    def watch_topics(self) -> list[str]:
+        """The topics in /brokers/topics, with a watch set on the list (`notify("topics")`)."""
+        return self.kz.get_children(self.p(zk_paths.TOPICS),
+                                    watch=lambda event: self._notify("topics"))
+
+    def read_topic(self, topic: str) -> zk_data.TopicAssignment | None:
+        try:
+            data, _ = self.kz.get(self.p(zk_paths.topic_path(topic)))
+        except NoNodeError:
+            return None
+        return zk_data.decode_topic(topic, data)
+
+    def read_partition_state(self, topic: str, partition: int) -> zk_data.PartitionState | None:
+        path = zk_paths.partition_state_path(topic, partition)
+        try:
+            data, stat = self.kz.get(self.p(path))
+        except NoNodeError:
+            return None
+        return zk_data.decode_partition_state(path, data, stat.version)
+
+    def write_partition_states(self, writes: list[tuple[str, int, zk_data.PartitionState, int | None]],
+                               controller_epoch_version: int) -> list[zk_data.PartitionState | None]:
+        """Write partitions' states as the controller: each one created (expected version None)
+        or set only if its zkVersion is still the expected one, and only while /controller_epoch
+        is still at `controller_epoch_version` (a deposed controller changes nothing: it gets
+        ControllerMovedError). For each write, the state as written (with its new zkVersion), or
+        None if someone else changed or created it first."""
+        from .errors import ControllerMovedError
+        out: list[zk_data.PartitionState | None] = []
+        epoch_path = self.p(zk_paths.CONTROLLER_EPOCH)
+        for topic, partition, state, expected in writes:
+            path = self.p(zk_paths.partition_state_path(topic, partition))
+            data = zk_data.encode_partition_state(state)
+            if expected is None:
+                self.kz.ensure_path(path.rsplit("/", 1)[0])
+            tx = self.kz.transaction()
+            tx.check(epoch_path, controller_epoch_version)
+            if expected is None:
+                tx.create(path, data)
+            else:
+                tx.set_data(path, data, version=expected)
+            results = tx.commit()
+            if isinstance(results[0], BadVersionError) or isinstance(results[0], NoNodeError):
+                raise ControllerMovedError(f"/controller_epoch moved on from zkVersion "
+                                           f"{controller_epoch_version}")
+            failure = next((r for r in results if isinstance(r, Exception)
+                            and not isinstance(r, RolledBackError)), None)
+            if failure is None:
+                version = 0 if expected is None else results[1].version
+                out.append(zk_data.PartitionState(state.leader, state.leader_epoch, state.isr,
+                                                  state.controller_epoch, version))
+            elif isinstance(failure, (NodeExistsError, BadVersionError, NoNodeError)):
+                out.append(None)
+            else:
+                raise failure
+        return out
+
+    def create_topic(self, topic: str, assignment: zk_data.TopicAssignment,
+                     configs: dict[str, str]) -> bool:
+        """Create a topic as Kafka's AdminZkClient does: its config first, then its assignment
+        (which the controller watches). False if the topic exists already."""
+        tx = self.kz.transaction()
+        config_path = self.p(zk_paths.topic_config_path(topic))
+        if self.kz.exists(config_path) is None:
+            tx.create(config_path, zk_data.encode_topic_config(configs))
+        else:
+            tx.set_data(config_path, zk_data.encode_topic_config(configs))
+        tx.create(self.p(zk_paths.topic_path(topic)), zk_data.encode_topic(assignment))
+        results = tx.commit()
+        failure = next((r for r in results if isinstance(r, Exception)
+                        and not isinstance(r, RolledBackError)), None)
+        if failure is None:
+            return True
+        if isinstance(failure, NodeExistsError):
+            return False
+        raise failure
+
+    def read_topic_config(self, topic: str) -> dict[str, str]:
+        try:
+            data, _ = self.kz.get(self.p(zk_paths.topic_config_path(topic)))
+        except NoNodeError:
+            return {}
+        return zk_data.decode_topic_config(topic, data)

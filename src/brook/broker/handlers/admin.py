@@ -49,6 +49,8 @@ async def create_topics(broker, request, connection):
     version = request.api_version
     mod = response_module(19, version)
     validate_only = getattr(body, "validate_only", False)
+    if broker.replicas is not None:
+        return await _create_topics_in_cluster(broker, request, mod, validate_only)
     seen: dict[str, int] = {}
     for t in body.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
@@ -105,6 +107,43 @@ async def create_topics(broker, request, connection):
                     except MetadataError as exc:
                         plan.refuse(error_code_for(exc), str(exc))
     results = [_result(broker, plan, version, mod) for plan in plans]
+    return make(response_class(19, version), throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+async def _create_topics_in_cluster(broker, request, mod, validate_only: bool):
+    """CreateTopics in a cluster: each topic written to ZooKeeper with its replica
+    assignment; answered once the controller has given every partition a leader (or the
+    request's timeout has passed, as Kafka answers: the topic exists all the same)."""
+    from ..cluster_topics import TopicRefused, create_topic, wait_for_leaders
+    body = request.body
+    version = request.api_version
+    results, created = [], []
+    names = [t.name for t in body.topics]
+    for t in body.topics:
+        configs = {c.name: c.value for c in t.configs}
+        explicit = {a.partition_index: tuple(a.broker_ids) for a in t.assignments} or None
+        partitions = len(explicit) if explicit else (
+            broker.config.num_partitions if t.num_partitions == -1 else t.num_partitions)
+        code, text, topic_id = ErrorCode.none, None, None
+        try:
+            if names.count(t.name) > 1:
+                raise TopicRefused(ErrorCode.invalid_request, f"topic {t.name!r} appears more than once")
+            topic_id = await create_topic(broker, t.name, partitions, t.replication_factor, configs,
+                                          explicit=explicit, validate_only=validate_only)
+        except TopicRefused as exc:
+            code, text = exc.code, str(exc)
+            log.info("create topic %r refused: %s", t.name, text)
+        else:
+            created.append(t.name)
+        rf = len(next(iter(explicit.values()))) if explicit else (
+            broker.config.default_replication_factor if t.replication_factor == -1 else t.replication_factor)
+        results.append(make(mod.CreatableTopicResult, name=t.name, topic_id=topic_id or ZERO_UUID,
+                            error_code=code, error_message=text, topic_config_error_code=0,
+                            num_partitions=partitions if code == ErrorCode.none else -1,
+                            replication_factor=rf if code == ErrorCode.none else -1, configs=()))
+    if created and not validate_only:
+        from .common import ms
+        await wait_for_leaders(broker, created, ms(body.timeout) / 1000)
     return make(response_class(19, version), throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
