@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from ..cluster.channel import BrokerChannel, ChannelError
+from ..cluster.truncation import truncation_offset
 from ..protocol.messages import make, request_class
-from ..storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET
+from ..storage.leader_epoch import UNDEFINED_EPOCH
 
 log = logging.getLogger(__name__)
 
@@ -123,17 +124,9 @@ class ReplicaFetcher:
 
     @staticmethod
     def _truncate_to_epoch_end(part, leader_epoch: int, end_offset: int) -> None:
-        """KIP-279: where the leader says our latest epoch ends; if it answers an older epoch
-        (ours it never had), cut at the end of that epoch in our own log too."""
         lg = part.log
-        if end_offset == UNDEFINED_OFFSET:
-            target = part.high_watermark
-        else:
-            target = end_offset
-            if leader_epoch != lg.epoch_cache.latest_epoch:
-                _, ours = lg.epoch_cache.end_offset_for(leader_epoch, lg.log_end_offset)
-                if ours != UNDEFINED_OFFSET:
-                    target = min(target, ours)
+        target = truncation_offset(lg.epoch_cache, lg.log_end_offset, part.high_watermark,
+                                   leader_epoch, end_offset)
         if target < lg.log_end_offset:
             log.info("%s-%d: truncating from %d to %d to match leader epoch %d", part.topic,
                      part.index, lg.log_end_offset, target, leader_epoch)
@@ -195,9 +188,12 @@ class ReplicaFetcher:
             # Our end is past the leader's (an unclean election) or before its start (retention):
             # as Kafka, start over at the leader's start when below it, else truncate again.
             if part.log.log_end_offset < pr.log_start_offset:
-                part.log.truncate_to(part.log.log_start_offset)
-                part.log.increase_log_start_offset(part.log.log_end_offset)
-            st.truncating = True
+                log.info("%s-%d: log end %d is before leader %d's log start %d: starting there",
+                         *tp, part.log.log_end_offset, self.leader_id, pr.log_start_offset)
+                part.log.truncate_fully_and_start_at(pr.log_start_offset)
+                part.high_watermark = pr.log_start_offset
+            else:
+                st.truncating = True
         elif code in (ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_or_follower,
                       ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition):
             pass  # the controller's news is on its way; fetched again meanwhile

@@ -92,15 +92,19 @@ class ReplicaManager:
         if ps.leader_epoch < p.leader_epoch:
             return ErrorCode.fenced_leader_epoch  # older news than this broker has
         isr, replicas = tuple(ps.isr), tuple(ps.replicas)
-        if ps.leader_epoch == p.leader_epoch and ps.leader == p.leader_id:
-            p.update_leadership(isr, replicas, ps.partition_epoch)  # a repeat, or an ISR change
-            return ErrorCode.none
+        same_epoch = ps.leader_epoch == p.leader_epoch and ps.leader == p.leader_id
         if ps.leader == self.broker_id:
+            if same_epoch and p.tracker is not None:
+                p.update_leadership(isr, replicas, ps.partition_epoch)  # a repeat, or an ISR change
+                return ErrorCode.none
             self._stop_following(tp)
             p.become_leader(self.broker_id, ps.leader_epoch, isr, replicas, ps.partition_epoch, now)
             log.info("%s-%d: leader at epoch %d from offset %d (high watermark %d, ISR %s)", *tp,
                      ps.leader_epoch, p.log_end_offset, p.high_watermark, list(isr))
         else:
+            if same_epoch and p.tracker is None and (ps.leader < 0 or tp in self._following):
+                p.update_leadership(isr, replicas, ps.partition_epoch)
+                return ErrorCode.none
             p.become_follower(ps.leader, ps.leader_epoch, isr, replicas, ps.partition_epoch)
             self._stop_following(tp)
             if ps.leader >= 0:
@@ -137,6 +141,18 @@ class ReplicaManager:
                     and (topic, idx) not in self._following:
                 self._follow((topic, idx), part.leader_id, part.leader_epoch, {})
         return ErrorCode.none
+
+    def fence(self, why: str) -> None:
+        """Stop leading anything at once (this broker lost its ZooKeeper session: another may
+        lead its partitions already). Clients get NOT_LEADER_OR_FOLLOWER until the controller
+        says again what this broker leads."""
+        fenced = 0
+        for p in self.broker.partitions.values():
+            if p.tracker is not None:
+                p.become_follower(-1, p.leader_epoch, p.isr, p.replicas, p.zk_version)
+                fenced += 1
+        if fenced:
+            log.warning("fenced %d partition leadership(s): %s", fenced, why)
 
     def stop_replica(self, topic: str, index: int, delete: bool) -> ErrorCode:
         self._stop_following((topic, index))

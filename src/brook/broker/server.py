@@ -125,6 +125,7 @@ class BrokerServer:
                 from .replica_manager import ReplicaManager
                 self.broker.replicas = ReplicaManager(self.broker)
                 self.broker.replicas.start()
+                cluster.on_session_lost = self.broker.replicas.fence
                 # Registered (with the ports bound) before the listeners accept: a broker whose
                 # id is taken serves nobody.
                 cluster.use_endpoints(self.config.advertised)

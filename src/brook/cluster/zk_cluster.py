@@ -52,6 +52,8 @@ class ZkCluster:
         self.controller = None
         #: Called with the ZkCluster when the view of the live brokers or the controller changed.
         self.on_change = None
+        #: Called with a reason when the session is lost (the broker fences its leaderships).
+        self.on_session_lost = None
 
     @property
     def client(self) -> ZkClient:
@@ -156,6 +158,8 @@ class ZkCluster:
             log.warning("ZooKeeper session expired: this broker is not registered until it "
                         "reconnects (then it registers again)")
             self._resign("the ZooKeeper session expired")
+            if self.on_session_lost is not None:
+                self.on_session_lost("the ZooKeeper session expired")
         elif what == "topics":
             if self.controller is not None:
                 self.controller.on_topics_changed()

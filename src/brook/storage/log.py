@@ -786,6 +786,24 @@ class Log:
                  self.log_end_offset, removed)
         return removed
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every record and start empty at `offset` (a follower whose log ends before
+        its leader's log start: what it lacks is gone from the leader too)."""
+        for seg in self._segments:
+            seg.delete_files()
+        fresh = LogSegment.create(self.directory, offset, self.config, self.clock.milliseconds())
+        fresh.next_offset = offset
+        self._set_segments((fresh,))
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        self.epoch_cache.clear()
+        for snap in list_snapshot_offsets(self.directory):
+            delete_snapshot_file(self.directory, snap)
+        self.producer_state.clear()
+        self.producer_state = ProducerStateManager(self._config.producer_id_expiration_ms,
+                                                   self._producer_budget)
+        log.info("%s: emptied, starting at offset %d", self.directory, offset)
+
     # ------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
