@@ -344,6 +344,41 @@ class Broker:
             self.log_manager.delete_log(name, i)
         log.info("deleted topic %s", name)
 
+    def delete_replica(self, name: str, index: int) -> None:
+        """In a cluster: drop this broker's replica of a partition (StopReplica with delete),
+        and the topic's local metadata with its last partition here."""
+        p = self.partitions.pop((name, index), None)
+        if p is not None:
+            p._notify()
+            self.log_manager.delete_log(name, index)
+        if self.metadata.get(name) is not None and not any(t == name for t, _ in self.partitions):
+            self.metadata.delete_topic(name)
+            self.metadata.finish_deletion(name)
+            log.info("deleted topic %s (no partition of it left here)", name)
+
+    async def drop_topics_not_in(self, names: set[str]) -> None:
+        """At start in a cluster: logs of topics ZooKeeper no longer has (deleted while this
+        broker was down) go, and the others take their configs as ZooKeeper has them now."""
+        for tp in [tp for tp in self.partitions if tp[0] not in names]:
+            log.warning("deleting log %s-%d: its topic was deleted while this broker was away", *tp)
+            self.delete_replica(*tp)
+        zk = self.cluster.client
+        for name in [n for n in self.metadata.topics if n in names]:
+            self.apply_topic_config(name, await asyncio.to_thread(zk.read_topic_config, name))
+
+    def apply_topic_config(self, name: str, configs: dict[str, str]) -> None:
+        """A topic's configs as ZooKeeper has them (a cluster), applied if this broker holds
+        the topic."""
+        tm = self.metadata.get(name)
+        if tm is None or dict(tm.configs) == configs:
+            return
+        try:
+            self.set_topic_configs(name, configs)
+        except Exception as exc:  # noqa: BLE001 - checked when written; a bad one is logged
+            log.warning("cannot apply the configs of topic %s from ZooKeeper: %s", name, exc)
+            return
+        log.info("topic %s: configs now %s", name, configs)
+
     async def complete_topic_deletions(self) -> bool:
         """Tombstone every group's committed offsets of topics that no longer exist, on every
         partition of __consumer_offsets once loaded, then free the names of the topics marked
@@ -354,6 +389,13 @@ class Broker:
         runtime = self.coordinator
         await runtime.wait_loaded()
         exists = self.metadata.topics.__contains__
+        if self.replicas is not None:
+            # A cluster: a topic exists if the controller says so (this broker holds only some).
+            # Until the controller has spoken, nothing is known to be gone.
+            cache = self.replicas.cache
+            while cache.version == 0:
+                await asyncio.sleep(0.1)
+            exists = lambda t: t in cache.topics or t in self.metadata.topics  # noqa: E731
         complete = all(c.state.value == "active" for c in runtime.contexts.values())
         count = 0
         for partition, outcome in await runtime.run_all(

@@ -90,3 +90,39 @@ async def wait_for_leaders(broker, names: list[str], timeout_s: float) -> None:
                and all(p.leader >= 0 for p in cache.topics[name].values()) for name in names):
             return
         await asyncio.sleep(0.05)
+
+
+async def add_partitions(broker, name: str, count: int, explicit: list[tuple[int, ...]] | None,
+                         validate_only: bool) -> None:
+    """CreatePartitions in a cluster: the topic's assignment grown to `count` partitions, the
+    new ones spread as Kafka spreads them (same replication factor as partition 0)."""
+    zk = broker.cluster.client
+    current = await asyncio.to_thread(zk.read_topic, name)
+    if current is None or name not in broker.replicas.cache.topics:
+        raise TopicRefused(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+    have = len(current.partitions)
+    if count <= have:
+        raise TopicRefused(ErrorCode.invalid_partitions,
+                           f"Topic currently has {have} partitions, which is higher than the "
+                           f"requested {count}.")
+    rf = len(current.partitions[0])
+    if explicit:
+        if len(explicit) != count - have:
+            raise TopicRefused(ErrorCode.invalid_replica_assignment,
+                               f"{len(explicit)} assignments for {count - have} new partitions")
+        new = plan_assignment(broker, count - have, rf, {have + i: tuple(r) for i, r in enumerate(explicit)})
+    else:
+        live = broker.cluster.view.live_ids()
+        try:
+            start = sorted(live).index(current.partitions[0][0]) if current.partitions[0][0] in live else -1
+            new = assign_replicas(live, count - have, rf, first_partition=have, start_index=start)
+        except ReplicationFactorError as exc:
+            raise TopicRefused(ErrorCode.invalid_replication_factor, str(exc)) from None
+    if validate_only:
+        return
+    grown = TopicAssignment(current.topic_id, {**current.partitions, **new})
+    if not await asyncio.to_thread(zk.add_partitions, name, grown, current):
+        raise TopicRefused(ErrorCode.reassignment_in_progress,
+                           f"the assignment of {name!r} changed meanwhile; try again")
+    log.info("Creating %d partitions for %s with the following replica assignment: %s",
+             count - have, name, {p: list(r) for p, r in sorted(new.items())})

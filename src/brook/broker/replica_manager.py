@@ -84,6 +84,9 @@ class ReplicaManager:
 
     def _apply(self, topic: str, ps, leaders: dict, now: int) -> ErrorCode:
         tp = (topic, ps.partition_index)
+        tm = self.broker.metadata.get(topic)
+        if tm is not None and ps.partition_index >= tm.partitions:  # CreatePartitions grew it
+            self.broker.metadata.set_partitions(topic, ps.partition_index + 1)
         try:
             p = self.broker.partition(*tp) or self.broker.open_replica(*tp)
         except Exception as exc:  # noqa: BLE001 - this partition fails, the others go on
@@ -155,7 +158,17 @@ class ReplicaManager:
             log.warning("fenced %d partition leadership(s): %s", fenced, why)
 
     def stop_replica(self, topic: str, index: int, delete: bool) -> ErrorCode:
-        self._stop_following((topic, index))
+        """Stop fetching the partition; with `delete`, its log goes (a deleted topic, or a
+        replica moved away), and the topic itself once none of its partitions is left here."""
+        tp = (topic, index)
+        self._stop_following(tp)
+        p = self.broker.partitions.get(tp)
+        if p is None:
+            return ErrorCode.none
+        if p.tracker is not None:
+            p.become_follower(-1, p.leader_epoch, p.isr, p.replicas, p.zk_version)
+        if delete:
+            self.broker.delete_replica(topic, index)
         return ErrorCode.none
 
     # ------------------------------------------------------------ the ISR, as a leader

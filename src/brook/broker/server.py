@@ -130,6 +130,10 @@ class BrokerServer:
                 # id is taken serves nobody.
                 cluster.use_endpoints(self.config.advertised)
                 await cluster.join()
+                cluster.on_topic_config = self.broker.apply_topic_config
+                await cluster.watch_configs()
+                names = await asyncio.to_thread(cluster.client.topic_names)
+                await self.broker.drop_topics_not_in(set(names))
             if self.listeners_file:
                 write_listeners_file(self.listeners_file, self.config.listeners)
             self._handle_signals(loop)

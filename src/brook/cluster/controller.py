@@ -118,7 +118,9 @@ class Controller:
                 self._dirty.set()
 
     async def _reconcile(self) -> None:
-        await asyncio.to_thread(self._read_topics)
+        deleting = await asyncio.to_thread(self._read_topics)
+        if deleting:
+            await self._delete_topics(deleting)
         live = frozenset(self.live)
         changes = elections.on_brokers(
             {t: a.partitions for t, a in self.assignments.items()}, self.states, live, self.epoch,
@@ -139,15 +141,18 @@ class Controller:
                              change.partition, state.leader, state.leader_epoch, list(state.isr))
         self._tell_brokers(changed)
 
-    def _read_topics(self) -> None:
-        """In a worker thread: new topics' assignments and the states of partitions not known."""
+    def _read_topics(self) -> list[str]:
+        """In a worker thread: new topics' assignments and the states of partitions not known;
+        returns the topics marked for deletion."""
+        deleting = self.zk.watch_deletions()
         names = set(self.zk.watch_topics())
         for gone in set(self.assignments) - names:
             del self.assignments[gone]
             for tp in [tp for tp in self.states if tp[0] == gone]:
                 del self.states[tp]
-        for name in names - set(self.assignments):
-            assignment = self.zk.read_topic(name)
+        changed, self.zk.changed_topics = self.zk.changed_topics, set()
+        for name in (names - set(self.assignments)) | (changed & names):
+            assignment = self.zk.read_topic(name, watch=True)
             if assignment is not None:
                 self.assignments[name] = assignment
         for name, assignment in self.assignments.items():
@@ -156,11 +161,41 @@ class Controller:
                     state = self.zk.read_partition_state(name, p)
                     if state is not None:
                         self.states[(name, p)] = state
+        return deleting
 
     def _write(self, changes: list[elections.Change]) -> list[PartitionState | None]:
         writes = [(c.topic, c.partition, replace(c.after, zk_version=-1),
                    None if c.before is None else c.before.zk_version) for c in changes]
         return self.zk.write_partition_states(writes, self.epoch_zk_version)
+
+    async def _delete_topics(self, names: list[str]) -> None:
+        """Each replica is told to stop and delete its partitions (StopReplica), then the
+        topic's znodes go and every broker learns it is gone (UpdateMetadata). A replica that
+        is down deletes its logs of the topic when it comes back (at its start it drops logs of
+        topics ZooKeeper no longer has)."""
+        for name in names:
+            assignment = self.assignments.get(name)
+            if assignment is not None:
+                by_broker: dict[int, list[int]] = {}
+                for p, replicas in assignment.partitions.items():
+                    for r in replicas:
+                        if r in self.live:
+                            by_broker.setdefault(r, []).append(p)
+                for b, parts in by_broker.items():
+                    self._send(b, ib.StopReplicaRequest(
+                        controller_id=self.broker_id, controller_epoch=self.epoch,
+                        broker_epoch=self.live[b].epoch, topic_states=(ib.StopReplicaTopicState(
+                            topic_name=name, partition_states=tuple(ib.StopReplicaPartitionState(
+                                partition_index=p, leader_epoch=-2, delete_partition=True)
+                                for p in sorted(parts))),)))
+            await asyncio.to_thread(self.zk.remove_topic, name, self.epoch_zk_version)
+            self.assignments.pop(name, None)
+            for tp in [tp for tp in self.states if tp[0] == name]:
+                del self.states[tp]
+            log.info("Deletion of topic %s successfully completed", name)
+        update = self._update_metadata()
+        for b in self.live:
+            self._send(b, update)
 
     # ------------------------------------------------------------ ISR changes asked by leaders
 

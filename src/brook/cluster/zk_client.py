@@ -79,6 +79,7 @@ class ZkClient:
                               connection_retry=retry, logger=self._kazoo_log.logger)
         self.kz.add_listener(self._on_state)
         self._on_watch = lambda event: notify("watch")  # one object: kazoo keeps watchers in sets
+        self.changed_topics: set[str] = set()  # assignments changed since the controller read them
 
     def _on_state(self, state: str) -> None:
         self._notify({KazooState.LOST: "lost", KazooState.SUSPENDED: "suspended"}.get(state, "connected"))
@@ -268,12 +269,31 @@ class ZkClient:
         return self.kz.get_children(self.p(zk_paths.TOPICS),
                                     watch=lambda event: self._notify("topics"))
 
-    def read_topic(self, topic: str) -> zk_data.TopicAssignment | None:
+    def read_topic(self, topic: str, watch: bool = False) -> zk_data.TopicAssignment | None:
+        """A topic's assignment; with `watch`, a change of it (CreatePartitions) is noted in
+        `changed_topics` and notified as "topics"."""
+        def changed(event, topic=topic):
+            self.changed_topics.add(topic)
+            self._notify("topics")
         try:
-            data, _ = self.kz.get(self.p(zk_paths.topic_path(topic)))
+            data, _ = self.kz.get(self.p(zk_paths.topic_path(topic)), watch=changed if watch else None)
         except NoNodeError:
             return None
         return zk_data.decode_topic(topic, data)
+
+    def add_partitions(self, topic: str, assignment: zk_data.TopicAssignment,
+                       expected: zk_data.TopicAssignment) -> bool:
+        """Write a topic's assignment grown by new partitions, only if it is still `expected`
+        (False if it changed meanwhile)."""
+        path = self.p(zk_paths.topic_path(topic))
+        data, stat = self.kz.get(path)
+        if zk_data.decode_topic(topic, data) != expected:
+            return False
+        try:
+            self.kz.set(path, zk_data.encode_topic(assignment), version=stat.version)
+        except BadVersionError:
+            return False
+        return True
 
     def read_partition_state(self, topic: str, partition: int) -> zk_data.PartitionState | None:
         path = zk_paths.partition_state_path(topic, partition)
@@ -346,3 +366,55 @@ class ZkClient:
         except NoNodeError:
             return {}
         return zk_data.decode_topic_config(topic, data)
+
+    # ------------------------------------------------------------ topic deletion
+
+    def mark_for_deletion(self, topic: str) -> None:
+        """/admin/delete_topics/<topic>, which the controller watches (Kafka's DeleteTopics in
+        ZooKeeper mode)."""
+        try:
+            self.kz.create(self.p(f"{zk_paths.DELETE_TOPICS}/{topic}"), b"", makepath=True)
+        except NodeExistsError:
+            pass
+
+    def watch_deletions(self) -> list[str]:
+        return self.kz.get_children(self.p(zk_paths.DELETE_TOPICS),
+                                    watch=lambda event: self._notify("topics"))
+
+    def remove_topic(self, topic: str, controller_epoch_version: int) -> None:
+        """The controller's last step of a deletion: the topic's znodes go (its partitions'
+        states, its assignment, its config, the deletion mark), while it is still the
+        controller."""
+        from .errors import ControllerMovedError
+        if self.kz.exists(self.p(zk_paths.CONTROLLER_EPOCH)).version != controller_epoch_version:
+            raise ControllerMovedError("/controller_epoch moved on")
+        for path in (zk_paths.topic_path(topic), zk_paths.topic_config_path(topic),
+                     f"{zk_paths.DELETE_TOPICS}/{topic}"):
+            try:
+                self.kz.delete(self.p(path), recursive=True)
+            except NoNodeError:
+                pass
+
+    def topic_names(self) -> list[str]:
+        return self.kz.get_children(self.p(zk_paths.TOPICS))
+
+    # ------------------------------------------------------------ topic configs
+
+    def write_topic_config(self, topic: str, configs: dict[str, str]) -> None:
+        """A topic's configs, then a change notification every broker watches (Kafka's
+        /config/changes/config_change_<seq>, version 2)."""
+        self.kz.set(self.p(zk_paths.topic_config_path(topic)), zk_data.encode_topic_config(configs))
+        self.kz.create(self.p(f"{zk_paths.CONFIG_CHANGES}/config_change_"),
+                       zk_data.encode_config_change(f"topics/{topic}"), sequence=True)
+
+    def watch_config_changes(self) -> list[str]:
+        return sorted(self.kz.get_children(self.p(zk_paths.CONFIG_CHANGES),
+                                           watch=lambda event: self._notify("configs")))
+
+    def read_config_change(self, name: str) -> str | None:
+        """The entity path of a change notification ("topics/<t>"), None if gone."""
+        try:
+            data, _ = self.kz.get(self.p(f"{zk_paths.CONFIG_CHANGES}/{name}"))
+        except NoNodeError:
+            return None
+        return zk_data.decode_config_change(data)

@@ -54,6 +54,11 @@ class ZkCluster:
         self.on_change = None
         #: Called with a reason when the session is lost (the broker fences its leaderships).
         self.on_session_lost = None
+        #: Called with (topic, configs) when a topic's configs changed in ZooKeeper.
+        self.on_topic_config = None
+        self._config_task: asyncio.Task | None = None
+        self._configs_again = False
+        self._seen_changes: set[str] | None = None
 
     @property
     def client(self) -> ZkClient:
@@ -163,6 +168,12 @@ class ZkCluster:
         elif what == "topics":
             if self.controller is not None:
                 self.controller.on_topics_changed()
+            return
+        elif what == "configs":
+            if self._config_task is None or self._config_task.done():
+                self._config_task = asyncio.create_task(self._read_config_changes())
+            else:
+                self._configs_again = True
             return
         elif what == "connected":
             if not self._connected and self._task is not None:
@@ -284,6 +295,31 @@ class ZkCluster:
         self.view = after
         if self.on_change is not None:
             self.on_change(self)
+
+    async def watch_configs(self) -> None:
+        """Start following /config/changes (changes before now are already in what the broker
+        read at start)."""
+        self._seen_changes = set(await asyncio.to_thread(self._client.watch_config_changes))
+
+    async def _read_config_changes(self) -> None:
+        while True:
+            self._configs_again = False
+            try:
+                names = await asyncio.to_thread(self._client.watch_config_changes)
+                new = [n for n in names if n not in (self._seen_changes or set())]
+                for name in new:
+                    path = await asyncio.to_thread(self._client.read_config_change, name)
+                    if path and path.startswith("topics/") and self.on_topic_config is not None:
+                        topic = path[len("topics/"):]
+                        configs = await asyncio.to_thread(self._client.read_topic_config, topic)
+                        self.on_topic_config(topic, configs)
+                self._seen_changes = set(names)
+            except TRANSIENT_ERRORS as exc:
+                log.warning("reading config changes failed: %s; trying again", _describe(exc))
+                await asyncio.sleep(RETRY_DELAY_S)
+                self._configs_again = True
+            if not self._configs_again:
+                return
 
     def _start_controller(self, election: Election, view: ClusterView) -> None:
         from .controller import Controller

@@ -253,3 +253,21 @@ def decode_topic_config(topic: str, data: bytes | None) -> dict[str, str]:
     if not isinstance(config, dict):
         raise ZkDataError(f"/config/topics/{topic} has no config object: {data!r}")
     return {str(k): str(v) for k, v in config.items()}
+
+
+# ------------------------------------------------------------------ /config/changes
+
+CONFIG_CHANGE_VERSION = 2
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    return _dumps({"version": CONFIG_CHANGE_VERSION, "entity_path": entity_path})
+
+
+def decode_config_change(data: bytes | None) -> str | None:
+    try:
+        js = _loads(data, "/config/changes")
+    except ZkDataError:
+        return None
+    path = js.get("entity_path")
+    return path if isinstance(path, str) else None

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from ..errors import error_code_for
-from ..metadata import MetadataError
+from ..metadata import INTERNAL_TOPICS, MetadataError
 from . import Api
 from .common import NO_THROTTLE
 
@@ -147,6 +147,42 @@ async def _create_topics_in_cluster(broker, request, mod, validate_only: bool):
     return make(response_class(19, version), throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
+async def _delete_topics_in_cluster(broker, request, mod, wanted):
+    """DeleteTopics in a cluster: each topic marked in /admin/delete_topics for the
+    controller, answered once this broker's metadata no longer has it (or at the timeout)."""
+    import asyncio
+
+    from .common import ms
+    cache = broker.replicas.cache
+    results, marked = [], []
+    for name, topic_id in wanted:
+        code, text = ErrorCode.none, None
+        if name is None:
+            name = next((n for n, i in cache.topic_ids.items() if i == topic_id), None)
+            if name is None:
+                code, text = ErrorCode.unknown_topic_id, f"no topic with id {topic_id}"
+        if code == ErrorCode.none:
+            if not broker.config.delete_topic_enable:
+                code, text = ErrorCode.topic_deletion_disabled, "delete.topic.enable is false"
+            elif name not in cache.topics:
+                code, text = ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
+            elif name in INTERNAL_TOPICS:
+                code, text = ErrorCode.invalid_request, f"internal topic {name!r} cannot be deleted"
+            else:
+                topic_id = cache.topic_ids.get(name)
+                await asyncio.to_thread(broker.cluster.client.mark_for_deletion, name)
+                marked.append(name)
+        results.append(make(mod.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID,
+                            error_code=code, error_message=text))
+    if marked:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ms(request.body.timeout) / 1000
+        while any(n in cache.topics for n in marked) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+    return make(response_class(20, request.api_version), throttle_time=NO_THROTTLE,
+                responses=tuple(results))
+
+
 class _Plan:
     """One topic of a CreateTopics request on its way."""
 
@@ -204,6 +240,8 @@ async def delete_topics(broker, request, connection):
         wanted = [(t.name, t.topic_id) for t in body.topics]
     else:
         wanted = [(name, None) for name in body.topic_names]
+    if broker.replicas is not None:
+        return await _delete_topics_in_cluster(broker, request, mod, wanted)
     results = []
     deleted = []
     for name, topic_id in wanted:
@@ -245,6 +283,17 @@ async def create_partitions(broker, request, connection):
     results = []
     for t in body.topics:
         code, text = ErrorCode.none, None
+        if broker.replicas is not None:
+            from ..cluster_topics import TopicRefused, add_partitions
+            try:
+                await add_partitions(broker, t.name, t.count,
+                                     [tuple(a.broker_ids) for a in t.assignments or ()] or None,
+                                     body.validate_only)
+            except TopicRefused as exc:
+                code, text = exc.code, str(exc)
+            results.append(make(mod.CreatePartitionsTopicResult, name=t.name, error_code=code,
+                                error_message=text))
+            continue
         try:
             if t.assignments:
                 _check_replication(broker, 1, t.assignments)
