@@ -103,3 +103,23 @@ def test_partitions_added_configs_changed_and_the_topic_deleted_everywhere(zk, b
     brokers[3].start()
     wait_for(lambda: _logs(brokers, "life")[3] == [], 20, "the returning replica's logs gone", brokers)
     assert "life" not in _admin(brokers[3].bootstrap).list_topics(timeout=10).topics
+
+
+def test_producer_ids_are_unique_across_the_brokers(zk, brokers):
+    """Each broker hands out ids from blocks it claims in /latest_producer_id_block, so two
+    idempotent producers on two brokers never share an id (they would corrupt each other's
+    sequence numbers on a partition both write)."""
+    from kafka_wire import WireClient, request_class
+    from brook.protocol.messages import make
+    from datetime import timedelta
+    _start(brokers, zk, 2)
+    ids = {}
+    for i in (1, 2):
+        with WireClient(brokers[i].bootstrap, 10) as w:
+            ids[i] = [w.request(make(request_class(22, 4), transactional_id=None,
+                                     transaction_timeout=timedelta(seconds=60), producer_id=-1,
+                                     producer_epoch=-1)).producer_id for _ in range(3)]
+    assert len(set(ids[1] + ids[2])) == 6
+    block = zk.json("/latest_producer_id_block")
+    assert block["version"] == 1 and int(block["block_end"]) == 1999
+    assert {ids[1][0] // 1000, ids[2][0] // 1000} == {0, 1}

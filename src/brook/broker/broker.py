@@ -74,6 +74,8 @@ class Broker:
         #: Replication in a cluster (a brook.broker.replica_manager.ReplicaManager), else None.
         self.replicas = None
         self._creating: dict[str, int] = {}  # topic -> partitions being created (in slices)
+        self._producer_ids = (0, -1)  # in a cluster: the next id and the end of this broker's block
+        self._producer_id_lock = asyncio.Lock()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -343,6 +345,18 @@ class Broker:
                 p._notify()  # wake waiting fetches; they answer UNKNOWN_TOPIC_OR_PARTITION
             self.log_manager.delete_log(name, i)
         log.info("deleted topic %s", name)
+
+    async def allocate_cluster_producer_id(self) -> int:
+        """A producer id no broker of the cluster hands out twice: from a block this broker
+        claimed in ZooKeeper (/latest_producer_id_block), a new block when it runs out."""
+        async with self._producer_id_lock:
+            nxt, end = self._producer_ids
+            if nxt > end:
+                nxt, end = await asyncio.to_thread(self.cluster.client.allocate_producer_id_block,
+                                                   self.broker_id)
+                log.info("claimed producer ids %d to %d", nxt, end)
+            self._producer_ids = (nxt + 1, end)
+            return nxt
 
     def delete_replica(self, name: str, index: int) -> None:
         """In a cluster: drop this broker's replica of a partition (StopReplica with delete),

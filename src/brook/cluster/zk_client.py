@@ -418,3 +418,21 @@ class ZkClient:
         except NoNodeError:
             return None
         return zk_data.decode_config_change(data)
+
+    # ------------------------------------------------------------ producer ids
+
+    def allocate_producer_id_block(self, broker_id: int) -> tuple[int, int]:
+        """A block of producer ids no other broker gets (Kafka's ZkProducerIdManager): the block
+        after the newest in /latest_producer_id_block, claimed with a conditional write."""
+        path = self.p(zk_paths.LATEST_PRODUCER_ID_BLOCK)
+        while True:
+            self.kz.ensure_path(path)
+            data, stat = self.kz.get(path)
+            start = zk_data.decode_producer_id_block_end(data) + 1
+            end = start + zk_data.PRODUCER_ID_BLOCK_SIZE - 1
+            try:
+                self.kz.set(path, zk_data.encode_producer_id_block(broker_id, start, end),
+                            version=stat.version)
+            except BadVersionError:
+                continue  # another broker took this block first
+            return start, end

@@ -271,3 +271,25 @@ def decode_config_change(data: bytes | None) -> str | None:
         return None
     path = js.get("entity_path")
     return path if isinstance(path, str) else None
+
+
+# ------------------------------------------------------------------ /latest_producer_id_block
+
+PRODUCER_ID_BLOCK_VERSION = 1
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock size
+
+
+def encode_producer_id_block(broker_id: int, start: int, end: int) -> bytes:
+    return _dumps({"version": PRODUCER_ID_BLOCK_VERSION, "broker": broker_id,
+                   "block_start": str(start), "block_end": str(end)})
+
+
+def decode_producer_id_block_end(data: bytes | None) -> int:
+    """The last id of the newest block handed out (-1: none yet)."""
+    if not data:
+        return -1
+    js = _loads(data, "/latest_producer_id_block")
+    try:
+        return int(js["block_end"])
+    except (KeyError, TypeError, ValueError):
+        raise ZkDataError(f"/latest_producer_id_block has no block_end: {data!r}") from None
