@@ -155,6 +155,11 @@ class BrokerProcess:
             try:
                 proc.wait(self.stop_timeout)
             except subprocess.TimeoutExpired:
+                try:  # the stuck broker's stacks, in its stderr for the message below
+                    proc.send_signal(signal.SIGUSR1)
+                    time.sleep(0.5)
+                except OSError:
+                    pass
                 self._force_kill()
                 raise BrokerError(
                     f"broker did not exit within {self.stop_timeout:.0f}s of "

@@ -76,6 +76,7 @@ class Broker:
         self._creating: dict[str, int] = {}  # topic -> partitions being created (in slices)
         self._producer_ids = (0, -1)  # in a cluster: the next id and the end of this broker's block
         self._producer_id_lock = asyncio.Lock()
+        self._creating_offsets: asyncio.Task | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -149,18 +150,48 @@ class Broker:
         """Create `__consumer_offsets` on first use (FindCoordinator or a group request), as
         Kafka does: internal, compacted, offsets.topic.* partitions and segment size. False if
         it cannot be created."""
+        if self.replicas is not None:
+            return self._ensure_replicated_offsets_topic()
         if self.metadata.get(OFFSETS_TOPIC) is not None:
             return True
         try:
-            self.create_topic(OFFSETS_TOPIC, self.coordinator.num_partitions, {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(self.config.offsets_topic_segment_bytes),
-                "compression.type": "producer",
-            }, internal=True)
+            self.create_topic(OFFSETS_TOPIC, self.coordinator.num_partitions,
+                              self.offsets_topic_configs(), internal=True)
         except Exception:
             log.exception("cannot create %s", OFFSETS_TOPIC)
             return False
         return True
+
+    def offsets_topic_configs(self) -> dict[str, str]:
+        return {"cleanup.policy": "compact",
+                "segment.bytes": str(self.config.offsets_topic_segment_bytes),
+                "compression.type": "producer"}
+
+    def _ensure_replicated_offsets_topic(self) -> bool:
+        """In a cluster: whether __consumer_offsets exists; if not, its creation is started
+        (once at a time) and the caller answers COORDINATOR_NOT_AVAILABLE meanwhile, as Kafka
+        does until enough brokers are alive for offsets.topic.replication.factor."""
+        if OFFSETS_TOPIC in self.replicas.cache.topics:
+            return True
+        if self._creating_offsets is None or self._creating_offsets.done():
+            self._creating_offsets = asyncio.get_running_loop().create_task(
+                self._create_replicated_offsets_topic())
+        return False
+
+    async def _create_replicated_offsets_topic(self) -> None:
+        from .cluster_topics import TopicRefused, create_topic
+        rf = self.config.offsets_topic_replication_factor
+        live = len(self.cluster.view.brokers)
+        if live < rf:
+            log.warning("%s needs %d live brokers (offsets.topic.replication.factor), %d are "
+                        "alive: group coordination waits", OFFSETS_TOPIC, rf, live)
+            return
+        try:
+            await create_topic(self, OFFSETS_TOPIC, self.coordinator.num_partitions, rf,
+                               self.offsets_topic_configs(), internal=True)
+        except TopicRefused as exc:
+            if exc.code != 36:  # TOPIC_ALREADY_EXISTS: another broker made it
+                log.warning("cannot create %s: %s", OFFSETS_TOPIC, exc)
 
     def close(self) -> None:
         try:

@@ -37,24 +37,72 @@ class PartitionOffsetsLog:
         if p is None:
             raise AppendError(ErrorCode.unknown_topic_or_partition,
                               f"{OFFSETS_TOPIC}-{partition} does not exist")
+        if self.broker.replicas is not None:
+            # A cluster: only the leader at the coordinator's epoch writes (a deposed
+            # coordinator's late write is refused), with enough replicas in sync.
+            if p.tracker is None or p.leader_epoch != epoch:
+                raise AppendError(ErrorCode.not_leader_or_follower,
+                                  f"{OFFSETS_TOPIC}-{partition} is not led here at epoch {epoch}")
+            if len(p.isr) < self._min_insync():
+                raise AppendError(ErrorCode.not_enough_replicas,
+                                  f"{OFFSETS_TOPIC}-{partition} has {len(p.isr)} in-sync replicas")
         try:
             p.append(encode_records(records, now), origin=AppendOrigin.COORDINATOR)
         except Exception as exc:
             raise AppendError(error_code_for(exc), str(exc)) from exc
         return p.log_end_offset
 
+    def _min_insync(self) -> int:
+        tm = self.broker.metadata.get(OFFSETS_TOPIC)
+        try:
+            return int((tm.configs if tm else {}).get("min.insync.replicas", "1"))
+        except ValueError:
+            return 1
+
     def written(self, partition: int, offset: int) -> asyncio.Future | None:
-        """With log.flush.before.ack, the fsync (shared with others) before answering."""
-        committer = self.broker.group_commit
-        if committer is None:
-            return None
+        """What must happen before answering: in a cluster, every in-sync replica has the
+        records (the high watermark passed them, as acks=all); with log.flush.before.ack, the
+        fsync (shared with others)."""
         p = self.broker.partition(OFFSETS_TOPIC, partition)
-        return None if p is None else committer.durable((p.log,))
+        if p is None:
+            return None
+        waits = []
+        if p.tracker is not None and p.high_watermark < offset:
+            waits.append(_as_append_error(p.wait_for_high_watermark(offset)))
+        committer = self.broker.group_commit
+        if committer is not None:
+            waits.append(committer.durable((p.log,)))
+        if not waits:
+            return None
+        return waits[0] if len(waits) == 1 else asyncio.ensure_future(_all(waits))
 
     def read(self, partition: int) -> Iterator[bytes]:
         p = self.broker.partition(OFFSETS_TOPIC, partition)
         if p is not None:
             yield from read_batches(p.log)
+
+
+def _as_append_error(fut: asyncio.Future) -> asyncio.Future:
+    """The high watermark's future, failing with AppendError(NOT_LEADER_OR_FOLLOWER) when
+    leadership moved before the records were replicated (answered NOT_COORDINATOR)."""
+    out = asyncio.get_running_loop().create_future()
+
+    def done(f: asyncio.Future) -> None:
+        if out.done():
+            return
+        if f.cancelled() or f.exception() is not None:
+            exc = None if f.cancelled() else f.exception()
+            out.set_exception(AppendError(ErrorCode.not_leader_or_follower, str(exc or "cancelled")))
+        else:
+            out.set_result(None)
+
+    fut.add_done_callback(done)
+    return out
+
+
+async def _all(waits: list) -> None:
+    for w in waits:
+        await w
 
 
 def read_batches(lg) -> Iterator[bytes]:

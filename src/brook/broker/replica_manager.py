@@ -17,6 +17,7 @@ from ..cluster.channel import BrokerChannel, ChannelError
 from ..cluster.metadata_cache import MetadataCache
 from ..protocol import inter_broker as ib
 from ..protocol.messages import make, request_class
+from ..coordinator.runtime import OFFSETS_TOPIC
 from .metadata import INTERNAL_TOPICS
 from .partition import Partition
 from .replica_fetcher import ReplicaFetcher
@@ -104,12 +105,16 @@ class ReplicaManager:
             p.become_leader(self.broker_id, ps.leader_epoch, isr, replicas, ps.partition_epoch, now)
             log.info("%s-%d: leader at epoch %d from offset %d (high watermark %d, ISR %s)", *tp,
                      ps.leader_epoch, p.log_end_offset, p.high_watermark, list(isr))
+            if topic == OFFSETS_TOPIC:  # its groups are coordinated here from now on
+                self.broker.coordinator.load(ps.partition_index, ps.leader_epoch)
         else:
             if same_epoch and p.tracker is None and (ps.leader < 0 or tp in self._following):
                 p.update_leadership(isr, replicas, ps.partition_epoch)
                 return ErrorCode.none
             p.become_follower(ps.leader, ps.leader_epoch, isr, replicas, ps.partition_epoch)
             self._stop_following(tp)
+            if topic == OFFSETS_TOPIC:
+                self.broker.coordinator.unload(ps.partition_index)
             if ps.leader >= 0:
                 self._follow(tp, ps.leader, ps.leader_epoch, leaders)
             log.info("%s-%d: follower of %d at epoch %d", *tp, ps.leader, ps.leader_epoch)
@@ -153,6 +158,8 @@ class ReplicaManager:
         for p in self.broker.partitions.values():
             if p.tracker is not None:
                 p.become_follower(-1, p.leader_epoch, p.isr, p.replicas, p.zk_version)
+                if p.topic == OFFSETS_TOPIC:
+                    self.broker.coordinator.unload(p.index)
                 fenced += 1
         if fenced:
             log.warning("fenced %d partition leadership(s): %s", fenced, why)
@@ -167,6 +174,8 @@ class ReplicaManager:
             return ErrorCode.none
         if p.tracker is not None:
             p.become_follower(-1, p.leader_epoch, p.isr, p.replicas, p.zk_version)
+        if topic == OFFSETS_TOPIC:
+            self.broker.coordinator.unload(index)
         if delete:
             self.broker.delete_replica(topic, index)
         return ErrorCode.none

@@ -109,7 +109,8 @@ class BrokerServer:
             self._handle_signals(loop)  # stopping while waiting for ZooKeeper
             if not await self._open_in_cluster(cluster):
                 return
-        self.broker.coordinator.start()
+        # A single node coordinates every offsets partition; in a cluster, those it leads.
+        self.broker.coordinator.start(load_all=cluster is None)
         started = False
         try:
             self.broker.log_manager.start_cleaner()  # compaction off the event loop; close() stops it
@@ -156,9 +157,9 @@ class BrokerServer:
                 conn.close()
             for t in list(self.tasks):
                 t.cancel()
-            await asyncio.gather(*accepting, ticker, sweeper, finishing, *self.tasks,
-                                 return_exceptions=True)
-            await self.broker.coordinator.stop()
+            await _bounded("the connections", asyncio.gather(
+                *accepting, ticker, sweeper, finishing, *self.tasks, return_exceptions=True))
+            await _bounded("the group coordinator", self.broker.coordinator.stop())
         finally:
             for s, _ in self.sockets:
                 s.close()
@@ -167,9 +168,9 @@ class BrokerServer:
             if not started:  # a listener or the metrics port failed: the groups never served
                 await self.broker.coordinator.stop()
             if self.broker.replicas is not None:
-                await self.broker.replicas.stop()
-            if cluster is not None:
-                await cluster.stop()  # deregistered before the log dirs are let go
+                await _bounded("replication", self.broker.replicas.stop())
+            if cluster is not None:  # deregistered before the log dirs are let go
+                await _bounded("the ZooKeeper session", cluster.stop())
             self.broker.close()
             if started:
                 log.info("brook broker %d stopped cleanly", self.broker.broker_id)
@@ -340,10 +341,38 @@ class BrokerServer:
             await asyncio.sleep(min(max(delay_ms, 10), 1000) / 1000)
 
 
+STOP_STEP_TIMEOUT_S = 10.0
+
+
+async def _bounded(what: str, aw) -> None:
+    """One step of stopping, given STOP_STEP_TIMEOUT_S: a step that hangs is logged with
+    the tasks still running, and the broker stops anyway."""
+    task = asyncio.ensure_future(aw)
+    done, _ = await asyncio.wait({task}, timeout=STOP_STEP_TIMEOUT_S)
+    if done:
+        task.result()
+        return
+    task.cancel()
+    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    log.error("stopping %s took over %.0f s; going on. Tasks still running: %s", what,
+              STOP_STEP_TIMEOUT_S, "; ".join(f"{t.get_name()} at {_where(t)}" for t in pending[:20]))
+
+
+def _where(task: asyncio.Task) -> str:
+    frames = task.get_stack(limit=1)
+    if not frames:
+        return "?"
+    f = frames[-1]
+    return f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno} ({f.f_code.co_name})"
+
+
 def run_broker(config: BrokerConfig, listeners_file: str | None = None) -> None:
     """Run until SIGINT/SIGTERM, on uvloop when it is installed; once listening, write the
     listeners with their bound ports to ``listeners_file`` if given."""
     server = BrokerServer(config, listeners_file)
+    # `kill -USR1 <pid>` writes every thread's stack to stderr (a stuck broker's jstack).
+    import faulthandler
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         import uvloop
     except ImportError:

@@ -316,10 +316,11 @@ class CoordinatorContext(Generic[S]):
         """The write's wait ended: answer (or fail) what it held back."""
         exc = None if done.cancelled() else done.exception()
         if done.cancelled() or exc is not None:
-            # In the log but not known to be on disk: not acknowledged.
-            answer = result.error_for(ErrorCode.kafka_storage_error)
-            log.error("%s: the group records could not be made durable, answering %s: %s",
-                      self.name, answer.name.upper(), exc)
+            # In the log but not known to be on disk (or replicated): not acknowledged.
+            answer = result.error_for(exc.code if isinstance(exc, AppendError)
+                                      else ErrorCode.kafka_storage_error)
+            log.warning("%s: the group records could not be made durable, answering %s: %s",
+                        self.name, answer.name.upper(), exc)
             error = AppendFailed(str(exc), answer)
             for f in (fut, parked):
                 if f is not None and not f.done():

@@ -8,7 +8,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ...coordinator import classic
-from ...coordinator.runtime import CoordinatorError, CoordinatorNotAvailable
+from ...coordinator.runtime import OFFSETS_TOPIC, CoordinatorError, CoordinatorNotAvailable
 from ...protocol.group_responses import heartbeat_response
 from ...protocol.messages import make, response_class, response_module
 from . import Api, RawResponse
@@ -48,7 +48,27 @@ async def run_group_op(broker, group_id: str, op):
 # --- FindCoordinator ------------------------------------------------------------------------
 
 
-def _coordinator(broker, connection, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
+def _coordinator(broker, connection, key: str, key_type: int):
+    """(error, detail, (node id, host, port) of the coordinator)."""
+    code, detail = _coordinator_error(broker, key, key_type)
+    if code != ErrorCode.none:
+        return code, detail, None
+    if broker.replicas is None:
+        listener = broker.advertised_listener(connection)
+        return code, None, (broker.broker_id, listener.host, listener.port)
+    # A cluster: the leader of the group's __consumer_offsets partition coordinates it.
+    cache = broker.replicas.cache
+    partition = broker.coordinator.partition_for(key)
+    info = cache.partition(OFFSETS_TOPIC, partition)
+    listener = broker.advertised_listener(connection)
+    address = cache.endpoint(info.leader, listener.name) if info is not None and info.leader >= 0 else None
+    if address is None:
+        return (ErrorCode.coordinator_not_available,
+                f"{OFFSETS_TOPIC}-{partition} has no leader reachable on {listener.name}", None)
+    return ErrorCode.none, None, (info.leader, *address)
+
+
+def _coordinator_error(broker, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
     if key_type == TRANSACTION_KEY_TYPE:
         # What Kafka answers for a transactional id the client may not use: clients fail at
         # once with a fatal error (COORDINATOR_NOT_AVAILABLE made them retry for ever).
@@ -64,23 +84,22 @@ def _coordinator(broker, connection, key: str, key_type: int) -> tuple[ErrorCode
 async def handle_find_coordinator(broker, request, connection):
     body, version = request.body, request.api_version
     key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
-    listener = broker.advertised_listener(connection)
     cls = response_class(FIND_COORDINATOR, version)
 
-    def fields(code):
-        ok = code == ErrorCode.none
-        return dict(node_id=broker.broker_id if ok else -1, host=listener.host if ok else "",
-                    port=listener.port if ok else -1, error_code=code)
+    def fields(code, node):
+        node_id, host, port = node if node is not None else (-1, "", -1)
+        return dict(node_id=node_id, host=host, port=port, error_code=code)
 
     if version < 4:
-        code, detail = _coordinator(broker, connection, body.key, key_type)
-        return make(cls, throttle_time=NO_THROTTLE, error_message=message(code, detail), **fields(code))
+        code, detail, node = _coordinator(broker, connection, body.key, key_type)
+        return make(cls, throttle_time=NO_THROTTLE, error_message=message(code, detail),
+                    **fields(code, node))
     mod = response_module(FIND_COORDINATOR, version)
     coordinators = []
     for key in body.coordinator_keys:
-        code, detail = _coordinator(broker, connection, key, key_type)
+        code, detail, node = _coordinator(broker, connection, key, key_type)
         coordinators.append(make(mod.Coordinator, key=key, error_message=message(code, detail),
-                                 **fields(code)))
+                                 **fields(code, node)))
     return make(cls, throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))
 
 
