@@ -123,3 +123,52 @@ def test_producer_ids_are_unique_across_the_brokers(zk, brokers):
     block = zk.json("/latest_producer_id_block")
     assert block["version"] == 1 and int(block["block_end"]) == 1999
     assert {ids[1][0] // 1000, ids[2][0] // 1000} == {0, 1}
+
+
+def _preferred_and_leader(zk, topic, p):
+    return (zk.json(f"/brokers/topics/{topic}")["partitions"][str(p)][0],
+            zk.json(f"/brokers/topics/{topic}/partitions/{p}/state")["leader"])
+
+
+def test_preferred_leaders_are_elected_on_request_and_by_the_cli(zk, brokers):
+    import subprocess
+    import sys
+    from confluent_kafka import ElectionType, TopicPartition
+    from confluent_kafka.admin import NewTopic
+    procs = [brokers(i, {**FAST, "auto.leader.rebalance.enable": "false"}) for i in (1, 2, 3)]
+    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "brokers registered", brokers)
+    bootstrap = ",".join(p.bootstrap for p in procs)
+    admin = _admin(bootstrap)
+    admin.create_topics([NewTopic("pref", 1, 3)], operation_timeout=20)["pref"].result(30)
+    preferred, leader = wait_for(lambda: _preferred_and_leader(zk, "pref", 0), 20, "a leader", brokers)
+    assert preferred == leader
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("pref", 0)]).result(30)
+    assert result[TopicPartition("pref", 0)].name() == "ELECTION_NOT_NEEDED"
+    brokers[preferred].stop()  # leadership moves away ...
+    brokers[preferred].start()  # ... and stays away: no automatic rebalance here
+    wait_for(lambda: preferred in zk.json("/brokers/topics/pref/partitions/0/state")["isr"], 30,
+             "the preferred replica back in the ISR", brokers)
+    assert _preferred_and_leader(zk, "pref", 0)[1] != preferred
+    out = subprocess.run([sys.executable, "-m", "brook", "topics", "elect-leaders", "pref", "-b", bootstrap],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1].split() == ["pref", "0", "elected"]
+    assert _preferred_and_leader(zk, "pref", 0) == (preferred, preferred)
+    again = subprocess.run([sys.executable, "-m", "brook", "topics", "elect-leaders", "-b", bootstrap],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "Every partition is led by its preferred replica." in again.stdout
+
+
+def test_leadership_goes_back_to_the_preferred_replica_by_itself(zk, brokers):
+    from confluent_kafka.admin import NewTopic
+    settings = {**FAST, "leader.imbalance.check.interval.seconds": "1"}
+    procs = [brokers(i, settings) for i in (1, 2, 3)]
+    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "brokers registered", brokers)
+    admin = _admin(",".join(p.bootstrap for p in procs))
+    admin.create_topics([NewTopic("auto", 3, 3)], operation_timeout=20)["auto"].result(30)
+    preferred, _ = wait_for(lambda: _preferred_and_leader(zk, "auto", 0), 20, "a leader", brokers)
+    brokers[preferred].stop()
+    assert _preferred_and_leader(zk, "auto", 0)[1] != preferred
+    brokers[preferred].start()
+    wait_for(lambda: _preferred_and_leader(zk, "auto", 0)[1] == preferred, 30,
+             "the preferred replica leading again", brokers)

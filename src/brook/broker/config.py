@@ -144,6 +144,9 @@ class BrokerConfig:
     controlled_shutdown_enable: bool = True
     controlled_shutdown_max_retries: int = 3
     controlled_shutdown_retry_backoff_ms: int = 5_000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: float = 300
+    leader_imbalance_per_broker_percentage: int = 10
     log_config: LogConfig = field(default_factory=LogConfig)
     manager_config: ManagerConfig = field(default_factory=ManagerConfig)
 
@@ -236,6 +239,9 @@ class BrokerConfig:
             controlled_shutdown_enable=get("controlled.shutdown.enable", True, _bool),
             controlled_shutdown_max_retries=get("controlled.shutdown.max.retries", 3),
             controlled_shutdown_retry_backoff_ms=get("controlled.shutdown.retry.backoff.ms", 5_000),
+            auto_leader_rebalance_enable=get("auto.leader.rebalance.enable", True, _bool),
+            leader_imbalance_check_interval_seconds=get("leader.imbalance.check.interval.seconds", 300, float),
+            leader_imbalance_per_broker_percentage=get("leader.imbalance.per.broker.percentage", 10),
             log_config=log_config,
             manager_config=manager_config,
         )

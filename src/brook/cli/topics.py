@@ -1,6 +1,6 @@
 """`brook topics`: list, describe (partitions, log start/end offsets, configs), create, delete,
-alter-config, delete-records (kafka-topics.sh, kafka-configs.sh for topics and
-kafka-delete-records.sh)."""
+alter-config, delete-records, elect-leaders (kafka-topics.sh, kafka-configs.sh for topics,
+kafka-delete-records.sh and kafka-leader-election.sh)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from .client import Cluster
 
 app = typer.Typer(no_args_is_help=True,
-                  help="Topics: list, describe, create, delete, alter-config, delete-records.")
+                  help="Topics: list, describe, create, delete, alter-config, delete-records, "
+                   "elect-leaders.")
 
 
 def parse_configs(items: list[str], option: str) -> dict[str, str]:
@@ -229,6 +230,51 @@ def delete(
                 raise CliError(f"unknown topic '{topic}'") from exc
             raise CliError(f"cannot delete topic '{topic}': {cluster.reason(exc)}") from exc
         output.line(f"Deleted topic '{topic}'.")
+
+
+@app.command("elect-leaders")
+def elect_leaders(
+    partitions: list[str] = typer.Argument(None, metavar="[TOPIC[:PARTITION]]...",
+                                           help="Partitions (a topic alone: all of its); none: every partition."),
+    unclean: bool = typer.Option(False, "--unclean",
+                                 help="Elect a live replica outside the ISR where no in-sync one is alive "
+                                      "(it may lose acknowledged records)."),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
+) -> None:
+    """Give partitions back to their preferred replica (the first of their replicas), as
+    kafka-leader-election.sh does; or, with --unclean, elect a leader for offline partitions."""
+    from confluent_kafka import ElectionType, TopicPartition
+
+    cluster = _cluster(bootstrap, timeout)
+    wanted = None
+    if partitions:
+        wanted = []
+        metadata = cluster.topics()
+        for item in partitions:
+            topic, sep, number = item.rpartition(":")
+            if not sep or not number.isdigit():
+                topic, number = item, ""
+            if topic not in metadata:
+                raise CliError(f"unknown topic '{topic}'")
+            indexes = [int(number)] if number else sorted(metadata[topic].partitions)
+            wanted += [TopicPartition(topic, i) for i in indexes]
+    kind = ElectionType.UNCLEAN if unclean else ElectionType.PREFERRED
+    # No timeouts passed: confluent-kafka 2.16's elect_leaders fails on any keyword argument;
+    # cluster.wait bounds the wait instead.
+    future = cluster.admin.elect_leaders(kind, wanted)
+    results = cluster.wait(future, "cannot elect leaders")
+    rows = []
+    for tp, err in sorted(results.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
+        error = None
+        if err is not None:  # a KafkaError (or an exception carrying one)
+            kerr = err.args[0] if isinstance(err, Exception) and err.args else err
+            error = f"{kerr.name()}: {kerr.str()}" if hasattr(kerr, "name") else str(err)
+        rows.append((tp.topic, tp.partition, "elected" if err is None else error))
+    if not rows:
+        output.line("Every partition is led by its preferred replica.")
+        return
+    output.table(("TOPIC", "PARTITION", "RESULT"), rows)
 
 
 @app.command("delete-records")

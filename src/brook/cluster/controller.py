@@ -68,15 +68,32 @@ class Controller:
         self._dirty.set()
         self._new_brokers: set[int] = set(self.live)  # owed a full LeaderAndIsr
         self._task: asyncio.Task | None = None
+        self._rebalancer: asyncio.Task | None = None
         self.moved = False  # another controller took over: this one stopped
 
     # ------------------------------------------------------------ lifecycle
 
-    def start(self) -> None:
+    def start(self, rebalance_interval_s: float | None = None, max_imbalance: float = 0.1) -> None:
         self._task = asyncio.create_task(self._run(), name=f"controller-{self.epoch}")
+        if rebalance_interval_s:
+            self._rebalancer = asyncio.create_task(
+                self._rebalance_every(rebalance_interval_s, max_imbalance), name="leader-rebalance")
+
+    async def _rebalance_every(self, interval_s: float, max_imbalance: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                moved = await self.rebalance_leaders(max_imbalance)
+            except ControllerMovedError:
+                return
+            except Exception:  # noqa: BLE001 - tried again at the next interval
+                log.exception("controller: leader rebalance failed")
+                continue
+            if moved:
+                log.info("auto leader rebalance: %d partition(s) back on their preferred replica", moved)
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._task, *self._senders.values()) if t is not None]
+        tasks = [t for t in (self._task, self._rebalancer, *self._senders.values()) if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -231,6 +248,61 @@ class Controller:
                  list(state.isr), list(new_isr), broker_id)
         self._tell_brokers({(topic, partition)}, leader_too=False)
         return ErrorCode.none, written[0]
+
+    # ------------------------------------------------------------ leader elections on request
+
+    async def elect_leaders(self, partitions: list[tuple[str, int]] | None,
+                            election_type: int) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+        """ElectLeaders (preferred or unclean) for `partitions` (None: every partition): each
+        partition's error and message, as Kafka answers."""
+        live = frozenset(self.live)
+        wanted = sorted(self.states) if partitions is None else partitions
+        out: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        changes = []
+        for tp in wanted:
+            state = self.states.get(tp)
+            assignment = self.assignments.get(tp[0])
+            if state is None or assignment is None or tp[1] not in assignment.partitions:
+                out[tp] = (ErrorCode.unknown_topic_or_partition, "no such partition")
+                continue
+            outcome, after = elections.elected_on_request(assignment.partitions[tp[1]], state, live,
+                                                          election_type, self.epoch)
+            if outcome == "not needed":
+                out[tp] = (ErrorCode.election_not_needed, "Leader election not needed for topic partition.")
+            elif outcome == "not available":
+                out[tp] = ((ErrorCode.preferred_leader_not_available, "Failed to elect leader: the "
+                            "preferred replica is not alive or not in the ISR.")
+                           if election_type == elections.PREFERRED else
+                           (ErrorCode.eligible_leaders_not_available, "No live replica to elect."))
+            else:
+                changes.append(elections.Change(tp[0], tp[1], state, after))
+        if changes:
+            written = await asyncio.to_thread(self._write, changes)
+            changed = set()
+            for change, state in zip(changes, written):
+                tp = (change.topic, change.partition)
+                if state is None:
+                    self.states.pop(tp, None)
+                    self._dirty.set()
+                    out[tp] = (ErrorCode.not_controller, "the partition changed meanwhile; try again")
+                    continue
+                self.states[tp] = state
+                changed.add(tp)
+                out[tp] = (ErrorCode.none, None)
+                log.info("partition %s-%d: leader %d by election (epoch %d)", *tp, state.leader,
+                         state.leader_epoch)
+            self._tell_brokers(changed)
+        return out
+
+    async def rebalance_leaders(self, max_ratio: float) -> int:
+        """auto.leader.rebalance.enable's check: preferred replicas take their leadership back
+        where a broker's imbalance is over `max_ratio`. Returns how many moved."""
+        todo = elections.imbalanced({t: a.partitions for t, a in self.assignments.items()},
+                                    self.states, frozenset(self.live), max_ratio)
+        if not todo:
+            return 0
+        results = await self.elect_leaders(todo, elections.PREFERRED)
+        return sum(1 for code, _ in results.values() if code == ErrorCode.none)
 
     # ------------------------------------------------------------ controlled shutdown
 

@@ -114,3 +114,54 @@ def moved_away(replicas, state: PartitionState, leaving: int, live: frozenset[in
     leader, isr = elected
     return replace(state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=isr,
                    controller_epoch=controller_epoch)
+
+
+PREFERRED = 0
+UNCLEAN = 1
+
+
+def elected_on_request(replicas, state: PartitionState, live: frozenset[int], election_type: int,
+                       controller_epoch: int) -> tuple[str, PartitionState | None]:
+    """ElectLeaders for one partition: ("elected", new state), or the reason nothing changes:
+    "not needed" (the preferred replica leads already; for an unclean election, a leader lives),
+    "not available" (the preferred replica is dead or out of the ISR; for an unclean election,
+    no replica is alive)."""
+    replicas = tuple(replicas)
+    if election_type == PREFERRED:
+        preferred = replicas[0] if replicas else NO_LEADER
+        if state.leader == preferred:
+            return "not needed", None
+        if preferred not in live or preferred not in state.isr:
+            return "not available", None
+        return "elected", replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1,
+                                  controller_epoch=controller_epoch)
+    if state.leader in live:
+        return "not needed", None
+    elected = elect_leader(replicas, state.isr, live, unclean=True)
+    if elected is None:
+        return "not available", None
+    leader, isr = elected
+    return "elected", replace(state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=isr,
+                              controller_epoch=controller_epoch)
+
+
+def imbalanced(assignments: Mapping[str, Mapping[int, tuple[int, ...]]],
+               states: Mapping[tuple[str, int], PartitionState], live: frozenset[int],
+               max_ratio: float) -> list[tuple[str, int]]:
+    """The partitions to give back to their preferred replica (auto.leader.rebalance.enable):
+    for each live broker whose share of partitions it prefers but does not lead is above
+    `max_ratio` (leader.imbalance.per.broker.percentage / 100), those of them where it is in
+    the ISR."""
+    preferred_of: dict[int, list[tuple[str, int]]] = {}
+    for topic, partitions in assignments.items():
+        for p, replicas in partitions.items():
+            if replicas and (topic, p) in states:
+                preferred_of.setdefault(replicas[0], []).append((topic, p))
+    out = []
+    for broker, tps in preferred_of.items():
+        if broker not in live:
+            continue
+        not_led = [tp for tp in tps if states[tp].leader != broker]
+        if tps and len(not_led) / len(tps) > max_ratio:
+            out += [tp for tp in not_led if broker in states[tp].isr]
+    return sorted(out)

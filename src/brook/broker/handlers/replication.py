@@ -148,7 +148,41 @@ async def handle_offset_for_leader_epoch(broker, request, connection):
                 topics=tuple(topics))
 
 
+ELECT_LEADERS = 43
+
+
+async def handle_elect_leaders(broker, request, connection):
+    """ElectLeaders (KIP-460): preferred or unclean elections, by the controller (clients
+    send it to Metadata's controller; any other broker answers NOT_CONTROLLER)."""
+    version = request.api_version
+    mod = response_module(ELECT_LEADERS, version)
+    cls = response_class(ELECT_LEADERS, version)
+    body = request.body
+    cluster = broker.cluster
+    controller = cluster.controller if cluster is not None else None
+    wanted = None if body.topic_partitions is None else [
+        (t.topic, p) for t in body.topic_partitions for p in t.partitions]
+    election_type = getattr(body, "election_type", 0)
+    if controller is None:
+        code = ErrorCode.not_controller if cluster is not None else ErrorCode.invalid_request
+        results = {tp: (code, None) for tp in wanted or []}
+        top = ErrorCode.none if wanted else code
+    else:
+        results = await controller.elect_leaders(wanted, election_type)
+        top = ErrorCode.none
+    by_topic: dict[str, list] = {}
+    for (topic, p), (code, text) in sorted(results.items()):
+        if wanted is None and code == ErrorCode.election_not_needed:
+            continue  # an election of everything lists only what it changed or could not
+        by_topic.setdefault(topic, []).append(make(mod.PartitionResult, partition_id=p,
+                                                   error_code=code, error_message=text))
+    return make(cls, throttle_time=NO_THROTTLE, error_code=top, replica_election_results=tuple(
+        make(mod.ReplicaElectionResult, topic=t, partition_result=tuple(ps))
+        for t, ps in by_topic.items()))
+
+
 APIS = [
+    Api(ELECT_LEADERS, "ElectLeaders", 0, 2, handle_elect_leaders),
     Api(ib.LEADER_AND_ISR, "LeaderAndIsr", 5, 5, handle_leader_and_isr),
     Api(ib.STOP_REPLICA, "StopReplica", 3, 3, handle_stop_replica),
     Api(ib.UPDATE_METADATA, "UpdateMetadata", 7, 7, handle_update_metadata),
