@@ -14,7 +14,8 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from ..cluster.assignment import ReplicationFactorError, assign_replicas
+from ..cluster.assignment import (ReplicationFactorError, assign_replicas,
+                                  assign_replicas_rack_aware)
 from ..cluster.controller import topic_id_text
 from ..cluster.zk_data import TopicAssignment
 from .metadata import (INTERNAL_TOPICS, InvalidRequestError, MetadataError, validate_topic_configs,
@@ -44,9 +45,25 @@ def plan_assignment(broker, partitions: int, replication_factor: int,
         return dict(explicit)
     rf = broker.config.default_replication_factor if replication_factor == -1 else replication_factor
     try:
-        return assign_replicas(live, partitions, rf, rng=random.Random())
+        return spread(broker, live, partitions, rf)
     except ReplicationFactorError as exc:
         raise TopicRefused(ErrorCode.invalid_replication_factor, str(exc)) from None
+
+
+def spread(broker, live: list[int], partitions: int, rf: int, *, first_partition: int = 0,
+           start_index: int = -1) -> dict[int, tuple[int, ...]]:
+    """Kafka's assignment over the live brokers: rack-aware when every one has a broker.rack,
+    rack-unaware when none has (and, with a warning, when only some have)."""
+    registrations = broker.cluster.view.brokers
+    racks = {b: registrations[b].registration.rack for b in live if b in registrations}
+    if racks and all(racks.values()) and len(racks) == len(live):
+        return assign_replicas_rack_aware(racks, partitions, rf, rng=random.Random(),
+                                          first_partition=first_partition, start_index=start_index)
+    if any(racks.values()):
+        log.warning("only some brokers have a broker.rack (%s): replicas are assigned without "
+                    "racks", racks)
+    return assign_replicas(live, partitions, rf, rng=random.Random(),
+                           first_partition=first_partition, start_index=start_index)
 
 
 async def create_topic(broker, name: str, partitions: int, replication_factor: int,
@@ -115,7 +132,7 @@ async def add_partitions(broker, name: str, count: int, explicit: list[tuple[int
         live = broker.cluster.view.live_ids()
         try:
             start = sorted(live).index(current.partitions[0][0]) if current.partitions[0][0] in live else -1
-            new = assign_replicas(live, count - have, rf, first_partition=have, start_index=start)
+            new = spread(broker, live, count - have, rf, first_partition=have, start_index=start)
         except ReplicationFactorError as exc:
             raise TopicRefused(ErrorCode.invalid_replication_factor, str(exc)) from None
     if validate_only:

@@ -41,3 +41,63 @@ def assign_replicas(brokers: Sequence[int], partitions: int, replication_factor:
         out[current] = tuple(replicas)
         current += 1
     return out
+
+
+def rack_alternated(racks: dict[int, str]) -> list[int]:
+    """Brokers ordered so that racks alternate (Kafka's getRackAlternatedBrokerList): racks
+    in name order, each rack's brokers in id order, one from each rack in turn."""
+    by_rack: dict[str, list[int]] = {}
+    for broker, rack in sorted(racks.items()):
+        by_rack.setdefault(rack, []).append(broker)
+    queues = [by_rack[r] for r in sorted(by_rack)]
+    out: list[int] = []
+    while len(out) < len(racks):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
+def assign_replicas_rack_aware(racks: dict[int, str], partitions: int, replication_factor: int, *,
+                               rng: _random.Random | None = None, first_partition: int = 0,
+                               start_index: int = -1) -> dict[int, tuple[int, ...]]:
+    """As `assign_replicas`, with the brokers' racks (Kafka's assignReplicasToBrokersRackAware):
+    each partition's replicas go to as many racks as there are replicas (or every rack), and
+    leaders and followers still spread evenly."""
+    if replication_factor <= 0:
+        raise ReplicationFactorError("Replication factor must be larger than 0.")
+    n = len(racks)
+    if replication_factor > n:
+        raise ReplicationFactorError(
+            f"Replication factor: {replication_factor} larger than available brokers: {n}.")
+    if partitions <= 0:
+        return {}
+    rng = rng or _random.Random()
+    arranged = rack_alternated(racks)
+    num_racks = len(set(racks.values()))
+    start = start_index if start_index >= 0 else rng.randrange(n)
+    shift = start_index if start_index >= 0 else rng.randrange(n)
+    out: dict[int, tuple[int, ...]] = {}
+    current = max(0, first_partition)
+    for _ in range(partitions):
+        if current > 0 and current % n == 0:
+            shift += 1
+        first = (current + start) % n
+        leader = arranged[first]
+        replicas = [leader]
+        used_racks, used_brokers = {racks[leader]}, {leader}
+        k = 0
+        for _ in range(replication_factor - 1):
+            while True:
+                broker = arranged[(first + 1 + (shift * num_racks + k) % (n - 1)) % n]
+                rack = racks[broker]
+                k += 1
+                if ((rack not in used_racks or len(used_racks) == num_racks)
+                        and (broker not in used_brokers or len(used_brokers) == n)):
+                    replicas.append(broker)
+                    used_racks.add(rack)
+                    used_brokers.add(broker)
+                    break
+        out[current] = tuple(replicas)
+        current += 1
+    return out
