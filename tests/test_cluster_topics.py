@@ -172,3 +172,50 @@ def test_leadership_goes_back_to_the_preferred_replica_by_itself(zk, brokers):
     brokers[preferred].start()
     wait_for(lambda: _preferred_and_leader(zk, "auto", 0)[1] == preferred, 30,
              "the preferred replica leading again", brokers)
+
+
+def test_a_partition_moves_to_other_brokers_with_its_records(zk, brokers):
+    import subprocess
+    import sys
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import NewTopic
+    bootstrap = _start(brokers, zk)
+    admin = _admin(bootstrap)
+    admin.create_topics([NewTopic("moving", 1, 2)], operation_timeout=20)["moving"].result(30)
+    before = zk.json("/brokers/topics/moving")["partitions"]["0"]
+    leader = wait_for(lambda: zk.json("/brokers/topics/moving/partitions/0/state")["leader"], 20,
+                      "a leader", brokers)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    values = [f"m{i}".encode() for i in range(2000)]
+    for v in values:
+        p.produce("moving", v)
+    assert p.flush(60) == 0
+    newcomer = next(b for b in (1, 2, 3) if b not in before)
+    stays = next(b for b in before if b != leader)
+    target = [newcomer, stays]  # the leader is moved out
+    out = subprocess.run([sys.executable, "-m", "brook", "topics", "reassign",
+                          f"moving:0={newcomer},{stays}", "-b", bootstrap],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "Reassigning moving-0." in out.stdout
+    wait_for(lambda: zk.json("/brokers/topics/moving")["partitions"]["0"] == target, 60,
+             "the assignment to become the target", brokers)
+    moved = zk.json("/brokers/topics/moving")
+    assert moved["adding_replicas"] == {} and moved["removing_replicas"] == {}
+    state = zk.json("/brokers/topics/moving/partitions/0/state")
+    assert state["leader"] in target and sorted(state["isr"]) == sorted(target)
+    wait_for(lambda: _logs(brokers, "moving")[leader] == [], 20, "the old leader's log deleted", brokers)
+    assert _logs(brokers, "moving")[newcomer] == [0]
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "enable.auto.commit": False})
+    c.assign([TopicPartition("moving", 0, 0)])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 2000 and time.monotonic() < deadline:
+        for m in c.consume(500, 0.5):
+            if not m.error():
+                got.append(m.value())
+    c.close()
+    assert got == values
+    listed = subprocess.run([sys.executable, "-m", "brook", "topics", "reassignments", "-b", bootstrap],
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0 and "No partition is being reassigned." in listed.stdout

@@ -81,10 +81,14 @@ class Partition:
         self.tracker = ReplicaTracker(broker_id, replicas, isr, now_ms)
         self.maybe_advance_high_watermark()
 
-    def update_leadership(self, isr: tuple[int, ...], replicas: tuple[int, ...], zk_version: int) -> None:
-        """The same leader epoch with another ISR (this broker's own ISR change, confirmed)."""
+    def update_leadership(self, isr: tuple[int, ...], replicas: tuple[int, ...], zk_version: int,
+                          now_ms: int = 0) -> None:
+        """The same leader epoch with another ISR (this broker's own ISR change, confirmed) or
+        other replicas (a reassignment)."""
         self.isr, self.replicas, self.zk_version = isr, replicas, zk_version
         if self.tracker is not None:
+            if replicas != self.tracker.replicas:
+                self.tracker.set_replicas(replicas, now_ms)
             self.tracker.set_isr(isr)
             self.maybe_advance_high_watermark()
 

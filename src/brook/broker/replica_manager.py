@@ -99,7 +99,8 @@ class ReplicaManager:
         same_epoch = ps.leader_epoch == p.leader_epoch and ps.leader == p.leader_id
         if ps.leader == self.broker_id:
             if same_epoch and p.tracker is not None:
-                p.update_leadership(isr, replicas, ps.partition_epoch)  # a repeat, or an ISR change
+                # a repeat, an ISR change, or a reassignment's new replicas
+                p.update_leadership(isr, replicas, ps.partition_epoch, now)
                 return ErrorCode.none
             self._stop_following(tp)
             p.become_leader(self.broker_id, ps.leader_epoch, isr, replicas, ps.partition_epoch, now)

@@ -1,6 +1,6 @@
 """`brook topics`: list, describe (partitions, log start/end offsets, configs), create, delete,
-alter-config, delete-records, elect-leaders (kafka-topics.sh, kafka-configs.sh for topics,
-kafka-delete-records.sh and kafka-leader-election.sh)."""
+alter-config, delete-records, elect-leaders, reassign (kafka-topics.sh, kafka-configs.sh for
+topics, kafka-delete-records.sh, kafka-leader-election.sh and kafka-reassign-partitions.sh)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(no_args_is_help=True,
                   help="Topics: list, describe, create, delete, alter-config, delete-records, "
-                   "elect-leaders.")
+                   "elect-leaders, reassign, reassignments.")
 
 
 def parse_configs(items: list[str], option: str) -> dict[str, str]:
@@ -275,6 +275,76 @@ def elect_leaders(
         output.line("Every partition is led by its preferred replica.")
         return
     output.table(("TOPIC", "PARTITION", "RESULT"), rows)
+
+
+def _controller_address(cluster: "Cluster") -> tuple[str, int]:
+    md = cluster.admin.list_topics(timeout=cluster.timeout)
+    broker = md.brokers.get(md.controller_id)
+    if broker is None:
+        raise CliError("no controller is known to the cluster right now; try again")
+    return broker.host, broker.port
+
+
+@app.command("reassign")
+def reassign(
+    moves: list[str] = typer.Argument(..., metavar="TOPIC:PARTITION=BROKER,BROKER...",
+                                      help="Each partition's new replicas, the preferred leader first."),
+    cancel: bool = typer.Option(False, "--cancel", help="Cancel the partitions' moves (give TOPIC:PARTITION)."),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
+) -> None:
+    """Move partitions to other brokers (KIP-455, as kafka-reassign-partitions.sh): the new
+    replicas copy the partition, then the old ones are removed."""
+    from . import wire
+
+    cluster = _cluster(bootstrap, timeout)
+    targets: dict[tuple[str, int], list[int] | None] = {}
+    for item in moves:
+        where, sep, replicas = item.partition("=")
+        topic, colon, number = where.rpartition(":")
+        if not colon or not number.isdigit() or (bool(sep) == cancel):
+            raise CliError(f"invalid move {item!r}: expected TOPIC:PARTITION=1,2,3"
+                           + (" (or TOPIC:PARTITION with --cancel)" if cancel else ""), code=2)
+        try:
+            targets[(topic, int(number))] = None if cancel else [int(b) for b in replicas.split(",")]
+        except ValueError:
+            raise CliError(f"invalid broker list in {item!r}", code=2) from None
+    host, port = _controller_address(cluster)
+    results = wire.alter_reassignments(host, port, targets, cluster.timeout)
+    failed = False
+    for (topic, p), (code, text) in sorted(results.items()):
+        if code == 0:
+            output.line(f"{'Cancelled' if cancel else 'Reassigning'} {topic}-{p}.")
+        else:
+            failed = True
+            output.line(f"{topic}-{p}: {code.name.upper()}{': ' + text if text else ''}")
+    if failed:
+        raise CliError("some partitions could not be reassigned")
+
+
+@app.command("reassignments")
+def reassignments(
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
+    fmt: Format = output_option(),
+) -> None:
+    """Partition moves in progress: replicas, adding, removing."""
+    from . import wire
+
+    cluster = _cluster(bootstrap, timeout)
+    host, port = _controller_address(cluster)
+    ongoing = wire.list_reassignments(host, port, cluster.timeout)
+    rows = [{"topic": t, "partition": p, "replicas": r, "adding": a, "removing": rm}
+            for (t, p), (r, a, rm) in sorted(ongoing.items())]
+    if fmt is Format.json:
+        output.print_json(rows)
+        return
+    if not rows:
+        output.line("No partition is being reassigned.")
+        return
+    output.table(("TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"),
+                 [(r["topic"], r["partition"], ",".join(map(str, r["replicas"])),
+                   ",".join(map(str, r["adding"])), ",".join(map(str, r["removing"]))) for r in rows])
 
 
 @app.command("delete-records")

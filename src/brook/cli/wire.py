@@ -81,3 +81,37 @@ def describe_cluster(host: str, port: int, timeout: float):
         raise CliError(f"cannot describe the cluster: {response.error_code.name}"
                        + (f": {response.error_message}" if response.error_message else ""))
     return response
+
+
+ALTER_REASSIGNMENTS = 45
+LIST_REASSIGNMENTS = 46
+
+
+def alter_reassignments(host: str, port: int, targets: dict[tuple[str, int], list[int] | None],
+                        timeout: float) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+    """AlterPartitionReassignments v0 to the controller: each partition's error."""
+    from datetime import timedelta
+    cls = request_class(ALTER_REASSIGNMENTS, 0)
+    mod = load_payload_module(ALTER_REASSIGNMENTS, 0, EntityType.request)
+    topics: dict[str, list] = {}
+    for (topic, p), replicas in sorted(targets.items()):
+        topics.setdefault(topic, []).append(mod.ReassignablePartition(
+            partition_index=p, replicas=None if replicas is None else tuple(replicas)))
+    response = request(host, port, cls(timeout=timedelta(seconds=timeout), topics=tuple(
+        mod.ReassignableTopic(name=t, partitions=tuple(ps)) for t, ps in topics.items())), timeout)
+    if response.error_code != ErrorCode.none:
+        raise CliError(f"cannot reassign: {response.error_code.name}")
+    return {(t.name, p.partition_index): (p.error_code, p.error_message)
+            for t in response.responses for p in t.partitions}
+
+
+def list_reassignments(host: str, port: int, timeout: float):
+    """ListPartitionReassignments v0 to the controller: {(topic, partition): (replicas, adding,
+    removing)}."""
+    from datetime import timedelta
+    response = request(host, port, request_class(LIST_REASSIGNMENTS, 0)(
+        timeout=timedelta(seconds=timeout), topics=None), timeout)
+    if response.error_code != ErrorCode.none:
+        raise CliError(f"cannot list reassignments: {response.error_code.name}")
+    return {(t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+            for t in response.topics for p in t.partitions}

@@ -21,7 +21,7 @@ from dataclasses import replace
 from kio.schema.errors import ErrorCode
 
 from ..protocol import inter_broker as ib
-from . import elections, zk_data
+from . import elections, reassignment, zk_data
 from .channel import BrokerChannel, ChannelError
 from .errors import ControllerMovedError
 from .view import ClusterView, LiveBroker
@@ -157,6 +157,7 @@ class Controller:
                     log.info("partition %s-%d: leader %d, leader epoch %d, ISR %s", change.topic,
                              change.partition, state.leader, state.leader_epoch, list(state.isr))
         self._tell_brokers(changed)
+        await self._complete_reassignments()
 
     def _read_topics(self) -> list[str]:
         """In a worker thread: new topics' assignments and the states of partitions not known;
@@ -247,6 +248,8 @@ class Controller:
         log.info("partition %s-%d: ISR %s -> %s (asked by leader %d)", topic, partition,
                  list(state.isr), list(new_isr), broker_id)
         self._tell_brokers({(topic, partition)}, leader_too=False)
+        if (topic, partition) in self.ongoing_reassignments():
+            self._dirty.set()  # a reassignment may be ready to complete
         return ErrorCode.none, written[0]
 
     # ------------------------------------------------------------ leader elections on request
@@ -303,6 +306,102 @@ class Controller:
             return 0
         results = await self.elect_leaders(todo, elections.PREFERRED)
         return sum(1 for code, _ in results.values() if code == ErrorCode.none)
+
+    # ------------------------------------------------------------ reassignment (KIP-455)
+
+    def ongoing_reassignments(self) -> dict[tuple[str, int], reassignment.Moving]:
+        out = {}
+        for topic, a in self.assignments.items():
+            for p, replicas in a.partitions.items():
+                adding, removing = a.adding.get(p, ()), a.removing.get(p, ())
+                if adding or removing:
+                    out[(topic, p)] = reassignment.Moving(replicas, adding, removing)
+        return out
+
+    async def alter_reassignments(self, wanted: dict[tuple[str, int], tuple[int, ...] | None]
+                                  ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+        """AlterPartitionReassignments: start moving each partition to its target replicas,
+        or cancel its move (target None)."""
+        out: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        ongoing = self.ongoing_reassignments()
+        by_topic: dict[str, dict[int, reassignment.Moving | None]] = {}
+        for tp, target in wanted.items():
+            topic, p = tp
+            a = self.assignments.get(topic)
+            if a is None or p not in a.partitions or tp not in self.states:
+                out[tp] = (ErrorCode.unknown_topic_or_partition, "no such partition")
+                continue
+            moving = ongoing.get(tp)
+            if target is None:
+                if moving is None:
+                    out[tp] = (ErrorCode.no_reassignment_in_progress,
+                               f"no reassignment of {topic}-{p} to cancel")
+                    continue
+                by_topic.setdefault(topic, {})[p] = reassignment.begin(moving.replicas, moving.original)
+                out[tp] = (ErrorCode.none, None)
+                continue
+            if not target or len(set(target)) != len(target):
+                out[tp] = (ErrorCode.invalid_replica_assignment, f"replicas {list(target)} are not a set")
+                continue
+            dead = [r for r in target if r not in self.live]
+            if dead:
+                out[tp] = (ErrorCode.invalid_replica_assignment, f"brokers {dead} are not alive")
+                continue
+            current = moving.original if moving is not None else a.partitions[p]
+            by_topic.setdefault(topic, {})[p] = reassignment.begin(current, tuple(target))
+            out[tp] = (ErrorCode.none, None)
+        for topic, moves in by_topic.items():
+            a = self.assignments[topic]
+            partitions, adding, removing = dict(a.partitions), dict(a.adding), dict(a.removing)
+            for p, m in moves.items():
+                partitions[p], adding[p], removing[p] = m.replicas, m.adding, m.removing
+                log.info("reassigning %s-%d: replicas %s (adding %s, removing %s)", topic, p,
+                         list(m.replicas), list(m.adding), list(m.removing))
+            grown = zk_data.TopicAssignment(a.topic_id, partitions, adding, removing)
+            await asyncio.to_thread(self.zk.write_assignment, topic, grown, self.epoch_zk_version)
+            self.assignments[topic] = grown
+            # The replicas being added learn of the partition and start following.
+            self._tell_brokers({(topic, p) for p in moves}, leader_too=True)
+        self._dirty.set()
+        return out
+
+    async def _complete_reassignments(self) -> None:
+        live = frozenset(self.live)
+        for tp, moving in self.ongoing_reassignments().items():
+            state = self.states.get(tp)
+            if state is None or not reassignment.ready(state, moving):
+                continue
+            if not moving.removing and not moving.adding:
+                continue
+            after = reassignment.complete(state, moving, live, self.epoch)
+            if after is None:
+                continue
+            written = await asyncio.to_thread(self._write, [elections.Change(*tp, state, after)])
+            if written[0] is None:
+                self.states.pop(tp, None)
+                self._dirty.set()
+                continue
+            self.states[tp] = written[0]
+            topic, p = tp
+            a = self.assignments[topic]
+            partitions, adding, removing = dict(a.partitions), dict(a.adding), dict(a.removing)
+            partitions[p] = moving.target
+            adding.pop(p, None)
+            removing.pop(p, None)
+            done = zk_data.TopicAssignment(a.topic_id, partitions, adding, removing)
+            await asyncio.to_thread(self.zk.write_assignment, topic, done, self.epoch_zk_version)
+            self.assignments[topic] = done
+            self._tell_brokers({tp})
+            for r in moving.removing:
+                if r in self.live:
+                    self._send(r, ib.StopReplicaRequest(
+                        controller_id=self.broker_id, controller_epoch=self.epoch,
+                        broker_epoch=self.live[r].epoch, topic_states=(ib.StopReplicaTopicState(
+                            topic_name=topic, partition_states=(ib.StopReplicaPartitionState(
+                                partition_index=p, leader_epoch=written[0].leader_epoch,
+                                delete_partition=True),)),)))
+            log.info("reassignment of %s-%d done: replicas %s, leader %d", topic, p,
+                     list(moving.target), written[0].leader)
 
     # ------------------------------------------------------------ controlled shutdown
 
@@ -366,7 +465,8 @@ class Controller:
             topics.setdefault(topic, []).append(ib.LeaderAndIsrPartitionState(
                 partition_index=p, controller_epoch=state.controller_epoch, leader=state.leader,
                 leader_epoch=state.leader_epoch, isr=state.isr, partition_epoch=state.zk_version,
-                replicas=replicas, adding_replicas=(), removing_replicas=(), is_new=False))
+                replicas=replicas, adding_replicas=self.assignments[topic].adding.get(p, ()),
+                removing_replicas=self.assignments[topic].removing.get(p, ()), is_new=False))
         leaders = {self.states[tp].leader for tp in tps} & set(self.live)
         return ib.LeaderAndIsrRequest(
             controller_id=self.broker_id, controller_epoch=self.epoch,

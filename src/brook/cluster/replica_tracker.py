@@ -29,6 +29,16 @@ class ReplicaTracker:
     def set_isr(self, isr: tuple[int, ...]) -> None:
         self.isr = isr
 
+    def set_replicas(self, replicas: tuple[int, ...], now_ms: int) -> None:
+        """The assignment changed (a reassignment): new followers are tracked from now, with a
+        full lag period to show up; removed ones are forgotten."""
+        self.replicas = replicas
+        for r in replicas:
+            if r != self.leader and r not in self.followers:
+                self.followers[r] = FollowerState(-1, now_ms, now_ms)
+        for r in [r for r in self.followers if r not in replicas]:
+            del self.followers[r]
+
     def on_fetch(self, replica: int, fetch_offset: int, leader_end_offset: int, now_ms: int) -> bool:
         """A follower fetched from `fetch_offset`: it has everything below it. True if it is a
         replica of this partition (followers of another assignment are ignored)."""

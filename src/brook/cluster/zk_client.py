@@ -436,3 +436,19 @@ class ZkClient:
             except BadVersionError:
                 continue  # another broker took this block first
             return start, end
+
+    def write_assignment(self, topic: str, assignment: zk_data.TopicAssignment,
+                         controller_epoch_version: int) -> None:
+        """The controller's change of a topic's assignment (a reassignment's steps), while it
+        is still the controller."""
+        from .errors import ControllerMovedError
+        tx = self.kz.transaction()
+        tx.check(self.p(zk_paths.CONTROLLER_EPOCH), controller_epoch_version)
+        tx.set_data(self.p(zk_paths.topic_path(topic)), zk_data.encode_topic(assignment))
+        results = tx.commit()
+        if isinstance(results[0], (BadVersionError, NoNodeError)):
+            raise ControllerMovedError("/controller_epoch moved on")
+        failure = next((r for r in results if isinstance(r, Exception)
+                        and not isinstance(r, RolledBackError)), None)
+        if failure is not None:
+            raise failure

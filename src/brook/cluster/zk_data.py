@@ -8,7 +8,7 @@ zookeeper-shell shows what a Kafka broker would have written, byte for byte but 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 BROKER_REGISTRATION_VERSION = 5  # Kafka 2.7+ (KIP-584 added "features")
 CONTROLLER_VERSION = 1  # Kafka 2.8 (version 2, with kraftControllerEpoch, is 3.4's migration)
@@ -181,10 +181,13 @@ TOPIC_CONFIG_VERSION = 1
 @dataclass(frozen=True, slots=True)
 class TopicAssignment:
     """A topic's replica assignment: for each partition, its replicas, the preferred leader
-    first (TopicZNode)."""
+    first (TopicZNode); during a reassignment (KIP-455) the replicas are the target's and the
+    original's together, with the ones being added and removed."""
 
     topic_id: str | None  # Kafka's base64 form of the topic's UUID
     partitions: dict[int, tuple[int, ...]]
+    adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 def encode_topic(assignment: TopicAssignment) -> bytes:
@@ -192,8 +195,8 @@ def encode_topic(assignment: TopicAssignment) -> bytes:
     if assignment.topic_id is not None:
         value["topic_id"] = assignment.topic_id
     value["partitions"] = {str(p): list(r) for p, r in sorted(assignment.partitions.items())}
-    value["adding_replicas"] = {}
-    value["removing_replicas"] = {}
+    value["adding_replicas"] = {str(p): list(r) for p, r in sorted(assignment.adding.items()) if r}
+    value["removing_replicas"] = {str(p): list(r) for p, r in sorted(assignment.removing.items()) if r}
     return _dumps(value)
 
 
@@ -205,7 +208,13 @@ def decode_topic(topic: str, data: bytes | None) -> TopicAssignment:
     except (KeyError, TypeError, ValueError, AttributeError):
         raise ZkDataError(f"{what} has no partition assignment: {data!r}") from None
     topic_id = js.get("topic_id")
-    return TopicAssignment(topic_id if isinstance(topic_id, str) else None, partitions)
+    moving = []
+    for key in ("adding_replicas", "removing_replicas"):
+        try:
+            moving.append({int(p): tuple(int(b) for b in r) for p, r in (js.get(key) or {}).items()})
+        except (TypeError, ValueError, AttributeError):
+            raise ZkDataError(f"{what} has a malformed {key}: {data!r}") from None
+    return TopicAssignment(topic_id if isinstance(topic_id, str) else None, partitions, *moving)
 
 
 # ------------------------------------------------------------------ .../partitions/<p>/state

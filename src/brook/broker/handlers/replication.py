@@ -181,8 +181,64 @@ async def handle_elect_leaders(broker, request, connection):
         for t, ps in by_topic.items()))
 
 
+ALTER_REASSIGNMENTS = 45
+LIST_REASSIGNMENTS = 46
+
+
+def _controller_or_error(broker):
+    cluster = broker.cluster
+    controller = cluster.controller if cluster is not None else None
+    if controller is not None:
+        return controller, ErrorCode.none
+    return None, ErrorCode.not_controller if cluster is not None else ErrorCode.invalid_request
+
+
+async def handle_alter_reassignments(broker, request, connection):
+    """AlterPartitionReassignments (KIP-455), by the controller."""
+    version = request.api_version
+    mod = response_module(ALTER_REASSIGNMENTS, version)
+    cls = response_class(ALTER_REASSIGNMENTS, version)
+    controller, code = _controller_or_error(broker)
+    if controller is None:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=code, error_message=None, responses=())
+    wanted = {(t.name, p.partition_index): None if p.replicas is None else tuple(p.replicas)
+              for t in request.body.topics for p in t.partitions}
+    results = await controller.alter_reassignments(wanted)
+    by_topic: dict[str, list] = {}
+    for (topic, p), (c, text) in results.items():
+        by_topic.setdefault(topic, []).append(make(mod.ReassignablePartitionResponse,
+                                                   partition_index=p, error_code=c, error_message=text))
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+                responses=tuple(make(mod.ReassignableTopicResponse, name=t, partitions=tuple(ps))
+                                for t, ps in by_topic.items()))
+
+
+async def handle_list_reassignments(broker, request, connection):
+    version = request.api_version
+    mod = response_module(LIST_REASSIGNMENTS, version)
+    cls = response_class(LIST_REASSIGNMENTS, version)
+    controller, code = _controller_or_error(broker)
+    if controller is None:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=code, error_message=None, topics=())
+    ongoing = controller.ongoing_reassignments()
+    asked = request.body.topics
+    if asked is not None:
+        keep = {(t.name, p) for t in asked for p in t.partition_indexes}
+        ongoing = {tp: m for tp, m in ongoing.items() if tp in keep}
+    by_topic: dict[str, list] = {}
+    for (topic, p), m in sorted(ongoing.items()):
+        by_topic.setdefault(topic, []).append(make(
+            mod.OngoingPartitionReassignment, partition_index=p, replicas=m.replicas,
+            adding_replicas=m.adding, removing_replicas=m.removing))
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+                topics=tuple(make(mod.OngoingTopicReassignment, name=t, partitions=tuple(ps))
+                             for t, ps in by_topic.items()))
+
+
 APIS = [
     Api(ELECT_LEADERS, "ElectLeaders", 0, 2, handle_elect_leaders),
+    Api(ALTER_REASSIGNMENTS, "AlterPartitionReassignments", 0, 0, handle_alter_reassignments),
+    Api(LIST_REASSIGNMENTS, "ListPartitionReassignments", 0, 0, handle_list_reassignments),
     Api(ib.LEADER_AND_ISR, "LeaderAndIsr", 5, 5, handle_leader_and_isr),
     Api(ib.STOP_REPLICA, "StopReplica", 3, 3, handle_stop_replica),
     Api(ib.UPDATE_METADATA, "UpdateMetadata", 7, 7, handle_update_metadata),
