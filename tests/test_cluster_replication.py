@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cluster_harness import (ClusterBrokers, ZkView, brokers, wait_for, zk,  # noqa: F401
+from cluster_harness import (ClusterBrokers, ZkView, brokers, own_zookeeper, wait_for, zk,  # noqa: F401
                              zookeeper)
 
 pytestmark = pytest.mark.broker
@@ -303,3 +303,52 @@ def test_a_rolling_restart_under_acks_all_load_loses_nothing(zk, brokers):
     pos = 0
     for v in acked:
         pos = got.index(v, pos) + 1
+
+
+def test_the_controllers_death_moves_its_leaderships_and_the_next_controller_carries_on(zk, brokers):
+    procs = _three(brokers, zk)
+    bootstrap = _bootstrap(procs)
+    _create(bootstrap, "ctl", partitions=3, rf=3, configs={"min.insync.replicas": "2"})
+    first = [f"c{i}".encode() for i in range(300)]
+    assert _produce(bootstrap, "ctl", first)[1] == []
+    controller = zk.controller()
+    epoch = zk.controller_epoch()
+    led = [p for p in range(3) if _leader_of(zk, "ctl", p) == controller]
+    brokers[controller].kill()
+    wait_for(lambda: zk.controller() not in (None, controller), 30, "another controller", brokers)
+    assert zk.controller_epoch() == epoch + 1
+    for p in led:
+        wait_for(lambda: _leader_of(zk, "ctl", p) not in (controller, -1), 30,
+                 f"partition {p} led elsewhere", brokers)
+        assert _state(zk, "ctl", p)["controller_epoch"] == epoch + 1
+    rest = _bootstrap([brokers[i] for i in (1, 2, 3) if i != controller])
+    second = [f"d{i}".encode() for i in range(300)]
+    assert _produce(rest, "ctl", second)[1] == []
+    # The old controller comes back as a broker and catches up; the topic is whole on it.
+    brokers[controller].start()
+    wait_for(lambda: all(sorted(_state(zk, "ctl", p)["isr"]) == [1, 2, 3] for p in range(3)), 60,
+             "every ISR complete", brokers)
+    assert zk.controller() != controller
+
+
+def test_zookeeper_restarted_with_its_data_and_replication_goes_on(own_zookeeper, tmp_path):
+    from cluster_harness import ClusterBrokers, ZkView
+    server = own_zookeeper.start()
+    cluster = ClusterBrokers(tmp_path, lambda: server.connect)
+    view = ZkView(server, "")
+    try:
+        procs = [cluster(i, FAST) for i in (1, 2, 3)]
+        wait_for(lambda: view.broker_ids() == [1, 2, 3], 30, "three registered", cluster)
+        bootstrap = _bootstrap(procs)
+        _create(bootstrap, "zkr", rf=3)
+        first = [f"z{i}".encode() for i in range(200)]
+        assert _produce(bootstrap, "zkr", first)[1] == []
+        server.restart(down_for=1.0)
+        second = [f"y{i}".encode() for i in range(200)]
+        assert _produce(bootstrap, "zkr", second)[1] == []
+        _create(bootstrap, "after-restart", rf=3)
+        assert _consume_all(bootstrap, "zkr", 400) == first + second
+        assert sorted(view.json("/brokers/topics/zkr/partitions/0/state")["isr"]) == [1, 2, 3]
+    finally:
+        view.close()
+        cluster.close()
