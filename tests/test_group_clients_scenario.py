@@ -653,3 +653,64 @@ def test_consumer_groups_with_every_assignor(group_broker, tmp_path, client):
         assert starts == g.committed, (starts, g.committed)
 
     each(groups, check)
+
+
+# --- the group coordinator's failover in a cluster (issue 18) ------------------------------------
+
+from cluster_harness import brokers, wait_for, zk, zookeeper  # noqa: E402,F401
+
+CLUSTER_GROUP_BROKER = {**GROUP_BROKER, "replica.fetch.wait.max.ms": 100,
+                        "replica.fetch.backoff.ms": 200, "controlled.shutdown.retry.backoff.ms": 200}
+
+
+def _coordinator_of(bootstrap: str, group: str) -> int:
+    from kafka_wire import WireClient, request_class
+    from brook.protocol.messages import make
+    for address in bootstrap.split(","):
+        try:
+            with WireClient(address, 5) as w:
+                r = w.request(make(request_class(10, 4), key_type=0, coordinator_keys=(group,)))
+        except OSError:
+            continue
+        c = r.coordinators[0]
+        if c.error_code == 0:
+            return c.node_id
+    return -1
+
+
+def test_a_mixed_group_carries_on_when_its_coordinator_dies(zk, brokers, tmp_path):
+    """confluent-kafka, kafka-python and aiokafka members in one group, consuming and
+    committing while the broker coordinating their group is killed with SIGKILL, twice: the
+    group settles again on the new coordinator, every record is processed, none after a commit
+    past it was acknowledged, and the group's offsets end at the end of the input."""
+    procs = [brokers(i, CLUSTER_GROUP_BROKER) for i in (1, 2, 3)]
+    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "three brokers", brokers)
+    bootstrap = ",".join(p.bootstrap for p in procs)
+    run = uuid.uuid4().hex[:8]
+    g = Group("confluent", "range", bootstrap, f"mixed-{run}", f"mixed-{run}", str(tmp_path))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(g.topic, PARTITIONS, 3)], operation_timeout=30)[g.topic].result(60)
+    try:
+        members = []
+        for client in ("confluent", "kafka-python", "aiokafka"):
+            g.client = client
+            members.append(g.start(client))
+        g.wait_settled(members, timeout=WAIT + 30)
+        g.produce("a")
+        g.wait_processed(timeout=WAIT + 30)
+        for round_ in range(2):
+            node = wait_for(lambda: (n := _coordinator_of(bootstrap, g.group)) >= 0 and n, 30,
+                            "the group's coordinator", brokers)
+            g.produce(f"before-{round_}")
+            brokers[node].kill()
+            g.produce(f"after-{round_}")
+            g.wait_processed(timeout=SESSION_TIMEOUT_MS / 1000 + 2 * WAIT)
+            assert _coordinator_of(bootstrap, g.group) not in (-1, node)
+            brokers[node].start()
+            wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "the broker back", brokers)
+        g.admin = None
+        g.wait_settled(members, timeout=WAIT)
+        g.stop(*members)
+        _check_processing(g.workers, g.produced)
+    finally:
+        g.close()
