@@ -238,6 +238,7 @@ class Replica:
         #: the highest offset this replica told a leader it has (a fetch offset): a crash never
         #: loses what a leader may count on
         self.reported = 0
+        self.truncations = 0  # how many times the log was cut (checks redone after each)
         self.checkpointed_hw = 0  # Kafka's replication-offset-checkpoint, as of the last stop
 
     @property
@@ -294,6 +295,7 @@ class Replica:
             self.log.append((epoch, value))
 
     def truncate_to(self, offset: int) -> None:
+        self.truncations += 1
         if offset < self.leo:
             del self.log[offset:]
             self.cache.truncate_from_end(offset)
@@ -916,6 +918,7 @@ class Simulation:
         self.max_hw: dict[tuple, int] = {tp: 0 for tp in self.tps}
         self.epoch_leader: dict[tuple, tuple[int, int]] = {}  # (tp, epoch) -> (broker, incarnation)
         self.leader_hw: dict[tuple, int] = {}  # (broker, incarnation, tp, epoch) -> last HW seen
+        self.verified: dict[tuple, int] = {}  # what check() compared already
         self.value = 0
         self.healing = False
 
@@ -1031,7 +1034,13 @@ class Simulation:
             if leader is None:
                 continue
             log = leader.log
-            for offset, value in self.acks[tp]:
+            # A leader's log only grows: what was checked against it need not be again.
+            lkey = (leader.broker.id, leader.broker.incarnation, tp, leader.leader_epoch,
+                    leader.truncations)
+            acks = self.acks[tp]
+            start = self.verified.get(lkey, 0)
+            self.verified[lkey] = len(acks)
+            for offset, value in acks[start:]:
                 if offset >= len(log) or log[offset][1] != value:
                     raise SimulationError(
                         f"(1) {tp}: acknowledged {value} at {offset} is not in the log of leader "
@@ -1042,14 +1051,20 @@ class Simulation:
                 if r == leader.broker.id:
                     continue
                 other = self.by_id[r].replicas.get(tp)
-                theirs = [] if other is None else other.log[:hw]
-                if theirs != log[:hw]:
-                    diff = next((i for i in range(hw) if i >= len(theirs) or theirs[i] != log[i]), hw)
+                okey = (lkey, r, self.by_id[r].incarnation,
+                        None if other is None else other.truncations)
+                start = min(self.verified.get(okey, 0), hw)
+                theirs = [] if other is None else other.log[start:hw]
+                if theirs != log[start:hw]:
+                    diff = start + next((i for i in range(hw - start) if i >= len(theirs)
+                                         or theirs[i] != log[start + i]), hw - start)
+                    theirs = other.log if other is not None else []
                     raise SimulationError(
                         f"(2) {tp}: ISR member {r} differs from leader {leader.broker.id} "
                         f"(epoch {leader.leader_epoch}) at offset {diff} below the high "
                         f"watermark {hw}: {theirs[diff] if diff < len(theirs) else None} "
                         f"!= {log[diff]}")
+                self.verified[okey] = hw
 
     def check_settled(self) -> None:
         for tp in self.tps:
