@@ -19,15 +19,25 @@ simulated network that delays, loses and reorders messages, all driven by one
   AlterPartition; followers truncating first, then fetching from their log end;
 - clients producing with acks=all (answered once the high watermark passes the record,
   NOT_ENOUGH_REPLICAS below min.insync.replicas, REQUEST_TIMED_OUT) and acks=1;
-- faults at random: crashes (losing a random tail of uncommitted records: records below the
-  highest high watermark any leader reached are never lost, as if every ISR member had them
-  on disk), restarts, pauses (a paused broker keeps its state, its session expires, and when
+- faults at random: crashes (losing a random tail of the log, but never records below the
+  highest high watermark any leader reached nor below an offset the replica fetched from, which
+  a leader counts on: as if what was acknowledged were on disk), restarts, pauses (a paused broker keeps its state, its session expires, and when
   resumed it acts on what it knew until it hears otherwise), ZooKeeper session expiry,
   `/controller` deleted (a new controller with a bumped epoch while the old one still runs),
   controlled shutdown, links between brokers cut, messages lost and delayed.
 
+Three things are modeled as Kafka does them, where brook's wiring does otherwise today (each
+has a switch, and `test_brooks_wiring_today` keeps a seed that fails with brook's way):
+`maximal_isr` (a leader's high watermark counts the replicas an ISR change in flight adds, the
+change is asked again after a lost answer, and the controller answers a repeat of an ISR it
+already wrote with that state), `newer_state_only` (a LeaderAndIsr of the leader's own epoch
+changes its ISR only with a newer partition epoch) and `hw_checkpoint` (a restarted broker's
+high watermark is the one it had, not its log end).
+
 After every step it checks: (1) every record acknowledged with acks=all is in the current
-leader's log at its offset, and acknowledgements come in offset order; (2) ISR members' logs
+leader's log at the offset it was acknowledged at, so none is lost and they are in the order
+of their offsets (a deposed leader may still acknowledge, late, a record its successor has:
+Kafka's delayed produce does the same); (2) ISR members' logs
 agree with the leader's below its high watermark; (3) one leader per partition and leader
 epoch, across what every broker believes and what ZooKeeper holds; (4) leader epochs in
 ZooKeeper only grow; (5) a leader's high watermark never goes back. At the end it heals every
@@ -36,8 +46,8 @@ the same log on every replica.
 
 A failing seed prints itself and the command that replays it alone:
 `BROOK_SIM_SEED=<seed> python -m pytest tests/cluster/test_replication_simulation.py -k replay`.
-`BROOK_SIM_SEEDS=<n>` runs n seeds instead of the default block (`BROOK_SIM_FIRST` moves the
-first one).
+`BROOK_SIM_SEEDS=<n>` runs n seeds (500 by default, 2,000 where `CI` is set; `BROOK_SIM_FIRST`
+moves the first one); `BROOK_SIM_WIRING_TODAY=maximal_isr,...` replays with brook's way.
 """
 
 from __future__ import annotations
@@ -920,7 +930,6 @@ class Simulation:
         self.leader_hw: dict[tuple, int] = {}  # (broker, incarnation, tp, epoch) -> last HW seen
         self.verified: dict[tuple, int] = {}  # what check() compared already
         self.value = 0
-        self.healing = False
 
     # --------------------------------------------------------------- time and events
 
@@ -1184,7 +1193,6 @@ class Simulation:
         b.request(target, ("ControlledShutdown", b.id), stop, stop)
 
     def heal(self) -> None:
-        self.healing = True
         self.loss = 0.0
         self.spikes = 0.0
         self.cut.clear()
@@ -1258,8 +1266,9 @@ def test_replication_simulation(first, end):
 
 
 def wiring_bug(seed: int, wiring: dict, why: str):
-    return pytest.param(seed, wiring, id=f"seed-{seed}-" + "-".join(wiring), marks=pytest.mark.xfail(
-        strict=True, raises=SimulationError, reason=f"brook's wiring today: {why}"))
+    mark = pytest.mark.xfail(strict=True, raises=SimulationError,
+                             reason=f"brook's wiring today: {why}")
+    return pytest.param(seed, wiring, id=f"seed-{seed}-" + "-".join(wiring), marks=mark)
 
 
 # The simulation's defaults model three things the way Kafka does them, where brook's I/O
