@@ -1114,7 +1114,7 @@ class Simulation:
         b = rng.choice(self.brokers)
         kind = rng.choice(("crash", "pause", "expire", "controller", "shutdown", "cut", "cut"))
         self.outcome.faults[kind] = self.outcome.faults.get(kind, 0) + 1
-        if kind == "crash" and b.running:
+        if kind == "crash" and b.state != "crashed":  # a paused one too (SIGKILL after SIGSTOP)
             self.crash(b, clean=False)
         elif kind == "pause" and b.running:
             self.trace(f"broker {b.id}: paused")
