@@ -244,3 +244,14 @@ def test_the_controller_never_elects_outside_the_isr_and_epochs_grow(replicas, d
     if moved is not None:
         assert moved.leader != leader and moved.leader in isr and moved.leader in live
         assert leader not in moved.isr and moved.leader_epoch == state.leader_epoch + 1
+
+
+@given(replica_sets, st.data())
+def test_a_restarted_leader_is_elected_again_at_a_new_epoch(replicas, data):
+    isr = tuple(data.draw(st.lists(st.sampled_from(replicas), min_size=1, unique=True)))
+    state = PartitionState(isr[0], 4, isr, 1, 3)
+    live = frozenset(replicas)
+    assert elections.on_brokers({"t": {0: tuple(replicas)}}, {("t", 0): state}, live, 2) == []
+    (change,) = elections.on_brokers({"t": {0: tuple(replicas)}}, {("t", 0): state}, live, 2,
+                                     reelect={("t", 0)})
+    assert change.after == PartitionState(isr[0], 5, isr, 2, 3)

@@ -26,8 +26,10 @@ simulated network that delays, loses and reorders messages, all driven by one
   `/controller` deleted (a new controller with a bumped epoch while the old one still runs),
   controlled shutdown, links between brokers cut, messages lost and delayed.
 
-Three things are modeled as Kafka does them, where brook's wiring does otherwise today (each
-has a switch, and `test_brooks_wiring_today` keeps a seed that fails with brook's way):
+Four things are modeled differently from brook's wiring today (each has a switch, and
+`test_brooks_wiring_today` keeps a seed that fails with brook's way): `reelect_restarted` (the
+controller gives a partition a new leader epoch when its leader registered after the state was
+written: `elections.on_brokers(reelect=...)`), and three as Kafka does them:
 `maximal_isr` (a leader's high watermark counts the replicas an ISR change in flight adds, the
 change is asked again after a lost answer, and the controller answers a repeat of an ISR it
 already wrote with that state), `newer_state_only` (a LeaderAndIsr of the leader's own epoch
@@ -129,6 +131,7 @@ class ZooKeeper:
         self.controller_epoch_version = 0
         self.assignment: dict[int, tuple[int, ...]] = {}
         self.states: dict[tuple[str, int], PartitionState] = {}
+        self.state_zxid: dict[tuple[str, int], int] = {}
         self.leader_of_epoch: dict[tuple[tuple[str, int], int], int] = {}
 
     def open_session(self, broker: int) -> int:
@@ -202,6 +205,8 @@ class ZooKeeper:
                                       f"{state.leader} after {current.leader}")
             written = replace(state, zk_version=0 if current is None else current.zk_version + 1)
             self.states[tp] = written
+            self._zxid += 1
+            self.state_zxid[tp] = self._zxid  # the znode's mzxid
             if written.leader >= 0:
                 known = self.leader_of_epoch.setdefault((tp, written.leader_epoch), written.leader)
                 if known != written.leader:
@@ -473,8 +478,13 @@ class Controller:
             if tp not in self.states and tp in self.sim.zk.states:
                 self.states[tp] = self.sim.zk.states[tp]
         live = frozenset(self.live)
+        reelect = ()
+        if self.sim.reelect_restarted:  # leaders registered after their state was written
+            zk = self.sim.zk
+            reelect = {tp for tp, st in self.states.items()
+                       if self.live.get(st.leader, 0) > zk.state_zxid.get(tp, 0)}
         changes = elections.on_brokers(self.assignments, self.states, live, self.epoch,
-                                       unclean=None)
+                                       unclean=None, reelect=reelect)
         changed = set()
         if changes:
             written = self.write(changes)
@@ -893,8 +903,10 @@ class Outcome:
 
 class Simulation:
     def __init__(self, seed: int, *, trace: bool = False, maximal_isr: bool = True,
-                 hw_checkpoint: bool = True, newer_state_only: bool = True) -> None:
+                 hw_checkpoint: bool = True, newer_state_only: bool = True,
+                 reelect_restarted: bool = True) -> None:
         self.seed = seed
+        self.reelect_restarted = reelect_restarted
         self.newer_state_only = newer_state_only
         self.maximal_isr = maximal_isr
         self.hw_checkpoint = hw_checkpoint
@@ -1286,6 +1298,11 @@ WIRING_TODAY = [
     wiring_bug(48, {"newer_state_only": False},
                "(2) a LeaderAndIsr of the leader's own epoch and an older or equal partition "
                "epoch replaces the leader's ISR (and the change it has in flight)"),
+    wiring_bug(5580, {"reelect_restarted": False},
+               "(2) a leader crashed losing a tail a follower had fetched, and restarted while "
+               "no controller ran; the next controller finds it alive and leading, so the "
+               "epoch stays, the follower never truncates and keeps the lost records under "
+               "the new ones the leader writes at the same offsets"),
     wiring_bug(84, {"hw_checkpoint": False},
                "(2) a restarted broker takes its log end for its high watermark, and as leader "
                "makes records committed that an ISR member lacks"),
