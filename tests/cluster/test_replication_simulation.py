@@ -57,7 +57,6 @@ from __future__ import annotations
 import heapq
 import os
 import random
-import time
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -1338,7 +1337,6 @@ def test_the_simulation_exercises_what_it_claims():
     leaders moved and followers truncated."""
     total = Outcome()
     truncations = elections_seen = 0
-    started = time.monotonic()
     for seed in range(40):
         sim = Simulation(seed, trace=True)
         out = sim.run()
@@ -1353,4 +1351,3 @@ def test_the_simulation_exercises_what_it_claims():
     assert {NOT_ENOUGH, NOT_LEADER} <= set(total.refused)
     assert set(total.faults) == {"crash", "pause", "expire", "controller", "shutdown", "cut"}
     assert truncations > 0 and elections_seen > 40
-    assert time.monotonic() - started < 60
