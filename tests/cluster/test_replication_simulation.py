@@ -626,7 +626,7 @@ class Broker:
         self.known_controller: int | None = None  # MetadataCache.controller_id
         self.fetchers: dict[int, Fetcher] = {}
         self.following: dict[tuple[str, int], int] = {}
-        self.altering: set = set()
+        self.altering: dict = {}  # partition -> the tracker whose ISR change is in flight
         self.pending: dict[int, tuple] = {}  # request id -> (on_answer, on_error)
         for p in self.replicas.values():  # what a restart reads back from disk
             p.cache.truncate_from_end(p.leo)
@@ -726,6 +726,8 @@ class Broker:
                     if self.sim.newer_state_only and ps.zk_version <= p.zk_version:
                         continue  # an older (or the same) ISR than this leader has
                     p.update_leadership(ps.isr, replicas, ps.zk_version)
+                    if self.sim.maximal_isr:
+                        self.altering.pop(tp, None)  # the ISR is known again
                     continue
                 self.stop_following(tp)
                 p.become_leader(ps.leader_epoch, ps.isr, replicas, ps.zk_version, now)
@@ -815,7 +817,7 @@ class Broker:
         self.sim.later(self, ISR_TICK, self.maintain_isr)
         now = self.sim.now
         for tp, p in self.replicas.items():
-            if p.tracker is None or tp in self.altering:
+            if p.tracker is None or self.altering.get(tp) is p.tracker:
                 continue
             out = p.tracker.out_of_sync(now, LAG_MAX)
             back = p.tracker.caught_up(p.high_watermark, p.epoch_start_offset)
@@ -825,35 +827,48 @@ class Broker:
                     self.alter_isr(tp, p, isr)
 
     def alter_isr(self, tp, p: Replica, isr) -> None:
-        """ReplicaManager._send_alter_partition; with `sim.maximal_isr`, as Kafka does it
-        instead: the change is pending (counted in the high watermark) and asked again after
-        a lost answer until the controller answers."""
+        """ReplicaManager._send_alter_partition: one change in flight per partition, dropped on
+        a lost answer or a refusal. With `sim.maximal_isr`, as Kafka 2.8 does it instead: the
+        change is pending (counted in the high watermark), asked again after a lost answer or
+        NOT_CONTROLLER, dropped when refused as not applicable (INELIGIBLE_REPLICA), and
+        otherwise left pending until a LeaderAndIsr says what the ISR is."""
         controller = self.known_controller
         if controller is None:
             return
-        self.altering.add(tp)
         epoch, tracker = p.leader_epoch, p.tracker
+        self.altering[tp] = tracker
         maximal = self.sim.maximal_isr
         if maximal:
             tracker.propose_isr(isr)
 
+        def done():
+            if self.altering.get(tp) is tracker:
+                del self.altering[tp]
+
         def answered(answer):
-            self.altering.discard(tp)
             code, state = answer
             if code == NONE and p.tracker is not None and p.leader_epoch == state.leader_epoch:
                 p.update_leadership(state.isr, p.replicas, state.zk_version)
-            elif maximal and p.tracker is tracker:
-                tracker.set_isr(p.isr)  # refused: nothing pending any more
+                done()
+            elif not maximal or p.tracker is not tracker:
+                done()
+            elif code == NOT_CONTROLLER:
+                failed()
+            elif code in (INELIGIBLE, INVALID_REQUEST, UNKNOWN_PARTITION):
+                tracker.set_isr(p.isr)  # not applied, and the ISR is still p.isr
+                done()
+            # else (a newer leader epoch or partition epoch than this leader knows): given up,
+            # still pending, until a LeaderAndIsr says what the ISR is
 
         def failed():
             if maximal and p.tracker is tracker:
-                self.sim.later(self, FETCH_BACKOFF, lambda: ask())
+                self.sim.later(self, FETCH_BACKOFF, ask)
             else:
-                self.altering.discard(tp)
+                done()
 
         def ask():
-            if p.tracker is not tracker:
-                self.altering.discard(tp)
+            if p.tracker is not tracker or self.known_controller is None:
+                done()
                 return
             self.request(self.known_controller, ("AlterPartition", self.id, tp, epoch, isr,
                                                  p.zk_version), answered, failed)
