@@ -626,7 +626,7 @@ class Broker:
         self.known_controller: int | None = None  # MetadataCache.controller_id
         self.fetchers: dict[int, Fetcher] = {}
         self.following: dict[tuple[str, int], int] = {}
-        self.altering: dict = {}  # partition -> the tracker whose ISR change is in flight
+        self.altering: dict = {}  # partition -> (tracker, token) of the ISR change in flight
         self.pending: dict[int, tuple] = {}  # request id -> (on_answer, on_error)
         for p in self.replicas.values():  # what a restart reads back from disk
             p.cache.truncate_from_end(p.leo)
@@ -817,7 +817,7 @@ class Broker:
         self.sim.later(self, ISR_TICK, self.maintain_isr)
         now = self.sim.now
         for tp, p in self.replicas.items():
-            if p.tracker is None or self.altering.get(tp) is p.tracker:
+            if p.tracker is None or self.altering.get(tp, (None,))[0] is p.tracker:
                 continue
             out = p.tracker.out_of_sync(now, LAG_MAX)
             back = p.tracker.caught_up(p.high_watermark, p.epoch_start_offset)
@@ -835,14 +835,18 @@ class Broker:
         controller = self.known_controller
         if controller is None:
             return
-        epoch, tracker = p.leader_epoch, p.tracker
-        self.altering[tp] = tracker
+        epoch, tracker, version = p.leader_epoch, p.tracker, p.zk_version
+        token = (tracker, object())  # this change, until answered or superseded
+        self.altering[tp] = token
         maximal = self.sim.maximal_isr
         if maximal:
             tracker.propose_isr(isr)
 
+        def current() -> bool:
+            return self.altering.get(tp) is token and p.tracker is tracker
+
         def done():
-            if self.altering.get(tp) is tracker:
+            if self.altering.get(tp) is token:
                 del self.altering[tp]
 
         def answered(answer):
@@ -850,7 +854,7 @@ class Broker:
             if code == NONE and p.tracker is not None and p.leader_epoch == state.leader_epoch:
                 p.update_leadership(state.isr, p.replicas, state.zk_version)
                 done()
-            elif not maximal or p.tracker is not tracker:
+            elif not maximal or not current():
                 done()
             elif code == NOT_CONTROLLER:
                 failed()
@@ -861,17 +865,17 @@ class Broker:
             # still pending, until a LeaderAndIsr says what the ISR is
 
         def failed():
-            if maximal and p.tracker is tracker:
+            if maximal and current():
                 self.sim.later(self, FETCH_BACKOFF, ask)
             else:
                 done()
 
         def ask():
-            if p.tracker is not tracker or self.known_controller is None:
+            if not current() or self.known_controller is None:
                 done()
                 return
             self.request(self.known_controller, ("AlterPartition", self.id, tp, epoch, isr,
-                                                 p.zk_version), answered, failed)
+                                                 version), answered, failed)
         ask()
 
     # --------------------------------------------------------------- ZooKeeper
