@@ -9,7 +9,7 @@ controller's (`controller.py`); these functions are what the simulation drives."
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping
+from typing import Collection, Iterable, Mapping
 
 from .zk_data import PartitionState
 
@@ -62,11 +62,18 @@ def elect_leader(replicas: Iterable[int], isr: Iterable[int], live: frozenset[in
 def on_brokers(assignments: Mapping[str, Mapping[int, tuple[int, ...]]],
                states: Mapping[tuple[str, int], PartitionState],
                live: frozenset[int], controller_epoch: int, *,
-               unclean: Mapping[str, bool] | None = None) -> list[Change]:
+               unclean: Mapping[str, bool] | None = None,
+               reelect: Collection[tuple[str, int]] = ()) -> list[Change]:
     """Every partition state that must change for the live brokers `live`: new partitions
     come online, partitions of a dead leader get a new one from their ISR (or go offline:
     leader -1, ISR kept, as Kafka keeps it for a later clean election), and dead followers
-    leave the ISR of partitions whose leader lives."""
+    leave the ISR of partitions whose leader lives.
+
+    `reelect`: partitions whose leader is alive but registered again after their state was
+    written (it restarted, or lost its session, since it was elected). Each gets a new leader
+    epoch even if nothing else changed, with the same leader: a leader that restarted may have
+    lost the tail of its log that followers had fetched, and only a new epoch makes them
+    truncate it before they fetch what it writes next at the same offsets."""
     changes: list[Change] = []
     for topic, partitions in assignments.items():
         for p, replicas in partitions.items():
@@ -77,17 +84,17 @@ def on_brokers(assignments: Mapping[str, Mapping[int, tuple[int, ...]]],
                     changes.append(Change(topic, p, None, new))
                 continue
             after = _next_state(replicas, state, live, controller_epoch,
-                                bool(unclean and unclean.get(topic)))
+                                bool(unclean and unclean.get(topic)), (topic, p) in reelect)
             if after is not None:
                 changes.append(Change(topic, p, state, after))
     return changes
 
 
 def _next_state(replicas, state: PartitionState, live: frozenset[int], controller_epoch: int,
-                unclean: bool) -> PartitionState | None:
+                unclean: bool, reelect: bool = False) -> PartitionState | None:
     if state.leader in live:
         isr = tuple(b for b in state.isr if b in live)
-        if isr == state.isr:
+        if isr == state.isr and not reelect:
             return None
         return replace(state, leader_epoch=state.leader_epoch + 1, isr=isr or (state.leader,),
                        controller_epoch=controller_epoch)

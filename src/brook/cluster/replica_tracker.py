@@ -25,9 +25,25 @@ class ReplicaTracker:
         # A new leader gives every follower a full lag period to show up (as Kafka does), so
         # the ISR does not shrink the moment leadership moves.
         self.followers = {r: FollowerState(-1, now_ms, now_ms) for r in replicas if r != leader}
+        #: replicas an ISR change asked of the controller adds, until it is answered
+        self.pending: tuple[int, ...] = ()
 
     def set_isr(self, isr: tuple[int, ...]) -> None:
+        """The ISR as the controller wrote it (an ISR change asked for is answered: none is
+        pending any more)."""
         self.isr = isr
+        self.pending = ()
+
+    def propose_isr(self, isr: tuple[int, ...]) -> None:
+        """An ISR change is being asked of the controller. Until it is answered the high
+        watermark counts the replicas it adds as well as the current ISR (Kafka's maximal
+        ISR): once the controller has written the new ISR, any of them may be elected, so the
+        high watermark must not pass what one of them lacks."""
+        self.pending = tuple(r for r in isr if r not in self.isr)
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        return self.isr + self.pending
 
     def set_replicas(self, replicas: tuple[int, ...], now_ms: int) -> None:
         """The assignment changed (a reassignment): new followers are tracked from now, with a
@@ -52,9 +68,10 @@ class ReplicaTracker:
         return True
 
     def high_watermark(self, leader_end_offset: int) -> int:
-        """The lowest log end offset of the ISR (followers not heard from count as 0)."""
+        """The lowest log end offset of the ISR and of the replicas an ISR change in flight
+        adds (followers not heard from count as 0)."""
         hw = leader_end_offset
-        for r in self.isr:
+        for r in self.maximal_isr:
             if r != self.leader:
                 st = self.followers.get(r)
                 hw = min(hw, st.log_end_offset if st is not None and st.log_end_offset >= 0 else 0)

@@ -49,9 +49,13 @@ class LeaderEpochCache:
         """(epoch, end offset) for a follower whose latest epoch is `epoch`: the start of the
         first epoch after it, or the log end if it is the latest. An epoch this log skipped is
         answered with the largest epoch below it (KIP-279), so the follower truncates to where
-        both logs agree. Before the first epoch: (UNDEFINED_EPOCH, UNDEFINED_OFFSET)."""
-        if not self.entries or epoch < self.entries[0][0]:
+        both logs agree. An epoch older than every epoch here ends where the first one starts
+        (Kafka's answer: whatever the follower has of it, this log does not). Without any
+        epoch, or for UNDEFINED_EPOCH: (UNDEFINED_EPOCH, UNDEFINED_OFFSET)."""
+        if not self.entries or epoch < 0:
             return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if epoch < self.entries[0][0]:
+            return epoch, self.entries[0][1]
         if epoch >= self.entries[-1][0]:
             return self.entries[-1][0], log_end_offset
         epochs = [e for e, _ in self.entries]
