@@ -134,3 +134,23 @@ def test_epoch_cache_answers_as_a_list_of_epoch_starts_would(ops, asked):
         assert epoch == below[-1][0]
         later = [o for e, o in model if e > asked]
         assert end == (later[0] if later else leo)
+
+
+def test_high_watermarks_are_checkpointed_per_log_dir_and_read_back(tmp_path):
+    """Kafka's replication-offset-checkpoint: a restarted replica starts from the high
+    watermark it had, not from its log end."""
+    from brook.storage.manager import HIGH_WATERMARK_CHECKPOINT, LogManager
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    lm = LogManager(dirs, LogConfig())
+    lm.startup()
+    for p in range(4):
+        lm.get_or_create_log("t", p)
+    lm.checkpoint_high_watermarks({("t", 0): 5, ("t", 1): 7, ("t", 2): 0})
+    files = [os.path.join(d, HIGH_WATERMARK_CHECKPOINT) for d in dirs]
+    assert all(os.path.exists(f) for f in files)
+    assert lm.read_high_watermarks() == {("t", 0): 5, ("t", 1): 7, ("t", 2): 0}
+    lm.shutdown()
+    again = LogManager(dirs, LogConfig())
+    again.startup()
+    assert again.read_high_watermarks() == {("t", 0): 5, ("t", 1): 7, ("t", 2): 0}
+    again.shutdown()

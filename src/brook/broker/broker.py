@@ -119,8 +119,11 @@ class Broker:
         if cluster_id is not None:
             # In a cluster this broker holds the partitions the controller gives it: the logs
             # it has wait, leaderless and at no epoch, for the controller's word.
+            high_watermarks = self.log_manager.read_high_watermarks()
             for tp in list(self.log_manager.logs):
-                self.partitions[tp] = Partition(tp[0], tp[1], self.log_manager.logs[tp], leader_epoch=-1)
+                p = Partition(tp[0], tp[1], self.log_manager.logs[tp], leader_epoch=-1)
+                p.high_watermark = min(high_watermarks.get(tp, 0), p.log_end_offset)
+                self.partitions[tp] = p
         else:
             for tm in self.metadata.topics.values():
                 for i in range(tm.partitions):
@@ -193,9 +196,16 @@ class Broker:
             if exc.code != 36:  # TOPIC_ALREADY_EXISTS: another broker made it
                 log.warning("cannot create %s: %s", OFFSETS_TOPIC, exc)
 
+    def checkpoint_high_watermarks(self) -> None:
+        """In a cluster: the replicas' high watermarks, for the next start."""
+        if self.replicas is not None and self.log_manager is not None:
+            self.log_manager.checkpoint_high_watermarks(
+                {tp: p.high_watermark for tp, p in self.partitions.items()})
+
     def close(self) -> None:
         try:
             if self.log_manager is not None and self.log_manager.started:
+                self.checkpoint_high_watermarks()
                 self.log_manager.shutdown()
             self.metadata.close()
         finally:

@@ -138,6 +138,7 @@ class BrokerConfig:
     replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
     replica_fetch_backoff_ms: int = 1_000
     replica_socket_timeout_ms: int = 30_000
+    replica_high_watermark_checkpoint_interval_ms: int = 5_000
     request_timeout_ms: int = 30_000
     unclean_leader_election_enable: bool = False
     inter_broker_listener_name: str | None = None
@@ -233,6 +234,8 @@ class BrokerConfig:
             replica_fetch_response_max_bytes=get("replica.fetch.response.max.bytes", 10 * 1024 * 1024),
             replica_fetch_backoff_ms=get("replica.fetch.backoff.ms", 1_000),
             replica_socket_timeout_ms=get("replica.socket.timeout.ms", 30_000),
+            replica_high_watermark_checkpoint_interval_ms=get(
+                "replica.high.watermark.checkpoint.interval.ms", 5_000),
             request_timeout_ms=get("request.timeout.ms", 30_000),
             unclean_leader_election_enable=get("unclean.leader.election.enable", False, _bool),
             inter_broker_listener_name=props.get("inter.broker.listener.name", "").strip() or None,

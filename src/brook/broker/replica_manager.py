@@ -37,7 +37,8 @@ class ReplicaManager:
         self._following: dict[tuple[str, int], int] = {}  # partition -> leader it is fetched from
         self._isr_task: asyncio.Task | None = None
         self._controller_channel: BrokerChannel | None = None
-        self._altering: set[tuple[str, int]] = set()
+        #: partitions with an ISR change asked of the controller, until answered or superseded
+        self._altering: dict[tuple[str, int], object] = {}
 
     def start(self) -> None:
         self._isr_task = asyncio.create_task(self._maintain_isr(), name="isr")
@@ -99,9 +100,13 @@ class ReplicaManager:
         same_epoch = ps.leader_epoch == p.leader_epoch and ps.leader == p.leader_id
         if ps.leader == self.broker_id:
             if same_epoch and p.tracker is not None:
-                # a repeat, an ISR change, or a reassignment's new replicas
-                p.update_leadership(isr, replicas, ps.partition_epoch, now)
+                # A repeat, or an ISR change: only a newer state than this leader has counts
+                # (an older one may arrive after this leader's own ISR change was written).
+                if ps.partition_epoch > p.zk_version:
+                    p.update_leadership(isr, replicas, ps.partition_epoch, now)
+                    self._altering.pop(tp, None)  # the ISR is known again
                 return ErrorCode.none
+            self._altering.pop(tp, None)
             self._stop_following(tp)
             p.become_leader(self.broker_id, ps.leader_epoch, isr, replicas, ps.partition_epoch, now)
             log.info("%s-%d: leader at epoch %d from offset %d (high watermark %d, ISR %s)", *tp,
@@ -113,6 +118,7 @@ class ReplicaManager:
                 p.update_leadership(isr, replicas, ps.partition_epoch)
                 return ErrorCode.none
             p.become_follower(ps.leader, ps.leader_epoch, isr, replicas, ps.partition_epoch)
+            self._altering.pop(tp, None)
             self._stop_following(tp)
             if topic == OFFSETS_TOPIC:
                 self.broker.coordinator.unload(ps.partition_index)
@@ -184,7 +190,10 @@ class ReplicaManager:
     # ------------------------------------------------------------ the ISR, as a leader
 
     async def _maintain_isr(self) -> None:
-        lag = self.broker.config.replica_lag_time_max_ms
+        cfg = self.broker.config
+        lag = cfg.replica_lag_time_max_ms
+        checkpoint_every = cfg.replica_high_watermark_checkpoint_interval_ms / 1000
+        next_checkpoint = asyncio.get_running_loop().time() + checkpoint_every
         while True:
             await asyncio.sleep(min(lag / 2, 1000) / 1000)
             now = self.broker.clock.milliseconds()
@@ -196,21 +205,62 @@ class ReplicaManager:
                 if out or back:
                     isr = tuple(r for r in p.isr if r not in out) + tuple(back)
                     if isr and isr != p.isr:
-                        self._altering.add(tp)
-                        asyncio.create_task(self._alter_isr(tp, p, isr))
+                        self._alter_isr(tp, p, isr)
+            if asyncio.get_running_loop().time() >= next_checkpoint:
+                next_checkpoint += checkpoint_every
+                try:
+                    await asyncio.to_thread(self.broker.checkpoint_high_watermarks)
+                except OSError as exc:
+                    log.warning("cannot write the high watermark checkpoint: %s", exc)
 
-    async def _alter_isr(self, tp, p: Partition, isr: tuple[int, ...]) -> None:
-        try:
-            await self._send_alter_partition(tp, p, isr)
-        finally:
-            self._altering.discard(tp)
+    def _alter_isr(self, tp, p: Partition, isr: tuple[int, ...]) -> None:
+        """Ask the controller for an ISR change, as Kafka 2.8 does: until it is answered the
+        change is pending and the high watermark counts the replicas it adds (the maximal
+        ISR: once written, any of them may be elected); a lost answer or NOT_CONTROLLER is
+        asked again; a refusal that cannot apply (INELIGIBLE_REPLICA) drops it; any other
+        stays pending until a LeaderAndIsr says what the ISR is."""
+        token = object()
+        self._altering[tp] = token
+        tracker = p.tracker
+        tracker.propose_isr(isr)
+        asyncio.create_task(self._ask_alter_partition(tp, p, tracker, token, isr, p.leader_epoch,
+                                                      p.zk_version))
 
-    async def _send_alter_partition(self, tp, p: Partition, isr: tuple[int, ...]) -> None:
+    async def _ask_alter_partition(self, tp, p: Partition, tracker, token, isr, epoch: int,
+                                   version: int) -> None:
+        backoff = self.broker.config.replica_fetch_backoff_ms / 1000
+
+        def current() -> bool:
+            return self._altering.get(tp) is token and p.tracker is tracker
+
+        while current():
+            answer = await self._send_alter_partition(tp, isr, epoch, version)
+            if not current():
+                return
+            if answer is None or answer[0] == ErrorCode.not_controller:
+                await asyncio.sleep(backoff)  # lost, or the controller moved: ask again
+                continue
+            code, state = answer
+            if code == ErrorCode.none and p.leader_epoch == state[1]:
+                p.update_leadership(tuple(state[2]), p.replicas, state[3])
+                del self._altering[tp]
+            elif code in (ErrorCode.ineligible_replica, ErrorCode.invalid_request,
+                          ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id):
+                tracker.set_isr(p.isr)  # not applied: the ISR is still what it was
+                del self._altering[tp]
+            else:
+                log.info("%s-%d: the controller refused the ISR change: %s; waiting for its "
+                         "word on the ISR", *tp, ErrorCode(code).name.upper())
+            return
+
+    async def _send_alter_partition(self, tp, isr, epoch: int, version: int):
+        """(error, (leader, leader epoch, isr, partition epoch)) from the controller, or None
+        when no answer came."""
         controller = self.cache.controller_id
         address = self.cache.endpoint(controller, self.listener)
         topic_id = self.cache.topic_ids.get(tp[0])
         if address is None or topic_id is None:
-            return
+            return None
         ch = self._controller_channel
         if ch is None or ch.broker_id != controller:
             if ch is not None:
@@ -221,26 +271,22 @@ class ReplicaManager:
             ch.retarget(*address)
         cls = request_class(ALTER_PARTITION_KEY, ALTER_PARTITION_VERSION)
         mod = __import__(cls.__module__, fromlist=["x"])
-        epoch = p.leader_epoch
         request = make(cls, broker_id=self.broker_id, broker_epoch=-1, topics=(make(
             mod.TopicData, topic_id=topic_id, partitions=(make(
                 mod.PartitionData, partition_index=tp[1], leader_epoch=epoch, new_isr=isr,
-                leader_recovery_state=0, partition_epoch=p.zk_version),)),))
-        log.info("%s-%d: asking the controller to change the ISR from %s to %s", *tp,
-                 list(p.isr), list(isr))
+                leader_recovery_state=0, partition_epoch=version),)),))
+        log.info("%s-%d: asking the controller to change the ISR to %s", *tp, list(isr))
         try:
             response = await ch.request(request)
         except ChannelError as exc:
             log.warning("%s-%d: AlterPartition failed: %s", *tp, exc)
-            return
+            return None
+        if response.error_code != ErrorCode.none:
+            return response.error_code, None
         for t in response.topics:
             for pr in t.partitions:
-                if pr.error_code == ErrorCode.none and p.tracker is not None \
-                        and p.leader_epoch == pr.leader_epoch:
-                    p.update_leadership(tuple(pr.isr), p.replicas, pr.partition_epoch)
-                elif pr.error_code != ErrorCode.none:
-                    log.info("%s-%d: the controller refused the ISR change: %s", *tp,
-                             ErrorCode(pr.error_code).name.upper())
+                return pr.error_code, (pr.leader_id, pr.leader_epoch, tuple(pr.isr), pr.partition_epoch)
+        return None
 
     # ------------------------------------------------------------ what clients may do here
 

@@ -67,6 +67,8 @@ class Controller:
         self._dirty = asyncio.Event()
         self._dirty.set()
         self._new_brokers: set[int] = set(self.live)  # owed a full LeaderAndIsr
+        #: brokers registered again since the last reconcile: their leaderships get a new epoch
+        self._bounced: set[int] = set()
         self._task: asyncio.Task | None = None
         self._rebalancer: asyncio.Task | None = None
         self.moved = False  # another controller took over: this one stopped
@@ -106,6 +108,8 @@ class Controller:
         for bid, b in self.live.items():
             if bid not in before or before[bid].epoch != b.epoch:
                 self._new_brokers.add(bid)
+            if bid in before and before[bid].epoch != b.epoch:
+                self._bounced.add(bid)
         for bid in set(before) - set(self.live):
             self._drop_broker(bid)
         self._dirty.set()
@@ -139,9 +143,14 @@ class Controller:
         if deleting:
             await self._delete_topics(deleting)
         live = frozenset(self.live)
+        bounced, self._bounced = self._bounced, set()
+        # A leader that registered again may have lost the tail of its log that followers had
+        # fetched: a new leader epoch makes them truncate it before fetching what comes next.
+        reelect = {tp for tp, st in self.states.items() if st.leader in bounced}
         changes = elections.on_brokers(
             {t: a.partitions for t, a in self.assignments.items()}, self.states, live, self.epoch,
-            unclean={t: self.unclean for t in self.assignments} if self.unclean else None)
+            unclean={t: self.unclean for t in self.assignments} if self.unclean else None,
+            reelect=reelect)
         changed: set[tuple[str, int]] = set()
         if changes:
             written = await asyncio.to_thread(self._write, changes)
@@ -229,6 +238,8 @@ class Controller:
             return ErrorCode.not_leader_or_follower, state
         if leader_epoch != state.leader_epoch:
             return ErrorCode.fenced_leader_epoch, state
+        if tuple(new_isr) == state.isr:
+            return ErrorCode.none, state  # asked again after a lost answer: it is written
         if partition_epoch != state.zk_version:
             return ErrorCode.invalid_update_version, state
         replicas = self.assignments[topic].partitions.get(partition, ())
@@ -360,8 +371,20 @@ class Controller:
             grown = zk_data.TopicAssignment(a.topic_id, partitions, adding, removing)
             await asyncio.to_thread(self.zk.write_assignment, topic, grown, self.epoch_zk_version)
             self.assignments[topic] = grown
-            # The replicas being added learn of the partition and start following.
-            self._tell_brokers({(topic, p) for p in moves}, leader_too=True)
+            # A new leader epoch with the new replicas (as Kafka's controller does): the leader
+            # tracks the replicas being added, which learn of the partition and follow.
+            changes = [elections.Change(topic, p, self.states[(topic, p)], replace(
+                self.states[(topic, p)], leader_epoch=self.states[(topic, p)].leader_epoch + 1,
+                controller_epoch=self.epoch)) for p in moves if (topic, p) in self.states]
+            written = await asyncio.to_thread(self._write, changes)
+            for change, state in zip(changes, written):
+                tp = (change.topic, change.partition)
+                if state is None:
+                    self.states.pop(tp, None)
+                    self._dirty.set()
+                else:
+                    self.states[tp] = state
+            self._tell_brokers({(topic, p) for p in moves if (topic, p) in self.states})
         self._dirty.set()
         return out
 

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"  # a cluster's replicas only
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 CLEANER_POLL_MS = 100  # how often tick looks for the cleaner thread's swaps
 # How long deleting a log waits, on the caller's thread, for a pass over it to stop.
@@ -337,6 +338,20 @@ class LogManager:
     def checkpoint_log_start_offsets(self) -> None:
         for log_dir, entries in self._by_dir(lambda tp, lg: lg.log_start_offset).items():
             write_checkpoint(os.path.join(log_dir, LOG_START_CHECKPOINT), entries)
+
+    def read_high_watermarks(self) -> dict[TopicPartition, int]:
+        """The replicas' high watermarks as last checkpointed, from every log dir."""
+        out: dict[TopicPartition, int] = {}
+        for log_dir in self.log_dirs:
+            out.update(self._read_checkpoint(log_dir, HIGH_WATERMARK_CHECKPOINT))
+        return out
+
+    def checkpoint_high_watermarks(self, high_watermarks: dict[TopicPartition, int]) -> None:
+        """Kafka's replication-offset-checkpoint: a restarted replica starts from the high
+        watermark it had, never from its log end (which may hold what was never committed)."""
+        for log_dir, entries in self._by_dir(lambda tp, lg: high_watermarks.get(tp, -1)).items():
+            write_checkpoint(os.path.join(log_dir, HIGH_WATERMARK_CHECKPOINT),
+                             {tp: o for tp, o in entries.items() if o >= 0})
 
     def checkpoint_cleaner(self) -> None:
         cps = self.cleaner.checkpoints
