@@ -113,8 +113,8 @@ class ReplicaFetcher:
                 tp = (t.topic, pr.partition)
                 st = self.partitions.get(tp)
                 part = self.broker.partition(*tp)
-                if st is None or part is None or not st.truncating:
-                    continue
+                if st is None or part is None or not st.truncating or st is not todo.get(tp):
+                    continue  # the partition was given again meanwhile: asked again
                 if pr.error_code != ErrorCode.none:
                     log.info("%s-%d: leader %d answered OffsetForLeaderEpoch with %s", *tp,
                              self.leader_id, ErrorCode(pr.error_code).name.upper())

@@ -67,8 +67,6 @@ class Controller:
         self._dirty = asyncio.Event()
         self._dirty.set()
         self._new_brokers: set[int] = set(self.live)  # owed a full LeaderAndIsr
-        #: brokers registered again since the last reconcile: their leaderships get a new epoch
-        self._bounced: set[int] = set()
         self._task: asyncio.Task | None = None
         self._rebalancer: asyncio.Task | None = None
         self.moved = False  # another controller took over: this one stopped
@@ -108,8 +106,6 @@ class Controller:
         for bid, b in self.live.items():
             if bid not in before or before[bid].epoch != b.epoch:
                 self._new_brokers.add(bid)
-            if bid in before and before[bid].epoch != b.epoch:
-                self._bounced.add(bid)
         for bid in set(before) - set(self.live):
             self._drop_broker(bid)
         self._dirty.set()
@@ -143,10 +139,12 @@ class Controller:
         if deleting:
             await self._delete_topics(deleting)
         live = frozenset(self.live)
-        bounced, self._bounced = self._bounced, set()
-        # A leader that registered again may have lost the tail of its log that followers had
-        # fetched: a new leader epoch makes them truncate it before fetching what comes next.
-        reelect = {tp for tp, st in self.states.items() if st.leader in bounced}
+        # A leader registered after its partition's state was written (it restarted or lost
+        # its session since it was elected) may have lost the tail of its log that followers
+        # had fetched: a new leader epoch makes them truncate it before fetching what comes
+        # next. Registrations and states are compared by zxid (czxid, mzxid).
+        reelect = {tp for tp, st in self.states.items()
+                   if st.leader in self.live and self.live[st.leader].epoch > st.zxid >= 0}
         changes = elections.on_brokers(
             {t: a.partitions for t, a in self.assignments.items()}, self.states, live, self.epoch,
             unclean={t: self.unclean for t in self.assignments} if self.unclean else None,

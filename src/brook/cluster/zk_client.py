@@ -301,7 +301,7 @@ class ZkClient:
             data, stat = self.kz.get(self.p(path))
         except NoNodeError:
             return None
-        return zk_data.decode_partition_state(path, data, stat.version)
+        return zk_data.decode_partition_state(path, data, stat.version, stat.mzxid)
 
     def write_partition_states(self, writes: list[tuple[str, int, zk_data.PartitionState, int | None]],
                                controller_epoch_version: int) -> list[zk_data.PartitionState | None]:
@@ -331,9 +331,13 @@ class ZkClient:
             failure = next((r for r in results if isinstance(r, Exception)
                             and not isinstance(r, RolledBackError)), None)
             if failure is None:
-                version = 0 if expected is None else results[1].version
+                if expected is None:  # a create answers with the path: read its stat
+                    stat = self.kz.exists(path)
+                    version, zxid = (0, stat.mzxid) if stat is not None else (0, -1)
+                else:
+                    version, zxid = results[1].version, results[1].mzxid
                 out.append(zk_data.PartitionState(state.leader, state.leader_epoch, state.isr,
-                                                  state.controller_epoch, version))
+                                                  state.controller_epoch, version, zxid))
             elif isinstance(failure, (NodeExistsError, BadVersionError, NoNodeError)):
                 out.append(None)
             else:

@@ -231,6 +231,9 @@ class PartitionState:
     isr: tuple[int, ...]
     controller_epoch: int
     zk_version: int = -1
+    #: the zxid of the znode's last write (its mzxid), to tell whether a broker registered
+    #: after it (-1: not read from ZooKeeper)
+    zxid: int = -1
 
 
 def encode_partition_state(state: PartitionState) -> bytes:
@@ -239,12 +242,13 @@ def encode_partition_state(state: PartitionState) -> bytes:
                    "isr": list(state.isr)})
 
 
-def decode_partition_state(what: str, data: bytes | None, zk_version: int = -1) -> PartitionState:
+def decode_partition_state(what: str, data: bytes | None, zk_version: int = -1,
+                           zxid: int = -1) -> PartitionState:
     js = _loads(data, what)
     try:
         return PartitionState(int(js["leader"]), int(js["leader_epoch"]),
                               tuple(int(b) for b in js["isr"]), int(js["controller_epoch"]),
-                              zk_version)
+                              zk_version, zxid)
     except (KeyError, TypeError, ValueError):
         raise ZkDataError(f"{what} is not a partition state: {data!r}") from None
 
