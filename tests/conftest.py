@@ -40,10 +40,13 @@ class BrokerFactory:
         self.base_dir = base_dir
         self.brokers: list[BrokerProcess] = []
 
-    def __call__(self, overrides: dict | None = None, start: bool = True) -> BrokerProcess:
+    def __call__(self, overrides: dict | None = None, start: bool = True,
+                 **process) -> BrokerProcess:
+        """``process``: more of BrokerProcess's arguments (``open_files_limit=1024``)."""
         settings = dict(BROKER_DEFAULTS)
         settings.update(overrides or {})
-        proc = BrokerProcess(self.base_dir / f"broker{len(self.brokers)}", overrides=settings)
+        proc = BrokerProcess(self.base_dir / f"broker{len(self.brokers)}", overrides=settings,
+                             **process)
         self.brokers.append(proc)
         if start:
             proc.start()

@@ -1,9 +1,11 @@
 """Creating topics and partitions within bounds: partitions per request and per broker,
-creation that leaves the event loop to others, a topic created whole or not at all, and the
-open-files limit raised at start (real broker processes, hand-built requests)."""
+creation that leaves the event loop to others, a topic created whole or not at all, the
+open-files limit raised at start, and 30,000 partitions made, restarted and served under an
+open-files limit of 1024 (real broker processes, hand-built requests)."""
 
 from __future__ import annotations
 
+import os
 import resource
 import socket
 import struct
@@ -15,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from brook.protocol.messages import make
 from tests.support.kafka_wire import WireClient, frame, request_class
+from tests.support.wire_requests import batch, fetch_request, produce
 
 
 def _create(w: WireClient, topics: dict[str, int], validate_only: bool = False):
@@ -144,3 +147,35 @@ def test_the_soft_open_files_limit_is_raised_to_the_hard_one_at_start(broker_fac
     broker_soft, broker_hard = line.split()[3:5]
     assert broker_soft == broker_hard == str(hard)
     assert f"open files limit raised from {low} to {hard}" in broker.stderr_tail()
+
+
+def _open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_thirty_thousand_partitions_under_an_open_files_limit_of_1024(broker_factory):
+    """Issue 16's CreateTopics of 3 topics x 10,000 partitions used 20,000 descriptors and
+    left a broker that could not start. With segment files opened through the bounded cache
+    it fits in a process whose soft and hard limits are both 1024, and so does the restart."""
+    topics = {f"wide-{i}": 10_000 for i in range(3)}
+    limits = {"max.partitions.per.request": 30_000, "num.partitions": 1,
+              "offsets.topic.num.partitions": 1}
+    broker = broker_factory(limits, open_files_limit=1024, start_timeout=300, stop_timeout=300)
+    with WireClient(broker.bootstrap, timeout=300) as w:
+        answer = _create(w, topics)
+        assert {n: t.error_code for n, t in answer.items()} == dict.fromkeys(topics, ErrorCode.none)
+        assert _open_files(broker.proc.pid) < 1024 // 2  # the cache holds a quarter of the limit
+        for name in topics:  # records in the first, a middle and the last partition
+            for p in (0, 4_999, 9_999):
+                assert produce(w, name, {p: batch(2, value=b"%d" % p)})[p].error_code == ErrorCode.none
+    broker.restart()
+    assert "Too many open files" not in broker.stderr_tail()
+    with WireClient(broker.bootstrap, timeout=300) as w:
+        assert _topics(w) == topics
+        for name in topics:
+            parts = {0: 0, 4_999: 0, 9_999: 0}
+            fetched = w.request(fetch_request(name, parts))
+            for part in fetched.responses[0].partitions:
+                assert part.error_code == ErrorCode.none and part.high_watermark == 2
+                assert bytes(part.records).count(b"%d" % part.partition_index) >= 2
+        assert _open_files(broker.proc.pid) < 1024 // 2

@@ -12,6 +12,7 @@ test's data directory (appended to across restarts) so a failure can show what t
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -72,6 +73,7 @@ class BrokerProcess:
         overrides: dict[str, object] | None = None,
         start_timeout: float = 30.0,
         stop_timeout: float = 30.0,
+        open_files_limit: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -80,6 +82,8 @@ class BrokerProcess:
         self.overrides: dict[str, object] = dict(overrides or {})
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
+        # RLIMIT_NOFILE, soft and hard, of the broker process (None: this process's)
+        self.open_files_limit = open_files_limit
         self.stderr_path = self.data_dir / "broker.stderr.log"
         self.listeners_path = self.data_dir / "listeners"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -108,6 +112,10 @@ class BrokerProcess:
         return cmd
 
     # -- life cycle ------------------------------------------------------------------------
+    def _limit_open_files(self) -> None:
+        n = self.open_files_limit
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
     def start(self) -> "BrokerProcess":
         if self.running:
             raise BrokerError(f"broker on {self.bootstrap} is already running")
@@ -125,6 +133,7 @@ class BrokerProcess:
                 stderr=err,
                 cwd=self.data_dir,
                 start_new_session=True,
+                preexec_fn=self._limit_open_files if self.open_files_limit else None,
             )
         deadline = time.monotonic() + self.start_timeout
         while True:
