@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv tools test test-fast demo bench broker clean
+.PHONY: venv tools test test-fast demo demo-cluster bench broker clean
 
 venv: $(STAMP)
 
@@ -52,6 +52,11 @@ test-fast: venv
 demo: venv
 	$(PY) -m brook.demo
 	$(PY) -m brook.demo_spark
+
+# Three brokers on a real ZooKeeper (Debian's, which `tools` installs), a replicated topic and a
+# leader killed in the middle of it.
+demo-cluster: venv tools
+	$(PY) -m brook.demo_cluster
 
 bench: $(BENCH_STAMP)
 	$(PY) benchmarks/run_all.py

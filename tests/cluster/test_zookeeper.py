@@ -65,16 +65,17 @@ def test_two_brokers_one_controller_and_what_clients_see(zk, brokers):
         assert wait_for(lambda: describe_cluster(b.bootstrap) == (cluster_id, 1, expected), 10,
                         f"DescribeCluster of {b.bootstrap}", brokers)
 
-    # Metadata: this broker alone (it holds its partitions alone), and itself as the controller,
-    # as clients send CreateTopics to Metadata's controller: a topic is created through either.
+    # Metadata: every live broker and the elected controller, as the controller told each broker
+    # (UpdateMetadata); a topic is created through either (written to ZooKeeper, led by one).
     # confluent-kafka's describe_cluster is made of Metadata (librdkafka sends no DescribeCluster).
     from confluent_kafka.admin import AdminClient, NewTopic
     for b in (b1, b2):
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        md = admin.list_topics(timeout=10)
-        assert sorted(md.brokers) == [b.id] and md.controller_id == b.id and md.cluster_id == cluster_id
+        md = wait_for(lambda: (m := admin.list_topics(timeout=10)) and sorted(m.brokers) == [1, 2] and m,
+                      10, f"both brokers in {b.bootstrap}'s metadata", brokers)
+        assert md.controller_id == 1 and md.cluster_id == cluster_id
         admin.create_topics([NewTopic(f"t{b.id}", 1)])[f"t{b.id}"].result(timeout=15)
-        assert confluent_describe_cluster(b.bootstrap) == (cluster_id, b.id, {b.id: expected[b.id]})
+        assert confluent_describe_cluster(b.bootstrap) == (cluster_id, 1, expected)
 
     out = subprocess.run([sys.executable, "-m", "brook", "cluster", "-b", b2.bootstrap],
                          capture_output=True, text=True, timeout=60)

@@ -20,6 +20,7 @@ from brook.protocol.messages import (
     make,
     parse_request,
     request_class,
+    response_module,
 )
 
 APIS = registry()
@@ -35,7 +36,8 @@ def test_advertised_versions_exist_in_kio():
     for key, (lo, hi) in SUPPORTED.items():
         for v in range(lo, hi + 1):
             assert request_class(key, v) is not None
-            assert load_payload_module(key, v, EntityType.response) is not None
+            # kio's, or brook's own for the ZooKeeper-era inter-broker APIs Kafka 4 dropped
+            assert response_module(key, v) is not None
 
 
 @pytest.mark.parametrize("version", range(0, 5))

@@ -68,7 +68,11 @@ class Broker:
         #: The cluster on ZooKeeper (a brook.cluster.zk_cluster.ZkCluster) when zookeeper.connect
         #: is set; None for the embedded single node.
         self.cluster = None
+        #: Replication in a cluster (a brook.broker.replica_manager.ReplicaManager), else None.
+        self.replicas = None
         self._creating: dict[str, int] = {}  # topic -> partitions being created (in slices)
+        self._producer_ids = (0, -1)  # in a cluster: the next id and the end of this broker's block
+        self._producer_id_lock = asyncio.Lock()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -108,9 +112,15 @@ class Broker:
                 # same name never shows the old records.
                 log.warning("deleting log %s-%d: its topic no longer exists", *tp)
                 self.log_manager.delete_log(*tp)
-        for tm in self.metadata.topics.values():
-            for i in range(tm.partitions):
-                self._open_partition(tm.name, i)
+        if cluster_id is not None:
+            # In a cluster this broker holds the partitions the controller gives it: the logs
+            # it has wait, leaderless and at no epoch, for the controller's word.
+            for tp in list(self.log_manager.logs):
+                self.partitions[tp] = Partition(tp[0], tp[1], self.log_manager.logs[tp], leader_epoch=-1)
+        else:
+            for tm in self.metadata.topics.values():
+                for i in range(tm.partitions):
+                    self._open_partition(tm.name, i)
         # The group coordinator: one shard per partition of __consumer_offsets (the topic's own
         # count when it exists, as Kafka does, else offsets.topic.num.partitions).
         tm = self.metadata.get(OFFSETS_TOPIC)
@@ -174,6 +184,28 @@ class Broker:
         p = Partition(topic, index, lg)
         self.partitions[(topic, index)] = p
         return p
+
+    def open_replica(self, topic: str, index: int) -> Partition:
+        """A partition the controller gives this broker in a cluster (its topic is known)."""
+        lg = self.log_manager.get_or_create_log(topic, index)
+        p = Partition(topic, index, lg, leader_epoch=-1)
+        self.partitions[(topic, index)] = p
+        return p
+
+    async def ensure_replicated_topic(self, name: str, topic_id) -> None:
+        """Know a cluster topic locally (its id, partition count and configs, from ZooKeeper)
+        before holding partitions of it."""
+        tm = self.metadata.get(name)
+        if tm is not None:
+            return
+        zk = self.cluster.client
+        assignment, configs = await asyncio.to_thread(
+            lambda: (zk.read_topic(name), zk.read_topic_config(name)))
+        count = max(assignment.partitions) + 1 if assignment and assignment.partitions else 1
+        if self.metadata.get(name) is None:
+            self.metadata.create_topic(name, count, configs, internal=name in INTERNAL_TOPICS,
+                                       topic_id=topic_id)
+            log.info("topic %s (%d partitions) is replicated here", name, count)
 
     def topic_log_config(self, topic: str) -> LogConfig:
         tm = self.metadata.get(topic)
@@ -303,6 +335,53 @@ class Broker:
             self.log_manager.delete_log(name, i)
         log.info("deleted topic %s", name)
 
+    async def allocate_cluster_producer_id(self) -> int:
+        """A producer id no broker of the cluster hands out twice: from a block this broker
+        claimed in ZooKeeper (/latest_producer_id_block), a new block when it runs out."""
+        async with self._producer_id_lock:
+            nxt, end = self._producer_ids
+            if nxt > end:
+                nxt, end = await asyncio.to_thread(self.cluster.client.allocate_producer_id_block,
+                                                   self.broker_id)
+                log.info("claimed producer ids %d to %d", nxt, end)
+            self._producer_ids = (nxt + 1, end)
+            return nxt
+
+    def delete_replica(self, name: str, index: int) -> None:
+        """In a cluster: drop this broker's replica of a partition (StopReplica with delete),
+        and the topic's local metadata with its last partition here."""
+        p = self.partitions.pop((name, index), None)
+        if p is not None:
+            p._notify()
+            self.log_manager.delete_log(name, index)
+        if self.metadata.get(name) is not None and not any(t == name for t, _ in self.partitions):
+            self.metadata.delete_topic(name)
+            self.metadata.finish_deletion(name)
+            log.info("deleted topic %s (no partition of it left here)", name)
+
+    async def drop_topics_not_in(self, names: set[str]) -> None:
+        """At start in a cluster: logs of topics ZooKeeper no longer has (deleted while this
+        broker was down) go, and the others take their configs as ZooKeeper has them now."""
+        for tp in [tp for tp in self.partitions if tp[0] not in names]:
+            log.warning("deleting log %s-%d: its topic was deleted while this broker was away", *tp)
+            self.delete_replica(*tp)
+        zk = self.cluster.client
+        for name in [n for n in self.metadata.topics if n in names]:
+            self.apply_topic_config(name, await asyncio.to_thread(zk.read_topic_config, name))
+
+    def apply_topic_config(self, name: str, configs: dict[str, str]) -> None:
+        """A topic's configs as ZooKeeper has them (a cluster), applied if this broker holds
+        the topic."""
+        tm = self.metadata.get(name)
+        if tm is None or dict(tm.configs) == configs:
+            return
+        try:
+            self.set_topic_configs(name, configs)
+        except Exception as exc:  # noqa: BLE001 - checked when written; a bad one is logged
+            log.warning("cannot apply the configs of topic %s from ZooKeeper: %s", name, exc)
+            return
+        log.info("topic %s: configs now %s", name, configs)
+
     async def complete_topic_deletions(self) -> bool:
         """Tombstone every group's committed offsets of topics that no longer exist, on every
         partition of __consumer_offsets once loaded, then free the names of the topics marked
@@ -313,6 +392,13 @@ class Broker:
         runtime = self.coordinator
         await runtime.wait_loaded()
         exists = self.metadata.topics.__contains__
+        if self.replicas is not None:
+            # A cluster: a topic exists if the controller says so (this broker holds only some).
+            # Until the controller has spoken, nothing is known to be gone.
+            cache = self.replicas.cache
+            while cache.version == 0:
+                await asyncio.sleep(0.1)
+            exists = lambda t: t in cache.topics or t in self.metadata.topics  # noqa: E731
         complete = all(c.state.value == "active" for c in runtime.contexts.values())
         count = 0
         for partition, outcome in await runtime.run_all(

@@ -129,6 +129,21 @@ class BrokerConfig:
     zookeeper_session_timeout_ms: int = 18_000
     zookeeper_connection_timeout_ms: int = 18_000  # Kafka's default: the session timeout
     broker_rack: str | None = None
+    # Replication in a cluster (Kafka's keys and defaults).
+    default_replication_factor: int = 1
+    offsets_topic_replication_factor: int = 3
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
+    replica_fetch_backoff_ms: int = 1_000
+    replica_socket_timeout_ms: int = 30_000
+    request_timeout_ms: int = 30_000
+    unclean_leader_election_enable: bool = False
+    inter_broker_listener_name: str | None = None
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5_000
     log_config: LogConfig = field(default_factory=LogConfig)
     manager_config: ManagerConfig = field(default_factory=ManagerConfig)
 
@@ -206,6 +221,21 @@ class BrokerConfig:
             zookeeper_session_timeout_ms=zk_session_timeout,
             zookeeper_connection_timeout_ms=get("zookeeper.connection.timeout.ms", zk_session_timeout),
             broker_rack=props.get("broker.rack", "").strip() or None,
+            default_replication_factor=get("default.replication.factor", 1),
+            offsets_topic_replication_factor=get("offsets.topic.replication.factor", 3),
+            replica_lag_time_max_ms=get("replica.lag.time.max.ms", 30_000),
+            replica_fetch_wait_max_ms=get("replica.fetch.wait.max.ms", 500),
+            replica_fetch_min_bytes=get("replica.fetch.min.bytes", 1),
+            replica_fetch_max_bytes=get("replica.fetch.max.bytes", 1024 * 1024),
+            replica_fetch_response_max_bytes=get("replica.fetch.response.max.bytes", 10 * 1024 * 1024),
+            replica_fetch_backoff_ms=get("replica.fetch.backoff.ms", 1_000),
+            replica_socket_timeout_ms=get("replica.socket.timeout.ms", 30_000),
+            request_timeout_ms=get("request.timeout.ms", 30_000),
+            unclean_leader_election_enable=get("unclean.leader.election.enable", False, _bool),
+            inter_broker_listener_name=props.get("inter.broker.listener.name", "").strip() or None,
+            controlled_shutdown_enable=get("controlled.shutdown.enable", True, _bool),
+            controlled_shutdown_max_retries=get("controlled.shutdown.max.retries", 3),
+            controlled_shutdown_retry_backoff_ms=get("controlled.shutdown.retry.backoff.ms", 5_000),
             log_config=log_config,
             manager_config=manager_config,
         )

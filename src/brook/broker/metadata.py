@@ -351,7 +351,7 @@ class MetadataStore:
         return other if other != name else None
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
-                     internal: bool = False) -> TopicMetadata:
+                     internal: bool = False, topic_id: uuid.UUID | None = None) -> TopicMetadata:
         validate_topic_name(name)
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
@@ -362,7 +362,7 @@ class MetadataStore:
             raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r}")
         if partitions < 1:
             raise InvalidPartitionsError("number of partitions must be at least 1")
-        tm = TopicMetadata(name, uuid.uuid4(), partitions, dict(configs or {}), internal)
+        tm = TopicMetadata(name, topic_id or uuid.uuid4(), partitions, dict(configs or {}), internal)
         self._record(_topic_record(tm))
         return self.topics[name]
 

@@ -1,28 +1,50 @@
-"""A partition this broker leads: its log plus the replication state Kafka keeps for it.
+"""A partition this broker holds: its log plus the replication state Kafka keeps for it.
 
-On one node the broker is always the leader, the in-sync replica set is itself and the
-high watermark is the log end offset right after each append; the fields are here so
-replication can later move the high watermark on followers' acknowledgements instead.
+On one node the broker is always the leader, the in-sync replica set is itself and the high
+watermark is the log end offset right after each append. In a cluster the controller makes
+the broker the partition's leader or a follower (`become_leader` / `become_follower`); as
+leader, the high watermark moves when the in-sync followers have fetched past it, and
+acks=all answers wait for it (`wait_for_high_watermark`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Callable
 
+from ..cluster.replica_tracker import ReplicaTracker
 from ..storage.log import Log
 from ..storage.producer_state import AppendOrigin
 
+NO_LEADER = -1
+
+
+class NotLeaderError(Exception):
+    """The partition has no leader here any more (NOT_LEADER_OR_FOLLOWER)."""
+
 
 class Partition:
-    __slots__ = ("topic", "index", "log", "leader_epoch", "high_watermark", "_listeners")
+    __slots__ = ("topic", "index", "log", "leader_epoch", "high_watermark", "_listeners",
+                 "leader_id", "replicas", "isr", "zk_version", "tracker", "epoch_start_offset",
+                 "_hw_waiters", "pending_isr")
 
-    def __init__(self, topic: str, index: int, log: Log, leader_epoch: int = 0) -> None:
+    def __init__(self, topic: str, index: int, log: Log, leader_epoch: int = 0,
+                 leader_id: int = NO_LEADER) -> None:
         self.topic = topic
         self.index = index
         self.log = log
         self.leader_epoch = leader_epoch
         self.high_watermark = log.log_end_offset
         self._listeners: list[Callable[[], None]] = []
+        #: the leader's broker id in a cluster; NO_LEADER on a single node (always this broker)
+        self.leader_id = leader_id
+        self.replicas: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()
+        self.zk_version = -1  # of the partition's state znode, as the controller last sent it
+        self.tracker: ReplicaTracker | None = None  # set while this broker leads it in a cluster
+        self.epoch_start_offset = 0
+        self._hw_waiters: list[tuple[int, asyncio.Future]] = []
+        self.pending_isr: tuple[int, ...] | None = None  # an ISR change asked of the controller
 
     @property
     def log_start_offset(self) -> int:
@@ -32,11 +54,98 @@ class Partition:
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
+    @property
+    def replicated(self) -> bool:
+        """Whether this broker leads the partition in a cluster (followers may hold it too)."""
+        return self.tracker is not None
+
     def append(self, records, origin: AppendOrigin = AppendOrigin.CLIENT):
         info = self.log.append(records, leader_epoch=self.leader_epoch, origin=origin)
-        self.high_watermark = self.log.log_end_offset
-        self._notify()
+        if self.tracker is None:
+            self.high_watermark = self.log.log_end_offset
+        else:
+            self.maybe_advance_high_watermark()
+        self._notify()  # consumers when the HW moved; followers long-polling for any new data
         return info
+
+    # ------------------------------------------------------------ replication
+
+    def become_leader(self, broker_id: int, leader_epoch: int, isr: tuple[int, ...],
+                      replicas: tuple[int, ...], zk_version: int, now_ms: int) -> None:
+        self.leader_id = broker_id
+        self.leader_epoch = leader_epoch
+        self.isr, self.replicas, self.zk_version = isr, replicas, zk_version
+        self.pending_isr = None
+        self.log.epoch_cache.assign(leader_epoch, self.log.log_end_offset)
+        self.epoch_start_offset = self.log.log_end_offset
+        self.tracker = ReplicaTracker(broker_id, replicas, isr, now_ms)
+        self.maybe_advance_high_watermark()
+
+    def update_leadership(self, isr: tuple[int, ...], replicas: tuple[int, ...], zk_version: int) -> None:
+        """The same leader epoch with another ISR (this broker's own ISR change, confirmed)."""
+        self.isr, self.replicas, self.zk_version = isr, replicas, zk_version
+        if self.tracker is not None:
+            self.tracker.set_isr(isr)
+            self.maybe_advance_high_watermark()
+
+    def become_follower(self, leader: int, leader_epoch: int, isr: tuple[int, ...],
+                        replicas: tuple[int, ...], zk_version: int) -> None:
+        self.leader_id = leader
+        self.leader_epoch = leader_epoch
+        self.isr, self.replicas, self.zk_version = isr, replicas, zk_version
+        self.tracker = None
+        self.pending_isr = None
+        self._fail_waiters(NotLeaderError(f"{self.topic}-{self.index}: leadership moved to {leader}"))
+
+    def on_follower_fetch(self, replica: int, fetch_offset: int, now_ms: int) -> None:
+        tracker = self.tracker
+        if tracker is not None and tracker.on_fetch(replica, fetch_offset, self.log.log_end_offset, now_ms):
+            self.maybe_advance_high_watermark()
+
+    def follower_high_watermark(self, leader_high_watermark: int) -> None:
+        """As a follower: the leader's high watermark, capped at what this log has."""
+        hw = min(leader_high_watermark, self.log.log_end_offset)
+        if hw > self.high_watermark:
+            self.high_watermark = hw
+            self._notify()
+
+    def maybe_advance_high_watermark(self) -> None:
+        """The high watermark never moves back; it moves forward to the ISR's lowest end."""
+        hw = self.tracker.high_watermark(self.log.log_end_offset)
+        if hw > self.high_watermark:
+            self.high_watermark = hw
+            self._notify()
+            if self._hw_waiters:
+                self._complete_waiters()
+
+    def wait_for_high_watermark(self, offset: int) -> asyncio.Future:
+        """A future done once the high watermark reaches `offset` (an acks=all produce)."""
+        fut = asyncio.get_running_loop().create_future()
+        if self.high_watermark >= offset:
+            fut.set_result(None)
+        else:
+            self._hw_waiters.append((offset, fut))
+        return fut
+
+    def _complete_waiters(self) -> None:
+        hw = self.high_watermark
+        waiting = []
+        for offset, fut in self._hw_waiters:
+            if fut.done():
+                continue
+            if offset <= hw:
+                fut.set_result(None)
+            else:
+                waiting.append((offset, fut))
+        self._hw_waiters = waiting
+
+    def _fail_waiters(self, exc: Exception) -> None:
+        waiters, self._hw_waiters = self._hw_waiters, []
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_exception(exc)
+
+    # ------------------------------------------------------------ consumers waiting for data
 
     def on_new_data(self, callback: Callable[[], None]) -> None:
         """Call `callback` once, the next time records become visible to consumers."""

@@ -122,10 +122,18 @@ class BrokerServer:
                 self.sockets.append((sock, dataclasses.replace(listener, port=port)))
             self._use_bound_ports()
             if cluster is not None:
+                from .replica_manager import ReplicaManager
+                self.broker.replicas = ReplicaManager(self.broker)
+                self.broker.replicas.start()
+                cluster.on_session_lost = self.broker.replicas.fence
                 # Registered (with the ports bound) before the listeners accept: a broker whose
                 # id is taken serves nobody.
                 cluster.use_endpoints(self.config.advertised)
                 await cluster.join()
+                cluster.on_topic_config = self.broker.apply_topic_config
+                await cluster.watch_configs()
+                names = await asyncio.to_thread(cluster.client.topic_names)
+                await self.broker.drop_topics_not_in(set(names))
             if self.listeners_file:
                 write_listeners_file(self.listeners_file, self.config.listeners)
             self._handle_signals(loop)
@@ -140,6 +148,8 @@ class BrokerServer:
                      self.broker.metadata.cluster_id, ", ".join(self.config.log_dirs))
             started = True
             await self._stopping.wait()
+            if self.broker.replicas is not None:
+                await self._controlled_shutdown()
             for t in accepting + [ticker, sweeper, finishing]:
                 t.cancel()
             for conn in list(self.connections):
@@ -156,11 +166,56 @@ class BrokerServer:
                 self.broker.metrics.stop()
             if not started:  # a listener or the metrics port failed: the groups never served
                 await self.broker.coordinator.stop()
+            if self.broker.replicas is not None:
+                await self.broker.replicas.stop()
             if cluster is not None:
                 await cluster.stop()  # deregistered before the log dirs are let go
             self.broker.close()
             if started:
                 log.info("brook broker %d stopped cleanly", self.broker.broker_id)
+
+    async def _controlled_shutdown(self) -> None:
+        """Before leaving a cluster, ask the controller to move this broker's leaderships to
+        other in-sync replicas (Kafka's controlled shutdown), so clients see a leader change
+        rather than a dead leader; tried controlled.shutdown.max.retries times."""
+        cfg = self.config
+        if not cfg.controlled_shutdown_enable:
+            return
+        from ..cluster.channel import BrokerChannel, ChannelError
+        from ..protocol import inter_broker as ib
+        replicas = self.broker.replicas
+        for attempt in range(1, cfg.controlled_shutdown_max_retries + 1):
+            controller = self.broker.cluster.view.controller_id
+            if controller == self.broker.broker_id and self.broker.cluster.controller is not None:
+                remaining = await self.broker.cluster.controller.controlled_shutdown(self.broker.broker_id)
+            else:
+                address = replicas.cache.endpoint(controller, replicas.listener)
+                if address is None:
+                    log.info("controlled shutdown: no controller known; stopping anyway")
+                    return
+                channel = BrokerChannel(controller, *address, client_id=f"broker-{self.broker.broker_id}-shutdown",
+                                        timeout_s=cfg.request_timeout_ms / 1000)
+                try:
+                    response = await channel.request(ib.ControlledShutdownRequest(
+                        broker_id=self.broker.broker_id, broker_epoch=-1))
+                except ChannelError as exc:
+                    log.warning("controlled shutdown attempt %d failed: %s", attempt, exc)
+                    await asyncio.sleep(cfg.controlled_shutdown_retry_backoff_ms / 1000)
+                    continue
+                finally:
+                    channel.close()
+                if response.error_code != 0:
+                    log.warning("controlled shutdown attempt %d: the controller answered %s", attempt,
+                                response.error_code)
+                    await asyncio.sleep(cfg.controlled_shutdown_retry_backoff_ms / 1000)
+                    continue
+                remaining = [(r.topic_name, r.partition_index) for r in response.remaining_partitions]
+            if not remaining:
+                log.info("Controlled shutdown succeeded")
+                return
+            log.info("controlled shutdown attempt %d: %d partition(s) still led here", attempt, len(remaining))
+            await asyncio.sleep(cfg.controlled_shutdown_retry_backoff_ms / 1000)
+        log.warning("Proceeding to do an unclean shutdown as all the controlled shutdown attempts failed")
 
     def _use_bound_ports(self) -> None:
         """A listener on port 0 was given a port by the system: from now on the configuration

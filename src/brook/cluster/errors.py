@@ -20,3 +20,8 @@ class BrokerIdInUseError(ClusterError):
             f"Error while creating ephemeral at {path}, node already exists and owner "
             f"'0x{owner:x}' does not match current session '0x{session:x}': broker.id {broker_id} "
             f"is registered by another live broker; give this one another broker.id")
+
+
+class ControllerMovedError(Exception):
+    """A controller write found /controller_epoch changed: another broker is the controller
+    now, and this one must stop acting as one (Kafka's ControllerMovedException)."""

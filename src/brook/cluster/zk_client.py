@@ -79,6 +79,7 @@ class ZkClient:
                               connection_retry=retry, logger=self._kazoo_log.logger)
         self.kz.add_listener(self._on_state)
         self._on_watch = lambda event: notify("watch")  # one object: kazoo keeps watchers in sets
+        self.changed_topics: set[str] = set()  # assignments changed since the controller read them
 
     def _on_state(self, state: str) -> None:
         self._notify({KazooState.LOST: "lost", KazooState.SUSPENDED: "suspended"}.get(state, "connected"))
@@ -260,3 +261,178 @@ class ZkClient:
         except NodeExistsError:
             data, stat = self.kz.get(path)
             return zk_data.decode_controller_epoch(data), stat.version
+
+    # ------------------------------------------------------------ topics and partition states
+
+    def watch_topics(self) -> list[str]:
+        """The topics in /brokers/topics, with a watch set on the list (`notify("topics")`)."""
+        return self.kz.get_children(self.p(zk_paths.TOPICS),
+                                    watch=lambda event: self._notify("topics"))
+
+    def read_topic(self, topic: str, watch: bool = False) -> zk_data.TopicAssignment | None:
+        """A topic's assignment; with `watch`, a change of it (CreatePartitions) is noted in
+        `changed_topics` and notified as "topics"."""
+        def changed(event, topic=topic):
+            self.changed_topics.add(topic)
+            self._notify("topics")
+        try:
+            data, _ = self.kz.get(self.p(zk_paths.topic_path(topic)), watch=changed if watch else None)
+        except NoNodeError:
+            return None
+        return zk_data.decode_topic(topic, data)
+
+    def add_partitions(self, topic: str, assignment: zk_data.TopicAssignment,
+                       expected: zk_data.TopicAssignment) -> bool:
+        """Write a topic's assignment grown by new partitions, only if it is still `expected`
+        (False if it changed meanwhile)."""
+        path = self.p(zk_paths.topic_path(topic))
+        data, stat = self.kz.get(path)
+        if zk_data.decode_topic(topic, data) != expected:
+            return False
+        try:
+            self.kz.set(path, zk_data.encode_topic(assignment), version=stat.version)
+        except BadVersionError:
+            return False
+        return True
+
+    def read_partition_state(self, topic: str, partition: int) -> zk_data.PartitionState | None:
+        path = zk_paths.partition_state_path(topic, partition)
+        try:
+            data, stat = self.kz.get(self.p(path))
+        except NoNodeError:
+            return None
+        return zk_data.decode_partition_state(path, data, stat.version)
+
+    def write_partition_states(self, writes: list[tuple[str, int, zk_data.PartitionState, int | None]],
+                               controller_epoch_version: int) -> list[zk_data.PartitionState | None]:
+        """Write partitions' states as the controller: each one created (expected version None)
+        or set only if its zkVersion is still the expected one, and only while /controller_epoch
+        is still at `controller_epoch_version` (a deposed controller changes nothing: it gets
+        ControllerMovedError). For each write, the state as written (with its new zkVersion), or
+        None if someone else changed or created it first."""
+        from .errors import ControllerMovedError
+        out: list[zk_data.PartitionState | None] = []
+        epoch_path = self.p(zk_paths.CONTROLLER_EPOCH)
+        for topic, partition, state, expected in writes:
+            path = self.p(zk_paths.partition_state_path(topic, partition))
+            data = zk_data.encode_partition_state(state)
+            if expected is None:
+                self.kz.ensure_path(path.rsplit("/", 1)[0])
+            tx = self.kz.transaction()
+            tx.check(epoch_path, controller_epoch_version)
+            if expected is None:
+                tx.create(path, data)
+            else:
+                tx.set_data(path, data, version=expected)
+            results = tx.commit()
+            if isinstance(results[0], BadVersionError) or isinstance(results[0], NoNodeError):
+                raise ControllerMovedError(f"/controller_epoch moved on from zkVersion "
+                                           f"{controller_epoch_version}")
+            failure = next((r for r in results if isinstance(r, Exception)
+                            and not isinstance(r, RolledBackError)), None)
+            if failure is None:
+                version = 0 if expected is None else results[1].version
+                out.append(zk_data.PartitionState(state.leader, state.leader_epoch, state.isr,
+                                                  state.controller_epoch, version))
+            elif isinstance(failure, (NodeExistsError, BadVersionError, NoNodeError)):
+                out.append(None)
+            else:
+                raise failure
+        return out
+
+    def create_topic(self, topic: str, assignment: zk_data.TopicAssignment,
+                     configs: dict[str, str]) -> bool:
+        """Create a topic as Kafka's AdminZkClient does: its config first, then its assignment
+        (which the controller watches). False if the topic exists already."""
+        tx = self.kz.transaction()
+        config_path = self.p(zk_paths.topic_config_path(topic))
+        if self.kz.exists(config_path) is None:
+            tx.create(config_path, zk_data.encode_topic_config(configs))
+        else:
+            tx.set_data(config_path, zk_data.encode_topic_config(configs))
+        tx.create(self.p(zk_paths.topic_path(topic)), zk_data.encode_topic(assignment))
+        results = tx.commit()
+        failure = next((r for r in results if isinstance(r, Exception)
+                        and not isinstance(r, RolledBackError)), None)
+        if failure is None:
+            return True
+        if isinstance(failure, NodeExistsError):
+            return False
+        raise failure
+
+    def read_topic_config(self, topic: str) -> dict[str, str]:
+        try:
+            data, _ = self.kz.get(self.p(zk_paths.topic_config_path(topic)))
+        except NoNodeError:
+            return {}
+        return zk_data.decode_topic_config(topic, data)
+
+    # ------------------------------------------------------------ topic deletion
+
+    def mark_for_deletion(self, topic: str) -> None:
+        """/admin/delete_topics/<topic>, which the controller watches (Kafka's DeleteTopics in
+        ZooKeeper mode)."""
+        try:
+            self.kz.create(self.p(f"{zk_paths.DELETE_TOPICS}/{topic}"), b"", makepath=True)
+        except NodeExistsError:
+            pass
+
+    def watch_deletions(self) -> list[str]:
+        return self.kz.get_children(self.p(zk_paths.DELETE_TOPICS),
+                                    watch=lambda event: self._notify("topics"))
+
+    def remove_topic(self, topic: str, controller_epoch_version: int) -> None:
+        """The controller's last step of a deletion: the topic's znodes go (its partitions'
+        states, its assignment, its config, the deletion mark), while it is still the
+        controller."""
+        from .errors import ControllerMovedError
+        if self.kz.exists(self.p(zk_paths.CONTROLLER_EPOCH)).version != controller_epoch_version:
+            raise ControllerMovedError("/controller_epoch moved on")
+        for path in (zk_paths.topic_path(topic), zk_paths.topic_config_path(topic),
+                     f"{zk_paths.DELETE_TOPICS}/{topic}"):
+            try:
+                self.kz.delete(self.p(path), recursive=True)
+            except NoNodeError:
+                pass
+
+    def topic_names(self) -> list[str]:
+        return self.kz.get_children(self.p(zk_paths.TOPICS))
+
+    # ------------------------------------------------------------ topic configs
+
+    def write_topic_config(self, topic: str, configs: dict[str, str]) -> None:
+        """A topic's configs, then a change notification every broker watches (Kafka's
+        /config/changes/config_change_<seq>, version 2)."""
+        self.kz.set(self.p(zk_paths.topic_config_path(topic)), zk_data.encode_topic_config(configs))
+        self.kz.create(self.p(f"{zk_paths.CONFIG_CHANGES}/config_change_"),
+                       zk_data.encode_config_change(f"topics/{topic}"), sequence=True)
+
+    def watch_config_changes(self) -> list[str]:
+        return sorted(self.kz.get_children(self.p(zk_paths.CONFIG_CHANGES),
+                                           watch=lambda event: self._notify("configs")))
+
+    def read_config_change(self, name: str) -> str | None:
+        """The entity path of a change notification ("topics/<t>"), None if gone."""
+        try:
+            data, _ = self.kz.get(self.p(f"{zk_paths.CONFIG_CHANGES}/{name}"))
+        except NoNodeError:
+            return None
+        return zk_data.decode_config_change(data)
+
+    # ------------------------------------------------------------ producer ids
+
+    def allocate_producer_id_block(self, broker_id: int) -> tuple[int, int]:
+        """A block of producer ids no other broker gets (Kafka's ZkProducerIdManager): the block
+        after the newest in /latest_producer_id_block, claimed with a conditional write."""
+        path = self.p(zk_paths.LATEST_PRODUCER_ID_BLOCK)
+        while True:
+            self.kz.ensure_path(path)
+            data, stat = self.kz.get(path)
+            start = zk_data.decode_producer_id_block_end(data) + 1
+            end = start + zk_data.PRODUCER_ID_BLOCK_SIZE - 1
+            try:
+                self.kz.set(path, zk_data.encode_producer_id_block(broker_id, start, end),
+                            version=stat.version)
+            except BadVersionError:
+                continue  # another broker took this block first
+            return start, end

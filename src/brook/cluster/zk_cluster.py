@@ -48,6 +48,21 @@ class ZkCluster:
         self._conflict: str | None = None  # why this broker is not registered, once logged
         self._connected = False
         self._watchdog: asyncio.Task | None = None
+        #: The controller's work (a brook.cluster.controller.Controller) while this broker is it.
+        self.controller = None
+        #: Called with the ZkCluster when the view of the live brokers or the controller changed.
+        self.on_change = None
+        #: Called with a reason when the session is lost (the broker fences its leaderships).
+        self.on_session_lost = None
+        #: Called with (topic, configs) when a topic's configs changed in ZooKeeper.
+        self.on_topic_config = None
+        self._config_task: asyncio.Task | None = None
+        self._configs_again = False
+        self._seen_changes: set[str] | None = None
+
+    @property
+    def client(self) -> ZkClient:
+        return self._client
 
     @property
     def is_controller(self) -> bool:
@@ -105,6 +120,9 @@ class ZkCluster:
                 await asyncio.to_thread(self._client.close)
             except Exception as exc:  # noqa: BLE001 - stopping anyway; the session then expires
                 log.warning("closing the ZooKeeper session failed: %s", exc)
+        if self.controller is not None:
+            await self.controller.stop()
+            self.controller = None
         if self.controller_epoch is not None:
             log.info("Resigned as the controller (epoch %d): stopping", self.controller_epoch)
             self.controller_epoch = None
@@ -145,6 +163,18 @@ class ZkCluster:
             log.warning("ZooKeeper session expired: this broker is not registered until it "
                         "reconnects (then it registers again)")
             self._resign("the ZooKeeper session expired")
+            if self.on_session_lost is not None:
+                self.on_session_lost("the ZooKeeper session expired")
+        elif what == "topics":
+            if self.controller is not None:
+                self.controller.on_topics_changed()
+            return
+        elif what == "configs":
+            if self._config_task is None or self._config_task.done():
+                self._config_task = asyncio.create_task(self._read_config_changes())
+            else:
+                self._configs_again = True
+            return
         elif what == "connected":
             if not self._connected and self._task is not None:
                 log.info("Reconnected to ZooKeeper at %s: session 0x%x", self.connect,
@@ -249,6 +279,7 @@ class ZkCluster:
                      election.epoch_zk_version)
             log.info("Currently active brokers in the cluster: %s",
                      ",".join(map(str, after.live_ids())))
+            self._start_controller(election, after)
         elif self.controller_epoch is not None and after.controller_id != self.broker_id:
             self._resign(f"broker {after.controller_id} is the controller" if
                          after.controller_id != NO_CONTROLLER else "/controller is gone")
@@ -256,15 +287,56 @@ class ZkCluster:
             change = membership_change(before.brokers, after.brokers)
             if change:
                 log.info("%s", change.describe())
+                if self.controller is not None:
+                    self.controller.on_brokers(after)
         if after.controller_id != before.controller_id and not self.is_controller \
                 and after.controller_id != NO_CONTROLLER:
             log.info("The controller is broker %d", after.controller_id)
         self.view = after
+        if self.on_change is not None:
+            self.on_change(self)
+
+    async def watch_configs(self) -> None:
+        """Start following /config/changes (changes before now are already in what the broker
+        read at start)."""
+        self._seen_changes = set(await asyncio.to_thread(self._client.watch_config_changes))
+
+    async def _read_config_changes(self) -> None:
+        while True:
+            self._configs_again = False
+            try:
+                names = await asyncio.to_thread(self._client.watch_config_changes)
+                new = [n for n in names if n not in (self._seen_changes or set())]
+                for name in new:
+                    path = await asyncio.to_thread(self._client.read_config_change, name)
+                    if path and path.startswith("topics/") and self.on_topic_config is not None:
+                        topic = path[len("topics/"):]
+                        configs = await asyncio.to_thread(self._client.read_topic_config, topic)
+                        self.on_topic_config(topic, configs)
+                self._seen_changes = set(names)
+            except TRANSIENT_ERRORS as exc:
+                log.warning("reading config changes failed: %s; trying again", _describe(exc))
+                await asyncio.sleep(RETRY_DELAY_S)
+                self._configs_again = True
+            if not self._configs_again:
+                return
+
+    def _start_controller(self, election: Election, view: ClusterView) -> None:
+        from .controller import Controller
+        cfg = self.config
+        listener = cfg.inter_broker_listener_name or self.endpoints[0].listener
+        self.controller = Controller(self._client, self.broker_id, election.epoch,
+                                     election.epoch_zk_version, view, listener=listener,
+                                     unclean=cfg.unclean_leader_election_enable)
+        self.controller.start()
 
     def _resign(self, why: str) -> None:
         if self.controller_epoch is not None:
             log.info("Resigned as the controller (epoch %d): %s", self.controller_epoch, why)
             self.controller_epoch = None
+        if self.controller is not None:
+            controller, self.controller = self.controller, None
+            asyncio.get_running_loop().create_task(controller.stop())
 
 
 class _Outcome:

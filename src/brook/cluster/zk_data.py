@@ -169,3 +169,127 @@ def decode_cluster_id(data: bytes | None) -> str:
     if not isinstance(cluster_id, str) or not cluster_id:
         raise ZkDataError(f"/cluster/id has no id: {data!r}")
     return cluster_id
+
+
+# ------------------------------------------------------------------ /brokers/topics/<topic>
+
+TOPIC_VERSION = 3  # Kafka 2.8 with a topic id (KIP-516)
+PARTITION_STATE_VERSION = 1
+TOPIC_CONFIG_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    """A topic's replica assignment: for each partition, its replicas, the preferred leader
+    first (TopicZNode)."""
+
+    topic_id: str | None  # Kafka's base64 form of the topic's UUID
+    partitions: dict[int, tuple[int, ...]]
+
+
+def encode_topic(assignment: TopicAssignment) -> bytes:
+    value: dict = {"version": TOPIC_VERSION}
+    if assignment.topic_id is not None:
+        value["topic_id"] = assignment.topic_id
+    value["partitions"] = {str(p): list(r) for p, r in sorted(assignment.partitions.items())}
+    value["adding_replicas"] = {}
+    value["removing_replicas"] = {}
+    return _dumps(value)
+
+
+def decode_topic(topic: str, data: bytes | None) -> TopicAssignment:
+    what = f"/brokers/topics/{topic}"
+    js = _loads(data, what)
+    try:
+        partitions = {int(p): tuple(int(b) for b in r) for p, r in js["partitions"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise ZkDataError(f"{what} has no partition assignment: {data!r}") from None
+    topic_id = js.get("topic_id")
+    return TopicAssignment(topic_id if isinstance(topic_id, str) else None, partitions)
+
+
+# ------------------------------------------------------------------ .../partitions/<p>/state
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """A partition's leader, leader epoch and ISR, and the epoch of the controller that wrote
+    them (TopicPartitionStateZNode). `zk_version` is the znode's version as read: every
+    change is conditional on it (-1 for a state not read from ZooKeeper)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int = -1
+
+
+def encode_partition_state(state: PartitionState) -> bytes:
+    return _dumps({"controller_epoch": state.controller_epoch, "leader": state.leader,
+                   "version": PARTITION_STATE_VERSION, "leader_epoch": state.leader_epoch,
+                   "isr": list(state.isr)})
+
+
+def decode_partition_state(what: str, data: bytes | None, zk_version: int = -1) -> PartitionState:
+    js = _loads(data, what)
+    try:
+        return PartitionState(int(js["leader"]), int(js["leader_epoch"]),
+                              tuple(int(b) for b in js["isr"]), int(js["controller_epoch"]),
+                              zk_version)
+    except (KeyError, TypeError, ValueError):
+        raise ZkDataError(f"{what} is not a partition state: {data!r}") from None
+
+
+# ------------------------------------------------------------------ /config/topics/<topic>
+
+
+def encode_topic_config(configs: dict[str, str]) -> bytes:
+    return _dumps({"version": TOPIC_CONFIG_VERSION, "config": dict(configs)})
+
+
+def decode_topic_config(topic: str, data: bytes | None) -> dict[str, str]:
+    js = _loads(data, f"/config/topics/{topic}")
+    config = js.get("config", {})
+    if not isinstance(config, dict):
+        raise ZkDataError(f"/config/topics/{topic} has no config object: {data!r}")
+    return {str(k): str(v) for k, v in config.items()}
+
+
+# ------------------------------------------------------------------ /config/changes
+
+CONFIG_CHANGE_VERSION = 2
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    return _dumps({"version": CONFIG_CHANGE_VERSION, "entity_path": entity_path})
+
+
+def decode_config_change(data: bytes | None) -> str | None:
+    try:
+        js = _loads(data, "/config/changes")
+    except ZkDataError:
+        return None
+    path = js.get("entity_path")
+    return path if isinstance(path, str) else None
+
+
+# ------------------------------------------------------------------ /latest_producer_id_block
+
+PRODUCER_ID_BLOCK_VERSION = 1
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock size
+
+
+def encode_producer_id_block(broker_id: int, start: int, end: int) -> bytes:
+    return _dumps({"version": PRODUCER_ID_BLOCK_VERSION, "broker": broker_id,
+                   "block_start": str(start), "block_end": str(end)})
+
+
+def decode_producer_id_block_end(data: bytes | None) -> int:
+    """The last id of the newest block handed out (-1: none yet)."""
+    if not data:
+        return -1
+    js = _loads(data, "/latest_producer_id_block")
+    try:
+        return int(js["block_end"])
+    except (KeyError, TypeError, ValueError):
+        raise ZkDataError(f"/latest_producer_id_block has no block_end: {data!r}") from None

@@ -18,7 +18,7 @@ from kio.index import load_payload_module, load_request_schema, load_response_sc
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from . import bounds
+from . import bounds, inter_broker
 from .nulls import first_null
 
 _KEY_VERSION = struct.Struct(">hh")
@@ -59,16 +59,22 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
 
 @cache
 def request_class(api_key: int, api_version: int) -> type:
+    if api_key in inter_broker.REQUESTS:
+        return inter_broker.REQUESTS[api_key]
     return load_request_schema(api_key, api_version)
 
 
 @cache
 def response_class(api_key: int, api_version: int) -> type:
+    if api_key in inter_broker.RESPONSES:
+        return inter_broker.RESPONSES[api_key]
     return load_response_schema(api_key, api_version)
 
 
 @cache
 def response_module(api_key: int, api_version: int) -> ModuleType:
+    if api_key in inter_broker.RESPONSES:
+        return inter_broker
     return load_payload_module(api_key, api_version, EntityType.response)
 
 

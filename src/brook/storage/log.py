@@ -43,6 +43,7 @@ from .errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
+from .leader_epoch import LeaderEpochCache
 from .producer_budget import ProducerIdBudget
 from .producer_state import (
     AppendOrigin,
@@ -149,9 +150,13 @@ class Log:
         os.makedirs(directory, exist_ok=True)
         self._segments: tuple[LogSegment, ...] = ()
         self._bases: list[int] = []
+        self._producer_budget = producer_budget
         self.producer_state = ProducerStateManager(config.producer_id_expiration_ms, producer_budget)
         self._load(had_clean_shutdown)
         self._load_producer_state()
+        self.epoch_cache = LeaderEpochCache(directory)
+        self.epoch_cache.truncate_from_end(self.log_end_offset)
+        self.epoch_cache.truncate_from_start(self.log_start_offset)
 
     # ------------------------------------------------------------ state
 
@@ -672,6 +677,7 @@ class Log:
         for offset in list_snapshot_offsets(self.directory):
             if offset < self.log_start_offset:
                 delete_snapshot_file(self.directory, offset)  # the batches it covers are gone
+        self.epoch_cache.truncate_from_start(self.log_start_offset)
         log.info("%s: deleted %d segment(s), log start offset now %d",
                  self.directory, len(doomed), self.log_start_offset)
 
@@ -734,6 +740,73 @@ class Log:
             seg.change_suffix(DELETED_SUFFIX)
         new.change_suffix("")
         _fsync_dir(self.directory)
+
+    # ------------------------------------------------------------ replication
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Append batches copied from the leader: their offsets and leader epochs kept, each
+        new epoch noted in the epoch cache (Kafka's appendAsFollower)."""
+        view = memoryview(records)
+        pos, end = 0, len(view)
+        while pos + 17 <= end:
+            base, length, epoch = _PREFIX.unpack_from(view, pos)
+            if epoch > self.epoch_cache.latest_epoch:
+                self.epoch_cache.assign(epoch, base)
+            pos += LOG_OVERHEAD + length
+        return self.append(view, assign_offsets=False, origin=AppendOrigin.REPLICATION)
+
+    def truncate_to(self, offset: int) -> int:
+        """Cut the log at `offset` (a follower dropping a tail its new leader does not have);
+        return the bytes removed. Producer state is rebuilt for the shorter log."""
+        if offset >= self.log_end_offset:
+            return 0
+        if offset < self.log_start_offset:
+            offset = self.log_start_offset
+        segments = self._segments
+        keep = [s for s in segments if s.base_offset < offset] or [segments[0]]
+        removed = 0
+        for seg in segments[len(keep):]:
+            removed += seg.size
+            seg.delete_files()
+        self._set_segments(tuple(keep))
+        removed += keep[-1].truncate_to(offset)
+        if keep[-1].next_offset > offset or keep[-1].base_offset > offset:
+            # the first segment starts past `offset` (offset below its base): start over there
+            for seg in keep:
+                seg.delete_files()
+            fresh = LogSegment.create(self.directory, offset, self.config, self.clock.milliseconds())
+            fresh.next_offset = offset
+            self._set_segments((fresh,))
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.epoch_cache.truncate_from_end(self.log_end_offset)
+        for snap in list_snapshot_offsets(self.directory):
+            if snap > self.log_end_offset:
+                delete_snapshot_file(self.directory, snap)
+        self.producer_state.clear()
+        self.producer_state = ProducerStateManager(self._config.producer_id_expiration_ms,
+                                                   self._producer_budget)
+        self._load_producer_state()
+        log.info("%s: truncated to offset %d (%d bytes removed)", self.directory,
+                 self.log_end_offset, removed)
+        return removed
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every record and start empty at `offset` (a follower whose log ends before
+        its leader's log start: what it lacks is gone from the leader too)."""
+        for seg in self._segments:
+            seg.delete_files()
+        fresh = LogSegment.create(self.directory, offset, self.config, self.clock.milliseconds())
+        fresh.next_offset = offset
+        self._set_segments((fresh,))
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        self.epoch_cache.clear()
+        for snap in list_snapshot_offsets(self.directory):
+            delete_snapshot_file(self.directory, snap)
+        self.producer_state.clear()
+        self.producer_state = ProducerStateManager(self._config.producer_id_expiration_ms,
+                                                   self._producer_budget)
+        log.info("%s: emptied, starting at offset %d", self.directory, offset)
 
     # ------------------------------------------------------------ lifecycle
 

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from ..errors import error_code_for
-from ..metadata import MetadataError
+from ..metadata import INTERNAL_TOPICS, MetadataError
 from . import Api
 from .common import NO_THROTTLE
 
@@ -49,6 +49,8 @@ async def create_topics(broker, request, connection):
     version = request.api_version
     mod = response_module(19, version)
     validate_only = getattr(body, "validate_only", False)
+    if broker.replicas is not None:
+        return await _create_topics_in_cluster(broker, request, mod, validate_only)
     seen: dict[str, int] = {}
     for t in body.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
@@ -108,6 +110,79 @@ async def create_topics(broker, request, connection):
     return make(response_class(19, version), throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
+async def _create_topics_in_cluster(broker, request, mod, validate_only: bool):
+    """CreateTopics in a cluster: each topic written to ZooKeeper with its replica
+    assignment; answered once the controller has given every partition a leader (or the
+    request's timeout has passed, as Kafka answers: the topic exists all the same)."""
+    from ..cluster_topics import TopicRefused, create_topic, wait_for_leaders
+    body = request.body
+    version = request.api_version
+    results, created = [], []
+    names = [t.name for t in body.topics]
+    for t in body.topics:
+        configs = {c.name: c.value for c in t.configs}
+        explicit = {a.partition_index: tuple(a.broker_ids) for a in t.assignments} or None
+        partitions = len(explicit) if explicit else (
+            broker.config.num_partitions if t.num_partitions == -1 else t.num_partitions)
+        code, text, topic_id = ErrorCode.none, None, None
+        try:
+            if names.count(t.name) > 1:
+                raise TopicRefused(ErrorCode.invalid_request, f"topic {t.name!r} appears more than once")
+            topic_id = await create_topic(broker, t.name, partitions, t.replication_factor, configs,
+                                          explicit=explicit, validate_only=validate_only)
+        except TopicRefused as exc:
+            code, text = exc.code, str(exc)
+            log.info("create topic %r refused: %s", t.name, text)
+        else:
+            created.append(t.name)
+        rf = len(next(iter(explicit.values()))) if explicit else (
+            broker.config.default_replication_factor if t.replication_factor == -1 else t.replication_factor)
+        results.append(make(mod.CreatableTopicResult, name=t.name, topic_id=topic_id or ZERO_UUID,
+                            error_code=code, error_message=text, topic_config_error_code=0,
+                            num_partitions=partitions if code == ErrorCode.none else -1,
+                            replication_factor=rf if code == ErrorCode.none else -1, configs=()))
+    if created and not validate_only:
+        from .common import ms
+        await wait_for_leaders(broker, created, ms(body.timeout) / 1000)
+    return make(response_class(19, version), throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+async def _delete_topics_in_cluster(broker, request, mod, wanted):
+    """DeleteTopics in a cluster: each topic marked in /admin/delete_topics for the
+    controller, answered once this broker's metadata no longer has it (or at the timeout)."""
+    import asyncio
+
+    from .common import ms
+    cache = broker.replicas.cache
+    results, marked = [], []
+    for name, topic_id in wanted:
+        code, text = ErrorCode.none, None
+        if name is None:
+            name = next((n for n, i in cache.topic_ids.items() if i == topic_id), None)
+            if name is None:
+                code, text = ErrorCode.unknown_topic_id, f"no topic with id {topic_id}"
+        if code == ErrorCode.none:
+            if not broker.config.delete_topic_enable:
+                code, text = ErrorCode.topic_deletion_disabled, "delete.topic.enable is false"
+            elif name not in cache.topics:
+                code, text = ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
+            elif name in INTERNAL_TOPICS:
+                code, text = ErrorCode.invalid_request, f"internal topic {name!r} cannot be deleted"
+            else:
+                topic_id = cache.topic_ids.get(name)
+                await asyncio.to_thread(broker.cluster.client.mark_for_deletion, name)
+                marked.append(name)
+        results.append(make(mod.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID,
+                            error_code=code, error_message=text))
+    if marked:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ms(request.body.timeout) / 1000
+        while any(n in cache.topics for n in marked) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+    return make(response_class(20, request.api_version), throttle_time=NO_THROTTLE,
+                responses=tuple(results))
+
+
 class _Plan:
     """One topic of a CreateTopics request on its way."""
 
@@ -165,6 +240,8 @@ async def delete_topics(broker, request, connection):
         wanted = [(t.name, t.topic_id) for t in body.topics]
     else:
         wanted = [(name, None) for name in body.topic_names]
+    if broker.replicas is not None:
+        return await _delete_topics_in_cluster(broker, request, mod, wanted)
     results = []
     deleted = []
     for name, topic_id in wanted:
@@ -206,6 +283,17 @@ async def create_partitions(broker, request, connection):
     results = []
     for t in body.topics:
         code, text = ErrorCode.none, None
+        if broker.replicas is not None:
+            from ..cluster_topics import TopicRefused, add_partitions
+            try:
+                await add_partitions(broker, t.name, t.count,
+                                     [tuple(a.broker_ids) for a in t.assignments or ()] or None,
+                                     body.validate_only)
+            except TopicRefused as exc:
+                code, text = exc.code, str(exc)
+            results.append(make(mod.CreatePartitionsTopicResult, name=t.name, error_code=code,
+                                error_message=text))
+            continue
         try:
             if t.assignments:
                 _check_replication(broker, 1, t.assignments)

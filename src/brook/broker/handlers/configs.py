@@ -3,6 +3,8 @@ broker). Topic overrides are validated as a whole before any is stored."""
 
 from __future__ import annotations
 
+import asyncio
+
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
@@ -44,14 +46,15 @@ def _type_of(key: str, value: str | None) -> int:
         return TYPE_STRING
 
 
-def _describe_resource(broker, mod, version, resource, include_synonyms):
+def _describe_resource(broker, mod, version, resource, include_synonyms, cluster_configs=None):
     keys = resource.configuration_keys
     if resource.resource_type == TOPIC:
         tm = broker.metadata.get(resource.resource_name)
-        if tm is None:
+        configs = cluster_configs if cluster_configs is not None else (tm.configs if tm else None)
+        if configs is None:
             return ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist", ()
-        values = broker.topic_config_values(tm.name, tm.configs)
-        sources = {k: SOURCE_DYNAMIC_TOPIC if k in tm.configs else SOURCE_DEFAULT for k in values}
+        values = broker.topic_config_values(resource.resource_name, configs)
+        sources = {k: SOURCE_DYNAMIC_TOPIC if k in configs else SOURCE_DEFAULT for k in values}
     elif resource.resource_type == BROKER:
         if resource.resource_name not in ("", str(broker.broker_id)):
             return ErrorCode.invalid_request, f"no broker {resource.resource_name!r}", ()
@@ -80,11 +83,45 @@ async def describe_configs(broker, request, connection):
     mod = response_module(32, version)
     results = []
     for r in body.resources:
+        configs = await _cluster_configs(broker, r)
         code, text, entries = _describe_resource(broker, mod, version, r,
-                                                 getattr(body, "include_synonyms", False))
+                                                 getattr(body, "include_synonyms", False), configs)
         results.append(make(mod.DescribeConfigsResult, error_code=code, error_message=text,
                             resource_type=r.resource_type, resource_name=r.resource_name, configs=entries))
     return make(response_class(32, version), throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def _cluster_configs(broker, resource) -> dict[str, str] | None:
+    """In a cluster, a topic's configs as ZooKeeper has them (None: not a cluster topic)."""
+    if broker.replicas is None or resource.resource_type != TOPIC \
+            or resource.resource_name not in broker.replicas.cache.topics:
+        return None
+    return await asyncio.to_thread(broker.cluster.client.read_topic_config, resource.resource_name)
+
+
+async def _alter_in_cluster(broker, resource, new_configs_of, validate_only):
+    """A topic's configs written to ZooKeeper with a change notification; every broker
+    holding the topic applies them when notified (Kafka's ZooKeeper mode)."""
+    current = await _cluster_configs(broker, resource)
+    if current is None:
+        return ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist"
+    try:
+        configs = new_configs_of(dict(current))
+        from ..metadata import validate_topic_configs
+        validate_topic_configs(dict(configs), broker.config.log_config)
+    except MetadataError as exc:
+        return error_code_for(exc), str(exc)
+    except _BadOperation as exc:
+        return ErrorCode.invalid_request, str(exc)
+    if not validate_only:
+        await asyncio.to_thread(broker.cluster.client.write_topic_config, resource.resource_name, configs)
+    return ErrorCode.none, None
+
+
+async def _alter_any(broker, resource, new_configs_of, validate_only):
+    if broker.replicas is not None and resource.resource_type == TOPIC:
+        return await _alter_in_cluster(broker, resource, new_configs_of, validate_only)
+    return _alter(broker, resource, new_configs_of, validate_only)
 
 
 def _alter(broker, resource, new_configs_of, validate_only):
@@ -112,7 +149,7 @@ async def alter_configs(broker, request, connection):
     results = []
     for r in body.resources:
         replacement = {c.name: c.value for c in r.configs if c.value is not None}
-        code, text = _alter(broker, r, lambda _old, rep=replacement: rep, body.validate_only)
+        code, text = await _alter_any(broker, r, lambda _old, rep=replacement: rep, body.validate_only)
         results.append(make(mod.AlterConfigsResourceResponse, error_code=code, error_message=text,
                             resource_type=r.resource_type, resource_name=r.resource_name))
     return make(response_class(33, request.api_version), throttle_time=NO_THROTTLE, responses=tuple(results))
@@ -149,7 +186,7 @@ async def incremental_alter_configs(broker, request, connection):
     results = []
     for r in body.resources:
         defaults = broker.topic_config_values(r.resource_name, {}) if r.resource_type == TOPIC else {}
-        code, text = _alter(broker, r, _incremental(r.configs, defaults), body.validate_only)
+        code, text = await _alter_any(broker, r, _incremental(r.configs, defaults), body.validate_only)
         results.append(make(mod.AlterConfigsResourceResponse, error_code=code, error_message=text,
                             resource_type=r.resource_type, resource_name=r.resource_name))
     return make(response_class(44, request.api_version), throttle_time=NO_THROTTLE, responses=tuple(results))

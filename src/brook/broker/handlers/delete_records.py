@@ -45,6 +45,8 @@ def _delete(broker, tm, topic: str, index: int, offset: int, connection) -> tupl
     partition = broker.partition(topic, index)
     if tm is None or partition is None:
         return ErrorCode.unknown_topic_or_partition, -1
+    if broker.replicas is not None and (code := broker.replicas.leader_error(partition)):
+        return code, -1
     if tm.internal:
         return ErrorCode.invalid_topic_exception, -1
     lg = partition.log

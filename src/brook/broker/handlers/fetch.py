@@ -36,11 +36,14 @@ API_KEY = 1
 READ_COMMITTED = 1
 
 
-def _read(broker, topics, max_bytes: int, read_committed: bool) -> tuple[list[TopicResult], int]:
+def _read(broker, topics, max_bytes: int, read_committed: bool,
+          replica_id: int = -1) -> tuple[list[TopicResult], int]:
     remaining = max_bytes
     total = 0
     first = True
     results = []
+    replicas = broker.replicas  # a cluster: only the leader serves, followers read past the HW
+    now = broker.clock.milliseconds() if replica_id >= 0 else 0
     for name, topic_id, partitions, topic_error in topics:
         tr = TopicResult(name or "", topic_id)
         for fp in partitions:
@@ -52,7 +55,12 @@ def _read(broker, topics, max_bytes: int, read_committed: bool) -> tuple[list[To
                 pr.error_code = topic_error
             elif partition is None:
                 pr.error_code = ErrorCode.unknown_topic_or_partition
+            elif replicas is not None and (code := replicas.leader_error(
+                    partition, getattr(fp, "current_leader_epoch", -1))):
+                pr.error_code = code
             else:
+                if replica_id >= 0:
+                    partition.on_follower_fetch(replica_id, fp.fetch_offset, now)
                 hw = partition.high_watermark
                 pr.high_watermark = pr.last_stable_offset = hw
                 pr.log_start_offset = partition.log_start_offset
@@ -63,7 +71,8 @@ def _read(broker, topics, max_bytes: int, read_committed: bool) -> tuple[list[To
                         # data, a first batch larger than the limit is left out rather than
                         # sent cut short (as Kafka does from Fetch v3: a client given only part
                         # of one batch cannot make progress and fails).
-                        info = partition.log.read(fp.fetch_offset, limit, max_offset=hw,
+                        info = partition.log.read(fp.fetch_offset, limit,
+                                                  max_offset=hw if replica_id < 0 else None,
                                                   min_one_message=True)
                         size = info.size
                         if info.regions and (first or size <= limit):
@@ -117,7 +126,8 @@ async def _fetch(broker, body, topics) -> list[TopicResult]:
     max_bytes = min(getattr(body, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes)
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     max_wait_ms = ms(body.max_wait)
-    results, total = _read(broker, topics, max_bytes, read_committed)
+    replica_id = _replica_id(body)
+    results, total = _read(broker, topics, max_bytes, read_committed, replica_id)
     if total < body.min_bytes and max_wait_ms > 0 and not _has_error(results):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
@@ -142,10 +152,18 @@ async def _fetch(broker, body, topics) -> list[TopicResult]:
             finally:
                 for p in partitions:
                     p.remove_listener(wake)
-            results, total = _read(broker, topics, max_bytes, read_committed)
+            results, total = _read(broker, topics, max_bytes, read_committed, replica_id)
             if _has_error(results):
                 break
     return results
+
+
+def _replica_id(body) -> int:
+    """The fetching follower's broker id (v15+ in replica_state), -1 for a consumer."""
+    state = getattr(body, "replica_state", None)
+    if state is not None:
+        return state.replica_id
+    return getattr(body, "replica_id", -1)
 
 
 # ---------------------------------------------------------------- fetch sessions (KIP-227)

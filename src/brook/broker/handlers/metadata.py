@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol.messages import encode_response, make, response_class, response_module
 from ..errors import error_code_for
 from ...coordinator.runtime import OFFSETS_TOPIC
-from ..metadata import MetadataError
+from ..metadata import INTERNAL_TOPICS, MetadataError
 from . import Api, RawResponse
 from .common import INT32_MIN, NO_THROTTLE, InvalidRequest
 
@@ -63,6 +63,8 @@ async def handle(broker, request, connection):
     """Answered from `broker.metadata_responses` when the same question was answered at the
     same metadata generation (same version, topics and listener)."""
     version = request.api_version
+    if broker.replicas is not None:
+        return await _build_in_cluster(broker, request, connection)
     key = _cache_key(request, connection)
     generation = broker.metadata.generation
     cache = broker.metadata_responses
@@ -139,6 +141,70 @@ def _build(broker, request, connection):
                 brokers=brokers_of(broker, mod, connection), cluster_id=broker.metadata.cluster_id,
                 controller_id=broker.broker_id, topics=tuple(topics),
                 cluster_authorized_operations=INT32_MIN)
+
+
+async def _build_in_cluster(broker, request, connection):
+    """Metadata in a cluster, from what the controller last told this broker: every live
+    broker (at its endpoint for the listener the request came in on), each partition's leader,
+    leader epoch, replicas, ISR and offline replicas, and the elected controller."""
+    body = request.body
+    version = request.api_version
+    mod = response_module(API_KEY, version)
+    cache = broker.replicas.cache
+    listener = broker.advertised_listener(connection)
+    requested = body.topics
+    if requested is None or (version == 0 and not requested):
+        names = sorted(cache.topics)
+    else:
+        names = []
+        allow = getattr(body, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
+        creating = []
+        for t in requested:
+            name = t if isinstance(t, str) else t.name
+            if name is None:
+                topic_id = getattr(t, "topic_id", None)
+                name = next((n for n, i in cache.topic_ids.items() if i == topic_id), None)
+                if name is None:
+                    continue
+            names.append(name)
+            if name not in cache.topics and allow and name not in INTERNAL_TOPICS:
+                creating.append(name)
+        if creating:
+            from ..cluster_topics import TopicRefused, create_topic, wait_for_leaders
+            for name in creating:
+                try:
+                    await create_topic(broker, name, broker.config.num_partitions, -1, {})
+                except TopicRefused as exc:
+                    log.info("auto-creating topic %r refused: %s", name, exc)
+            await wait_for_leaders(broker, creating, 0.5)
+    topics = []
+    for name in names:
+        parts = cache.topics.get(name)
+        if parts is None:
+            topics.append(make(mod.MetadataResponseTopic, error_code=ErrorCode.unknown_topic_or_partition,
+                               name=name, topic_id=ZERO_UUID, is_internal=name in INTERNAL_TOPICS,
+                               partitions=(), topic_authorized_operations=INT32_MIN))
+            continue
+        entries = []
+        for i, info in sorted(parts.items()):
+            code = ErrorCode.none if info.leader >= 0 else ErrorCode.leader_not_available
+            entries.append(make(mod.MetadataResponsePartition, error_code=code, partition_index=i,
+                                leader_id=info.leader, leader_epoch=info.leader_epoch,
+                                replica_nodes=info.replicas, isr_nodes=info.isr,
+                                offline_replicas=info.offline))
+        topics.append(make(mod.MetadataResponseTopic, error_code=ErrorCode.none, name=name,
+                           topic_id=cache.topic_ids.get(name, ZERO_UUID),
+                           is_internal=name in INTERNAL_TOPICS, partitions=tuple(entries),
+                           topic_authorized_operations=INT32_MIN))
+    brokers = []
+    for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id):
+        address = b.endpoints.get(listener.name)
+        if address is not None:
+            brokers.append(make(mod.MetadataResponseBroker, node_id=b.broker_id, host=address[0],
+                                port=address[1], rack=b.rack))
+    return make(response_class(API_KEY, version), throttle_time=NO_THROTTLE, brokers=tuple(brokers),
+                cluster_id=broker.metadata.cluster_id, controller_id=broker.cluster.view.controller_id,
+                topics=tuple(topics), cluster_authorized_operations=INT32_MIN)
 
 
 APIS = [Api(API_KEY, "Metadata", 0, 12, handle)]

@@ -7,6 +7,7 @@ needs Produce v7+ (UNSUPPORTED_COMPRESSION_TYPE)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import struct
@@ -20,7 +21,7 @@ from ...records.compression import CODEC_MASK, Codec
 from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from . import Api, Deferred
-from .common import NO_THROTTLE
+from .common import NO_THROTTLE, ms
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ async def handle(broker, request, connection):
     topics = []
     appended = []  # the logs written, when they must be on disk before the answer
     durable = broker.group_commit is not None and acks != 0
+    replicas = broker.replicas  # a cluster: only leaders take records, acks=all waits for the ISR
+    waiting = []  # (topic index, partition index, partition, offset the high watermark must reach)
     for td in body.topic_data:
         name = td.name
         if broker.metadata.get(name) is None and broker.config.auto_create_topics_enable \
@@ -66,6 +69,8 @@ async def handle(broker, request, connection):
                 code, detail = ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {name}"
             elif partition is None:
                 code = ErrorCode.unknown_topic_or_partition
+            elif replicas is not None and (code := _leader_refusal(broker, replicas, partition, acks)):
+                pass
             elif body.transactional_id is not None:
                 code = ErrorCode.transactional_id_authorization_failed  # no transactions yet
             elif pd.records is None:
@@ -87,6 +92,9 @@ async def handle(broker, request, connection):
                         broker.metrics.produced(name, len(pd.records), info.record_count)
                     if durable:
                         appended.append((len(topics), len(parts), partition.log))
+                    if acks == -1 and partition.tracker is not None \
+                            and partition.high_watermark <= info.last_offset:
+                        waiting.append((len(topics), len(parts), partition, info.last_offset + 1))
                 start = partition.log_start_offset
             if code != ErrorCode.none:
                 any_error = True
@@ -101,6 +109,9 @@ async def handle(broker, request, connection):
         if any_error:
             raise CloseConnection("acks=0 produce failed")
         return None
+    if waiting:  # acks=all in a cluster: answered once every in-sync replica has the records
+        return Deferred(_replicated(broker, waiting, ms(body.timeout)),
+                        lambda done: _replicated_answer(done, version, topics, waiting))
     if appended:  # log.flush.before.ack: answered once fsynced, with the fsyncs of others
         written = broker.group_commit.durable(lg for _, _, lg in appended)
         return Deferred(written, lambda done: _durable_answer(done, version, topics, appended))
@@ -124,6 +135,66 @@ def _failed(topics: list, appended: list, detail: str) -> list:
                                        base_offset=-1, error_message=detail)
         topics[t] = dataclasses.replace(topics[t], partition_responses=tuple(parts))
     return topics
+
+
+def _leader_refusal(broker, replicas, partition, acks: int) -> ErrorCode:
+    """In a cluster: NOT_LEADER_OR_FOLLOWER unless this broker leads the partition;
+    NOT_ENOUGH_REPLICAS for acks=all while the ISR is below min.insync.replicas."""
+    code = replicas.leader_error(partition)
+    if code == ErrorCode.none and acks == -1:
+        tm = broker.metadata.get(partition.topic)
+        try:
+            min_isr = int((tm.configs if tm else {}).get("min.insync.replicas", broker.config.props.get(
+                "min.insync.replicas", "1")))
+        except ValueError:
+            min_isr = 1
+        if len(partition.isr) < min_isr:
+            code = ErrorCode.not_enough_replicas
+    return code
+
+
+def _replicated(broker, waiting: list, timeout_ms: int):
+    """One future for every partition's high watermark to reach its records, bounded by the
+    request's timeout; each partition's own outcome is read from its future afterwards."""
+    loop = asyncio.get_running_loop()
+    futures = [p.wait_for_high_watermark(offset) for _, _, p, offset in waiting]
+    done = loop.create_future()
+    state = {"left": len(futures)}
+
+    def one_done(_):
+        state["left"] -= 1
+        if state["left"] == 0 and not done.done():
+            done.set_result(futures)
+
+    for fut in futures:
+        fut.add_done_callback(one_done)
+
+    def expire():
+        if not done.done():
+            done.set_result(futures)
+
+    loop.call_later(max(timeout_ms, 0) / 1000, expire)
+    return done
+
+
+def _replicated_answer(done, version: int, topics: list, waiting: list):
+    """The answer once replicated, or REQUEST_TIMED_OUT / NOT_LEADER_OR_FOLLOWER for the
+    partitions whose records did not reach the ISR in time (they may still: Kafka's answer
+    says the same)."""
+    futures = done.result()
+    topics = list(topics)
+    for (t, p, partition, _), fut in zip(waiting, futures):
+        if fut.done() and fut.exception() is None:
+            continue
+        if not fut.done():
+            fut.cancel()
+            code = ErrorCode.request_timed_out
+        else:
+            code = ErrorCode.not_leader_or_follower
+        parts = list(topics[t].partition_responses)
+        parts[p] = dataclasses.replace(parts[p], error_code=code, base_offset=-1)
+        topics[t] = dataclasses.replace(topics[t], partition_responses=tuple(parts))
+    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=NO_THROTTLE)
 
 
 def refuse_records(records: bytes, version: int) -> tuple[ErrorCode, str] | None:

@@ -28,8 +28,12 @@ async def handle(broker, request, connection):
     delay = broker.producer_id_quota.record(request.client_id, connection.peer.rpartition(":")[0])
     if delay > 0:
         await asyncio.sleep(delay)  # held back as Kafka mutes a throttled channel
+    if broker.cluster is not None:  # ids unique across the cluster: blocks from ZooKeeper
+        producer_id = await broker.allocate_cluster_producer_id()
+    else:
+        producer_id = broker.metadata.allocate_producer_id()
     return make(cls, throttle_time=timedelta(seconds=delay), error_code=ErrorCode.none,
-                producer_id=broker.metadata.allocate_producer_id(), producer_epoch=0)
+                producer_id=producer_id, producer_epoch=0)
 
 
 APIS = [Api(API_KEY, "InitProducerId", 0, 4, handle)]

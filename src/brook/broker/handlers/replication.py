@@ -1,0 +1,158 @@
+"""The requests of replication in a cluster: the controller's LeaderAndIsr, UpdateMetadata and
+StopReplica to brokers; a stopping broker's ControlledShutdown and a leader's AlterPartition
+to the controller; and OffsetForLeaderEpoch, which followers (and clients checking for
+truncation, KIP-320) send to a partition's leader.
+
+Controller requests are taken only from the broker ZooKeeper names as the controller (until
+authorization exists, that is the fence against anyone else sending them); on a single node
+they are refused."""
+
+from __future__ import annotations
+
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol import inter_broker as ib
+from ...protocol.messages import make, response_class, response_module
+from ...storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET
+from . import Api
+from .common import NO_THROTTLE
+
+log = logging.getLogger(__name__)
+
+OFFSET_FOR_LEADER_EPOCH = 23
+ALTER_PARTITION = 56
+
+
+def _from_controller(broker, request) -> ErrorCode:
+    if broker.replicas is None:
+        return ErrorCode.invalid_request  # not a cluster
+    body = request.body
+    known = broker.cluster.view.controller_id
+    if body.controller_id != known and body.controller_epoch <= broker.replicas.controller_epoch:
+        log.warning("refusing %s from broker %d: the controller is %d", type(body).__name__,
+                    body.controller_id, known)
+        return ErrorCode.stale_controller_epoch
+    return ErrorCode.none
+
+
+async def handle_leader_and_isr(broker, request, connection):
+    code = _from_controller(broker, request)
+    topics = []
+    if code == ErrorCode.none:
+        code, results = await broker.replicas.leader_and_isr(request.body)
+        topics = [ib.LeaderAndIsrTopicError(topic_id=topic_id, partition_errors=tuple(
+            ib.LeaderAndIsrPartitionError(partition_index=p, error_code=e) for p, e in errors))
+            for _, topic_id, errors in results]
+    return ib.LeaderAndIsrResponse(error_code=code, topics=tuple(topics))
+
+
+async def handle_update_metadata(broker, request, connection):
+    code = _from_controller(broker, request)
+    if code == ErrorCode.none:
+        code = broker.replicas.update_metadata(request.body)
+    return ib.UpdateMetadataResponse(error_code=code)
+
+
+async def handle_stop_replica(broker, request, connection):
+    code = _from_controller(broker, request)
+    errors = []
+    if code == ErrorCode.none:
+        for ts in request.body.topic_states:
+            for ps in ts.partition_states:
+                errors.append(ib.StopReplicaPartitionError(
+                    topic_name=ts.topic_name, partition_index=ps.partition_index,
+                    error_code=broker.replicas.stop_replica(ts.topic_name, ps.partition_index,
+                                                            ps.delete_partition)))
+    return ib.StopReplicaResponse(error_code=code, partition_errors=tuple(errors))
+
+
+async def handle_controlled_shutdown(broker, request, connection):
+    cluster = broker.cluster
+    controller = cluster.controller if cluster is not None else None
+    if controller is None:
+        return ib.ControlledShutdownResponse(error_code=ErrorCode.not_controller, remaining_partitions=())
+    remaining = await controller.controlled_shutdown(request.body.broker_id)
+    return ib.ControlledShutdownResponse(
+        error_code=ErrorCode.none,
+        remaining_partitions=tuple(ib.RemainingPartition(topic_name=t, partition_index=p)
+                                   for t, p in remaining))
+
+
+async def handle_alter_partition(broker, request, connection):
+    version = request.api_version
+    mod = response_module(ALTER_PARTITION, version)
+    cls = response_class(ALTER_PARTITION, version)
+    cluster = broker.cluster
+    controller = cluster.controller if cluster is not None else None
+    if controller is None:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.not_controller, topics=())
+    body = request.body
+    by_id = {}
+    from ...cluster.controller import topic_uuid
+    for name, a in controller.assignments.items():
+        tid = topic_uuid(a.topic_id)
+        if tid is not None:
+            by_id[tid] = name
+    topics = []
+    for t in body.topics:
+        name = by_id.get(t.topic_id)
+        parts = []
+        for pd in t.partitions:
+            if name is None:
+                code, state = ErrorCode.unknown_topic_id, None
+            else:
+                code, state = await controller.alter_partition(
+                    body.broker_id, name, pd.partition_index, pd.leader_epoch, tuple(pd.new_isr),
+                    pd.partition_epoch)
+            parts.append(make(mod.PartitionData, partition_index=pd.partition_index, error_code=code,
+                              leader_id=state.leader if state else -1,
+                              leader_epoch=state.leader_epoch if state else -1,
+                              isr=state.isr if state else (), leader_recovery_state=0,
+                              partition_epoch=state.zk_version if state else -1))
+        topics.append(make(mod.TopicData, topic_id=t.topic_id, partitions=tuple(parts)))
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=tuple(topics))
+
+
+async def handle_offset_for_leader_epoch(broker, request, connection):
+    """Where a leader epoch ends in this leader's log (the start of the next epoch it has, or
+    its log end for its latest), for followers truncating and clients checking (KIP-320).
+    On a single node every partition is led at epoch 0 from its first offset."""
+    version = request.api_version
+    mod = response_module(OFFSET_FOR_LEADER_EPOCH, version)
+    body = request.body
+    follower = getattr(body, "replica_id", -1) >= 0
+    topics = []
+    for t in body.topics:
+        parts = []
+        for pr in t.partitions:
+            p = broker.partition(t.topic, pr.partition)
+            epoch, end = UNDEFINED_EPOCH, UNDEFINED_OFFSET
+            if broker.replicas is not None:
+                code = broker.replicas.leader_error(p, getattr(pr, "current_leader_epoch", -1))
+            else:
+                code = ErrorCode.unknown_topic_or_partition if p is None else ErrorCode.none
+            if code == ErrorCode.none:
+                if broker.replicas is None:
+                    epoch, end = (0, p.high_watermark) if pr.leader_epoch >= 0 else (UNDEFINED_EPOCH,
+                                                                                    UNDEFINED_OFFSET)
+                else:
+                    epoch, end = p.log.epoch_cache.end_offset_for(pr.leader_epoch, p.log_end_offset)
+                    if not follower and end > p.high_watermark:
+                        end = p.high_watermark  # clients see only what is replicated
+            parts.append(make(mod.EpochEndOffset, error_code=code, partition=pr.partition,
+                              leader_epoch=epoch, end_offset=end))
+        topics.append(make(mod.OffsetForLeaderTopicResult, topic=t.topic, partitions=tuple(parts)))
+    return make(response_class(OFFSET_FOR_LEADER_EPOCH, version), throttle_time=NO_THROTTLE,
+                topics=tuple(topics))
+
+
+APIS = [
+    Api(ib.LEADER_AND_ISR, "LeaderAndIsr", 5, 5, handle_leader_and_isr),
+    Api(ib.STOP_REPLICA, "StopReplica", 3, 3, handle_stop_replica),
+    Api(ib.UPDATE_METADATA, "UpdateMetadata", 7, 7, handle_update_metadata),
+    Api(ib.CONTROLLED_SHUTDOWN, "ControlledShutdown", 3, 3, handle_controlled_shutdown),
+    Api(OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 2, 4, handle_offset_for_leader_epoch),
+    Api(ALTER_PARTITION, "AlterPartition", 2, 2, handle_alter_partition),
+]

@@ -1,0 +1,381 @@
+"""The controller, while this broker is it: it keeps every partition led by a live in-sync
+replica and tells the brokers.
+
+One task reconciles whenever something changed (brokers came or went, a topic appeared, a
+leader asked for an ISR change): it reads what it does not know yet from ZooKeeper, decides
+with `elections` (pure), writes the new partition states conditionally on its controller
+epoch (a deposed controller writes nothing), and then sends LeaderAndIsr to the replicas of
+every changed partition and UpdateMetadata to every live broker. A broker that joins or
+bounces gets all of its partitions. Requests to a broker are sent in order, one at a time,
+and tried again while the broker is alive: the broker applies only what is newer than what
+it has (leader epochs), so a repeat changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import replace
+
+from kio.schema.errors import ErrorCode
+
+from ..protocol import inter_broker as ib
+from . import elections, zk_data
+from .channel import BrokerChannel, ChannelError
+from .errors import ControllerMovedError
+from .view import ClusterView, LiveBroker
+from .zk_client import TRANSIENT_ERRORS, ZkClient
+from .zk_data import PartitionState, TopicAssignment
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 0.5
+
+
+def topic_uuid(topic_id: str | None) -> uuid.UUID | None:
+    """Kafka's base64 topic id as a UUID."""
+    if not topic_id:
+        return None
+    import base64
+    try:
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
+    except ValueError:
+        return None
+
+
+def topic_id_text(value: uuid.UUID) -> str:
+    import base64
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+class Controller:
+    def __init__(self, zk: ZkClient, broker_id: int, epoch: int, epoch_zk_version: int,
+                 view: ClusterView, *, listener: str, unclean: bool = False) -> None:
+        self.zk = zk
+        self.broker_id = broker_id
+        self.epoch = epoch
+        self.epoch_zk_version = epoch_zk_version
+        self.listener = listener  # the inter-broker listener's name
+        self.unclean = unclean
+        self.live: dict[int, LiveBroker] = dict(view.brokers)
+        self.assignments: dict[str, TopicAssignment] = {}
+        self.states: dict[tuple[str, int], PartitionState] = {}
+        self._channels: dict[int, BrokerChannel] = {}
+        self._senders: dict[int, asyncio.Task] = {}
+        self._outbox: dict[int, asyncio.Queue] = {}
+        self._dirty = asyncio.Event()
+        self._dirty.set()
+        self._new_brokers: set[int] = set(self.live)  # owed a full LeaderAndIsr
+        self._task: asyncio.Task | None = None
+        self.moved = False  # another controller took over: this one stopped
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"controller-{self.epoch}")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._task, *self._senders.values()) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for ch in self._channels.values():
+            ch.close()
+
+    def on_brokers(self, view: ClusterView) -> None:
+        before = self.live
+        self.live = dict(view.brokers)
+        for bid, b in self.live.items():
+            if bid not in before or before[bid].epoch != b.epoch:
+                self._new_brokers.add(bid)
+        for bid in set(before) - set(self.live):
+            self._drop_broker(bid)
+        self._dirty.set()
+
+    def on_topics_changed(self) -> None:
+        self._dirty.set()
+
+    # ------------------------------------------------------------ reconciling
+
+    async def _run(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            try:
+                await self._reconcile()
+            except ControllerMovedError as exc:
+                log.info("Controller %d (epoch %d) stops: %s", self.broker_id, self.epoch, exc)
+                self.moved = True
+                return
+            except TRANSIENT_ERRORS as exc:
+                log.warning("controller: ZooKeeper failed (%s: %s); trying again", type(exc).__name__, exc)
+                await asyncio.sleep(RETRY_S)
+                self._dirty.set()
+            except Exception:  # noqa: BLE001 - a bug must not end the controller
+                log.exception("controller: reconciling failed; trying again")
+                await asyncio.sleep(RETRY_S)
+                self._dirty.set()
+
+    async def _reconcile(self) -> None:
+        deleting = await asyncio.to_thread(self._read_topics)
+        if deleting:
+            await self._delete_topics(deleting)
+        live = frozenset(self.live)
+        changes = elections.on_brokers(
+            {t: a.partitions for t, a in self.assignments.items()}, self.states, live, self.epoch,
+            unclean={t: self.unclean for t in self.assignments} if self.unclean else None)
+        changed: set[tuple[str, int]] = set()
+        if changes:
+            written = await asyncio.to_thread(self._write, changes)
+            for change, state in zip(changes, written):
+                tp = (change.topic, change.partition)
+                if state is None:  # changed under us (a leader's ISR change): read it again
+                    self.states.pop(tp, None)
+                    self._dirty.set()
+                    continue
+                self.states[tp] = state
+                changed.add(tp)
+                if change.leader_changed:
+                    log.info("partition %s-%d: leader %d, leader epoch %d, ISR %s", change.topic,
+                             change.partition, state.leader, state.leader_epoch, list(state.isr))
+        self._tell_brokers(changed)
+
+    def _read_topics(self) -> list[str]:
+        """In a worker thread: new topics' assignments and the states of partitions not known;
+        returns the topics marked for deletion."""
+        deleting = self.zk.watch_deletions()
+        names = set(self.zk.watch_topics())
+        for gone in set(self.assignments) - names:
+            del self.assignments[gone]
+            for tp in [tp for tp in self.states if tp[0] == gone]:
+                del self.states[tp]
+        changed, self.zk.changed_topics = self.zk.changed_topics, set()
+        for name in (names - set(self.assignments)) | (changed & names):
+            assignment = self.zk.read_topic(name, watch=True)
+            if assignment is not None:
+                self.assignments[name] = assignment
+        for name, assignment in self.assignments.items():
+            for p in assignment.partitions:
+                if (name, p) not in self.states:
+                    state = self.zk.read_partition_state(name, p)
+                    if state is not None:
+                        self.states[(name, p)] = state
+        return deleting
+
+    def _write(self, changes: list[elections.Change]) -> list[PartitionState | None]:
+        writes = [(c.topic, c.partition, replace(c.after, zk_version=-1),
+                   None if c.before is None else c.before.zk_version) for c in changes]
+        return self.zk.write_partition_states(writes, self.epoch_zk_version)
+
+    async def _delete_topics(self, names: list[str]) -> None:
+        """Each replica is told to stop and delete its partitions (StopReplica), then the
+        topic's znodes go and every broker learns it is gone (UpdateMetadata). A replica that
+        is down deletes its logs of the topic when it comes back (at its start it drops logs of
+        topics ZooKeeper no longer has)."""
+        for name in names:
+            assignment = self.assignments.get(name)
+            if assignment is not None:
+                by_broker: dict[int, list[int]] = {}
+                for p, replicas in assignment.partitions.items():
+                    for r in replicas:
+                        if r in self.live:
+                            by_broker.setdefault(r, []).append(p)
+                for b, parts in by_broker.items():
+                    self._send(b, ib.StopReplicaRequest(
+                        controller_id=self.broker_id, controller_epoch=self.epoch,
+                        broker_epoch=self.live[b].epoch, topic_states=(ib.StopReplicaTopicState(
+                            topic_name=name, partition_states=tuple(ib.StopReplicaPartitionState(
+                                partition_index=p, leader_epoch=-2, delete_partition=True)
+                                for p in sorted(parts))),)))
+            await asyncio.to_thread(self.zk.remove_topic, name, self.epoch_zk_version)
+            self.assignments.pop(name, None)
+            for tp in [tp for tp in self.states if tp[0] == name]:
+                del self.states[tp]
+            log.info("Deletion of topic %s successfully completed", name)
+        update = self._update_metadata()
+        for b in self.live:
+            self._send(b, update)
+
+    # ------------------------------------------------------------ ISR changes asked by leaders
+
+    async def alter_partition(self, broker_id: int, topic: str, partition: int, leader_epoch: int,
+                              new_isr: tuple[int, ...], partition_epoch: int
+                              ) -> tuple[ErrorCode, PartitionState | None]:
+        """A leader's ISR change (AlterPartition): applied if it comes from the current leader
+        at the current leader epoch and state version, refused otherwise with Kafka's codes."""
+        state = self.states.get((topic, partition))
+        if state is None:
+            return ErrorCode.unknown_topic_or_partition, None
+        if state.leader != broker_id:
+            return ErrorCode.not_leader_or_follower, state
+        if leader_epoch != state.leader_epoch:
+            return ErrorCode.fenced_leader_epoch, state
+        if partition_epoch != state.zk_version:
+            return ErrorCode.invalid_update_version, state
+        replicas = self.assignments[topic].partitions.get(partition, ())
+        if any(r not in replicas for r in new_isr) or broker_id not in new_isr:
+            return ErrorCode.invalid_request, state
+        if any(r not in self.live for r in new_isr if r not in state.isr):
+            return ErrorCode.ineligible_replica, state
+        after = replace(state, isr=tuple(new_isr), controller_epoch=self.epoch, zk_version=-1)
+        written = await asyncio.to_thread(
+            self.zk.write_partition_states, [(topic, partition, after, state.zk_version)],
+            self.epoch_zk_version)
+        if written[0] is None:
+            self.states.pop((topic, partition), None)
+            self._dirty.set()
+            return ErrorCode.invalid_update_version, None
+        self.states[(topic, partition)] = written[0]
+        log.info("partition %s-%d: ISR %s -> %s (asked by leader %d)", topic, partition,
+                 list(state.isr), list(new_isr), broker_id)
+        self._tell_brokers({(topic, partition)}, leader_too=False)
+        return ErrorCode.none, written[0]
+
+    # ------------------------------------------------------------ controlled shutdown
+
+    async def controlled_shutdown(self, broker_id: int) -> list[tuple[str, int]]:
+        """Move every leadership `broker_id` holds to another in-sync replica; the partitions
+        whose leadership could not move (no other live ISR member) are returned."""
+        live = frozenset(self.live)
+        remaining: list[tuple[str, int]] = []
+        changes = []
+        for (topic, p), state in self.states.items():
+            if state.leader != broker_id:
+                continue
+            after = elections.moved_away(self.assignments[topic].partitions.get(p, ()), state,
+                                         broker_id, live, self.epoch)
+            if after is None:
+                remaining.append((topic, p))
+            else:
+                changes.append(elections.Change(topic, p, state, after))
+        if changes:
+            written = await asyncio.to_thread(self._write, changes)
+            changed = set()
+            for change, state in zip(changes, written):
+                tp = (change.topic, change.partition)
+                if state is None:
+                    self.states.pop(tp, None)
+                    remaining.append(tp)
+                    continue
+                self.states[tp] = state
+                changed.add(tp)
+            self._tell_brokers(changed)
+            self._dirty.set()
+        return remaining
+
+    # ------------------------------------------------------------ telling the brokers
+
+    def _tell_brokers(self, changed: set[tuple[str, int]], leader_too: bool = True) -> None:
+        new, self._new_brokers = self._new_brokers & set(self.live), set()
+        by_broker: dict[int, set[tuple[str, int]]] = {b: set() for b in self.live}
+        for tp in changed:
+            assignment = self.assignments.get(tp[0])
+            replicas = assignment.partitions.get(tp[1], ()) if assignment else ()
+            for r in replicas:
+                if r in by_broker and (leader_too or r != self.states[tp].leader):
+                    by_broker[r].add(tp)
+        for b in new:
+            by_broker[b] |= {tp for tp in self.states
+                             if b in self.assignments[tp[0]].partitions.get(tp[1], ())}
+        for b, tps in by_broker.items():
+            if tps:
+                self._send(b, self._leader_and_isr(b, tps, full=b in new))
+        if changed or new:
+            update = self._update_metadata()
+            for b in self.live:
+                self._send(b, update)
+
+    def _leader_and_isr(self, broker: int, tps: set[tuple[str, int]], full: bool):
+        topics: dict[str, list] = {}
+        for topic, p in sorted(tps):
+            state = self.states[(topic, p)]
+            replicas = self.assignments[topic].partitions.get(p, ())
+            topics.setdefault(topic, []).append(ib.LeaderAndIsrPartitionState(
+                partition_index=p, controller_epoch=state.controller_epoch, leader=state.leader,
+                leader_epoch=state.leader_epoch, isr=state.isr, partition_epoch=state.zk_version,
+                replicas=replicas, adding_replicas=(), removing_replicas=(), is_new=False))
+        leaders = {self.states[tp].leader for tp in tps} & set(self.live)
+        return ib.LeaderAndIsrRequest(
+            controller_id=self.broker_id, controller_epoch=self.epoch,
+            broker_epoch=self.live[broker].epoch, type_=ib.FULL if full else ib.INCREMENTAL,
+            topic_states=tuple(ib.LeaderAndIsrTopicState(
+                topic_name=t, topic_id=topic_uuid(self.assignments[t].topic_id),
+                partition_states=tuple(ps)) for t, ps in topics.items()),
+            live_leaders=tuple(self._live_leader(b) for b in sorted(leaders)))
+
+    def _live_leader(self, b: int):
+        ep = self._endpoint(b)
+        return ib.LeaderAndIsrLiveLeader(broker_id=b, host_name=ep.host if ep else "",
+                                         port=ep.port if ep else -1)
+
+    def _endpoint(self, b: int):
+        reg = self.live[b].registration
+        return reg.endpoint(self.listener) or (reg.endpoints[0] if reg.endpoints else None)
+
+    def _update_metadata(self):
+        live = frozenset(self.live)
+        topics = []
+        for topic, assignment in sorted(self.assignments.items()):
+            parts = []
+            for p, replicas in sorted(assignment.partitions.items()):
+                state = self.states.get((topic, p))
+                if state is None:
+                    continue
+                parts.append(ib.UpdateMetadataPartitionState(
+                    partition_index=p, controller_epoch=state.controller_epoch,
+                    leader=state.leader if state.leader in live else elections.NO_LEADER,
+                    leader_epoch=state.leader_epoch, isr=state.isr, zk_version=state.zk_version,
+                    replicas=replicas, offline_replicas=tuple(r for r in replicas if r not in live)))
+            topics.append(ib.UpdateMetadataTopicState(
+                topic_name=topic, topic_id=topic_uuid(assignment.topic_id),
+                partition_states=tuple(parts)))
+        brokers = []
+        for b in sorted(self.live):
+            reg = self.live[b].registration
+            brokers.append(ib.UpdateMetadataBroker(
+                id_=b, rack=reg.rack, endpoints=tuple(ib.UpdateMetadataEndpoint(
+                    port=e.port, host=e.host, listener=e.listener, security_protocol=0)
+                    for e in reg.endpoints)))
+        return ib.UpdateMetadataRequest(controller_id=self.broker_id, controller_epoch=self.epoch,
+                                        broker_epoch=-1, topic_states=tuple(topics),
+                                        live_brokers=tuple(brokers))
+
+    def _send(self, broker: int, request) -> None:
+        queue = self._outbox.get(broker)
+        if queue is None:
+            queue = self._outbox[broker] = asyncio.Queue()
+            self._senders[broker] = asyncio.create_task(self._sender(broker, queue),
+                                                        name=f"controller-to-{broker}")
+        queue.put_nowait(request)
+
+    def _drop_broker(self, broker: int) -> None:
+        task = self._senders.pop(broker, None)
+        if task is not None:
+            task.cancel()
+        self._outbox.pop(broker, None)
+        ch = self._channels.pop(broker, None)
+        if ch is not None:
+            ch.close()
+
+    async def _sender(self, broker: int, queue: asyncio.Queue) -> None:
+        while True:
+            request = await queue.get()
+            while broker in self.live:
+                ep = self._endpoint(broker)
+                ch = self._channels.get(broker)
+                if ch is None:
+                    ch = self._channels[broker] = BrokerChannel(
+                        broker, ep.host, ep.port, client_id=f"broker-{self.broker_id}-controller")
+                else:
+                    ch.retarget(ep.host, ep.port)
+                try:
+                    response = await ch.request(request)
+                except ChannelError as exc:
+                    log.warning("controller: %s; trying again", exc)
+                    await asyncio.sleep(RETRY_S)
+                    continue
+                if response.error_code == ErrorCode.stale_controller_epoch:
+                    log.info("controller: broker %d knows a newer controller epoch than %d",
+                             broker, self.epoch)
+                break
