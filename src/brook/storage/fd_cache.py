@@ -61,12 +61,15 @@ class FdCache:
         self._open: OrderedDict[CachedFile, None] = OrderedDict()
         self.opens = 0  # descriptors opened (for a file's first use, or again after eviction)
         self.evictions = 0
+        # Files whose `unpin_soon` found the lock held: unpinned by the next operation.
+        self._deferred: list[CachedFile] = []
 
     def file(self, path: str, flags: int, fd: int = -1) -> CachedFile:
         """A file of this cache, not opened until pinned (or opened already: `fd`)."""
         f = CachedFile(self, path, flags)
         if fd >= 0:
             with self.lock:
+                self._drain()
                 f.fd = fd
                 self._open[f] = None
                 self.opens += 1
@@ -81,6 +84,7 @@ class FdCache:
     @property
     def pinned_count(self) -> int:
         with self.lock:
+            self._drain()
             return sum(1 for f in self._open if f.pins)
 
     def resize(self, capacity: int) -> None:
@@ -89,7 +93,14 @@ class FdCache:
             raise ValueError("a descriptor cache holds at least one descriptor")
         with self.lock:
             self.capacity = capacity
+            self._drain()
             self._evict()
+
+    def _drain(self) -> None:
+        """The unpins `unpin_soon` deferred. The caller holds the lock."""
+        deferred = self._deferred
+        while deferred:
+            deferred.pop()._unpin_locked()
 
     def _evict(self) -> None:
         """Close unpinned descriptors, the least recently used first, until at most
@@ -135,6 +146,8 @@ class CachedFile:
         lock = self.lock
         lock.acquire()
         try:
+            if self.cache._deferred:
+                self.cache._drain()
             fd = self.fd
             if fd < 0:
                 return self._open_locked()
@@ -159,26 +172,47 @@ class CachedFile:
         lock = self.lock
         lock.acquire()
         try:
-            self.pins -= 1
-            if not self.pins:
-                if self.closed:
-                    if self.fd >= 0:
-                        self._close_locked()
-                elif len(self.cache._open) > self.cache.capacity:  # pins held it over
-                    self.cache._evict()
+            if self.cache._deferred:
+                self.cache._drain()
+            self._unpin_locked()
         finally:
             lock.release()
+
+    def unpin_soon(self) -> None:
+        """`unpin` from a finalizer (a region or a reading generator garbage collected): the
+        collector may run it on a thread that holds the lock already, in the middle of an
+        operation, where waiting for the lock would wait for ever. If the lock is not free
+        the unpin is left to the next operation on the cache."""
+        lock = self.lock
+        if lock.acquire(blocking=False):
+            try:
+                self._unpin_locked()
+            finally:
+                lock.release()
+        else:
+            self.cache._deferred.append(self)  # atomic: no lock needed
+
+    def _unpin_locked(self) -> None:
+        self.pins -= 1
+        if not self.pins:
+            if self.closed:
+                if self.fd >= 0:
+                    self._close_locked()
+            elif len(self.cache._open) > self.cache.capacity:  # pins held it over
+                self.cache._evict()
 
     def rename(self, path: str) -> None:
         """Rename the file (an open descriptor stays valid); under the lock, so that no
         other thread opens it by the old name meanwhile."""
         with self.cache.lock:
+            self.cache._drain()
             os.replace(self.path, path)
             self.path = path
 
     def close(self) -> None:
         """Close the descriptor (at its last `unpin` if pinned); the file is not opened again."""
         with self.cache.lock:
+            self.cache._drain()
             self.closed = True
             if self.fd >= 0 and not self.pins:
                 self._close_locked()

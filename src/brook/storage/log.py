@@ -322,7 +322,7 @@ class Log:
                             yield ProducerBatch(pid, pepoch, bseq, base, base + delta, max_ts, attrs)
                         pos += length + LOG_OVERHEAD
                 finally:
-                    seg.file.unpin()
+                    seg.file.unpin_soon()  # run by the collector if the generator is dropped
             except RecordsError as exc:
                 log.error("%s: producer state skips damaged segment %d: %s",
                           self.directory, seg.base_offset, exc)

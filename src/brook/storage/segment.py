@@ -84,7 +84,9 @@ class FileRegion:
             file.unpin()
 
     def __del__(self) -> None:
-        self.release()
+        file, self._file = self._file, None
+        if file is not None:
+            file.unpin_soon()  # the collector may run this inside an operation on the cache
 
     def __repr__(self) -> str:
         return f"FileRegion(fd={self.fd}, position={self.position}, length={self.length})"
@@ -469,7 +471,7 @@ class LogSegment:
                 yield pos, os.pread(fd, loc.size, pos)
                 pos += loc.size
         finally:
-            self.file.unpin()
+            self.file.unpin_soon()  # run by the collector if the generator is dropped unfinished
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `timestamp`, or None."""
