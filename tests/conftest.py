@@ -18,13 +18,7 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 # --- brokers as real processes, for the integration tests with real Kafka clients -------------
 import pytest  # noqa: E402
 
-from broker_harness import BrokerProcess  # noqa: E402
-
-# Overrides every test broker gets: a 4-partition default for auto-created topics, and no
-# initial rebalance delay (a new group's first join would wait 3 s for more members; the delay
-# is tested on the fake clock in test_coordinator_classic.py and on a real broker in
-# test_broker_pipelining.py and test_connection_writes.py, which set it).
-BROKER_DEFAULTS = {"num.partitions": 4, "group.initial.rebalance.delay.ms": 0}
+from tests.support.broker_harness import BROKER_DEFAULTS, BrokerProcess  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +40,13 @@ class BrokerFactory:
         self.base_dir = base_dir
         self.brokers: list[BrokerProcess] = []
 
-    def __call__(self, overrides: dict | None = None, start: bool = True) -> BrokerProcess:
+    def __call__(self, overrides: dict | None = None, start: bool = True,
+                 **process) -> BrokerProcess:
+        """``process``: more of BrokerProcess's arguments (``open_files_limit=1024``)."""
         settings = dict(BROKER_DEFAULTS)
         settings.update(overrides or {})
-        proc = BrokerProcess(self.base_dir / f"broker{len(self.brokers)}", overrides=settings)
+        proc = BrokerProcess(self.base_dir / f"broker{len(self.brokers)}", overrides=settings,
+                             **process)
         self.brokers.append(proc)
         if start:
             proc.start()
@@ -228,7 +225,7 @@ class _Reach:
 def _assigned_in(globals_: dict, name: str) -> bool:
     """Whether a module of tests/ sets ``name`` itself (rather than importing it)."""
     path = globals_.get("__file__") or ""
-    if os.path.dirname(os.path.abspath(path)) != TESTS_DIR:
+    if not _under_tests(path):
         return False
     with open(path, encoding="utf-8") as f:
         return re.search(rf"^{name}\s*(:[^=]*)?=", f.read(), re.M) is not None
@@ -244,8 +241,12 @@ def _in_tests(obj) -> bool:
     if not isinstance(obj, (type, types.FunctionType)):
         return False
     module = sys.modules.get(getattr(obj, "__module__", None) or "")
-    path = getattr(module, "__file__", None) or ""
-    return os.path.dirname(os.path.abspath(path)) == TESTS_DIR
+    return _under_tests(getattr(module, "__file__", None) or "")
+
+
+def _under_tests(path: str) -> bool:
+    """Whether ``path`` is a file of tests/ or of a folder below it."""
+    return bool(path) and os.path.abspath(path).startswith(TESTS_DIR + os.sep)
 
 
 def _fixture_defs(item):

@@ -26,8 +26,9 @@ simulated network that delays, loses and reorders messages, all driven by one
   `/controller` deleted (a new controller with a bumped epoch while the old one still runs),
   controlled shutdown, links between brokers cut, messages lost and delayed.
 
-Four things are modeled differently from brook's wiring today (each has a switch, and
-`test_brooks_wiring_today` keeps a seed that fails with brook's way): `reelect_restarted` (the
+Four rules of brook's wiring are modeled with a switch each, and
+`test_each_rule_of_the_wiring_is_needed` keeps a seed that fails without the rule (the simpler
+rule brook's first wiring had): `reelect_restarted` (the
 controller gives a partition a new leader epoch when its leader registered after the state was
 written: `elections.on_brokers(reelect=...)`), and three as Kafka does them:
 `maximal_isr` (a leader's high watermark counts the replicas an ISR change in flight adds, the
@@ -49,7 +50,7 @@ the same log on every replica.
 A failing seed prints itself and the command that replays it alone:
 `BROOK_SIM_SEED=<seed> python -m pytest tests/cluster/test_replication_simulation.py -k replay`.
 `BROOK_SIM_SEEDS=<n>` runs n seeds (500 by default, 2,000 where `CI` is set; `BROOK_SIM_FIRST`
-moves the first one); `BROOK_SIM_WIRING_TODAY=maximal_isr,...` replays with brook's way.
+moves the first one); `BROOK_SIM_WIRING_TODAY=maximal_isr,...` replays with a rule switched off.
 """
 
 from __future__ import annotations
@@ -1297,14 +1298,13 @@ def test_replication_simulation(first, end):
 
 def wiring_bug(seed: int, wiring: dict, why: str):
     mark = pytest.mark.xfail(strict=True, raises=SimulationError,
-                             reason=f"brook's wiring today: {why}")
+                             reason=f"the simpler rule: {why}")
     return pytest.param(seed, wiring, id=f"seed-{seed}-" + "-".join(wiring), marks=mark)
 
 
-# The simulation's defaults model three things the way Kafka does them, where brook's I/O
-# wiring (partition.py, replica_manager.py, controller.py) does otherwise today. With brook's
-# way, these seeds break an invariant; they pass once the wiring changes (then drop the
-# switch).
+# Four rules of the wiring (partition.py, replica_manager.py, controller.py, broker.py), the
+# first three as Kafka has them, that brook's first wiring did without. Each switch turns one
+# back into the simpler rule; with it, the seed breaks an invariant: the rule is needed.
 WIRING_TODAY = [
     wiring_bug(19, {"maximal_isr": False},
                "(1) an acks=all record is lost: the ISR grows in ZooKeeper while the leader's "
@@ -1328,7 +1328,7 @@ WIRING_TODAY = [
 
 
 @pytest.mark.parametrize("seed,wiring", WIRING_TODAY)
-def test_brooks_wiring_today(seed, wiring):
+def test_each_rule_of_the_wiring_is_needed(seed, wiring):
     Simulation(seed, **wiring).run()
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import resource
 
 from ..clock import SYSTEM_CLOCK, Clock, MonotonicWallClock
 from ..storage.config import LogConfig
@@ -42,7 +40,6 @@ from .response_cache import EncodedResponseCache
 log = logging.getLogger(__name__)
 
 CREATE_SLICE = 64  # partitions made between two turns of the event loop
-FD_HEADROOM = 1024  # open files kept free for connections and segment rolls
 
 
 class Broker:
@@ -287,23 +284,15 @@ class Broker:
             self.check_room(partitions)
 
     def check_room(self, adding: int) -> None:
-        """`adding` partitions fit under max.broker.partitions and the open-files limit."""
+        """`adding` partitions fit under max.broker.partitions. (Not under the open files limit:
+        a partition holds no descriptor of its own, its segment files are opened through the
+        bounded cache of storage.fd_cache.)"""
         have = len(self.partitions) + sum(self._creating.values())
         limit = self.config.max_broker_partitions
         if have + adding > limit:
             raise InvalidPartitionsError(
                 f"{adding} more partition(s) would bring this broker to {have + adding}, over "
                 f"max.broker.partitions={limit}")
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        try:
-            open_files = len(os.listdir("/proc/self/fd"))
-        except OSError:
-            return  # not Linux: the open itself fails, and the topic with it
-        if soft != resource.RLIM_INFINITY and open_files + adding + FD_HEADROOM > soft:
-            raise InvalidPartitionsError(
-                f"{adding} more partition(s) need as many open files: {open_files} are open of this "
-                f"process's limit of {soft} (RLIMIT_NOFILE), {FD_HEADROOM} kept for connections and "
-                f"segment rolls")
 
     def log_config_of(self, configs: dict[str, str]) -> LogConfig:
         """The log config of a topic with these overrides (before its metadata exists)."""

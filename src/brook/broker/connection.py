@@ -344,14 +344,20 @@ class Connection:
 
     async def _write_pieces(self, pieces) -> None:
         """Queue or send a response of bytes and file regions. Each region's file is duplicated
-        before anything is sent (no await in between since the regions were read), so a
-        segment deleted meanwhile is still read from its own file, never from whatever
-        file reuses its descriptor number. Before a region, everything queued is sent."""
+        before anything is sent (each region pins its segment's descriptor in the cache of
+        segment files until then, and releases it once duplicated), so a segment deleted
+        or evicted meanwhile is still read from its own file, never from whatever file
+        reuses its descriptor number. Before a region, everything queued is sent."""
         fds = {}
         try:
             for piece in pieces:
                 if not isinstance(piece, bytes) and piece.fd not in fds:
                     fds[piece.fd] = os.dup(piece.fd)
+            for piece in pieces:  # the duplicates are ours: the segments' may be closed now
+                if not isinstance(piece, bytes):
+                    release = getattr(piece, "release", None)
+                    if release is not None:
+                        release()
             for piece in pieces:
                 if isinstance(piece, bytes):
                     self._write(piece)

@@ -106,7 +106,7 @@ class GroupCommitter:
                     continue
                 segments = lg.segments
                 for seg in reversed(segments):  # those created since, and the one before
-                    fds.append(os.dup(seg.fd))
+                    fds.append(seg.dup_fd())
                     if durable is not None and seg.base_offset <= durable:
                         break
                 if durable is None or segments[-1].base_offset >= durable:

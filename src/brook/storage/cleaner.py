@@ -135,7 +135,7 @@ def _first_batch_timestamp(seg: LogSegment) -> int:
         return seg.rolling_base_ms
     if seg.size < 43:
         return NO_TIMESTAMP
-    head = os.pread(seg.fd, 43, 0)
+    head = seg.pread(43, 0)
     return _MAX_TS.unpack_from(head, 35)[0] if len(head) == 43 else NO_TIMESTAMP
 
 
@@ -473,7 +473,7 @@ def _clean_group(job: CleanJob, group: list[LogSegment], offset_map: dict[bytes,
             return None
         cleaned.on_become_inactive()
         # Keep the old modification time: retention of a segment without timestamps uses it.
-        mtime_ns = os.fstat(group[-1].fd).st_mtime_ns
+        mtime_ns = group[-1].stat().st_mtime_ns
         os.utime(cleaned.log_path, ns=(mtime_ns, mtime_ns))
         if job.cancelled.is_set():  # before the flush, the slowest step of a large group
             raise CleanAborted()

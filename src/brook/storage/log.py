@@ -308,17 +308,21 @@ class Log:
                         continue
                     pos = loc.position
                 size = seg.size
-                while pos < size:
-                    head = os.pread(seg.fd, HEADER_SIZE, pos)
-                    if len(head) < HEADER_SIZE:
-                        raise CorruptRecordError(f"truncated batch header at position {pos}")
-                    (base, length, _, magic, _, attrs, delta, _, max_ts, pid, pepoch, bseq, _) = \
-                        _HEADER.unpack(head)
-                    if magic != MAGIC_V2 or length < MIN_BATCH_LENGTH:
-                        raise CorruptRecordError(f"invalid batch header at position {pos}")
-                    if pid >= 0 and base + delta >= start:
-                        yield ProducerBatch(pid, pepoch, bseq, base, base + delta, max_ts, attrs)
-                    pos += length + LOG_OVERHEAD
+                fd = seg.file.pin()
+                try:
+                    while pos < size:
+                        head = os.pread(fd, HEADER_SIZE, pos)
+                        if len(head) < HEADER_SIZE:
+                            raise CorruptRecordError(f"truncated batch header at position {pos}")
+                        (base, length, _, magic, _, attrs, delta, _, max_ts, pid, pepoch, bseq, _) = \
+                            _HEADER.unpack(head)
+                        if magic != MAGIC_V2 or length < MIN_BATCH_LENGTH:
+                            raise CorruptRecordError(f"invalid batch header at position {pos}")
+                        if pid >= 0 and base + delta >= start:
+                            yield ProducerBatch(pid, pepoch, bseq, base, base + delta, max_ts, attrs)
+                        pos += length + LOG_OVERHEAD
+                finally:
+                    seg.file.unpin_soon()  # run by the collector if the generator is dropped
             except RecordsError as exc:
                 log.error("%s: producer state skips damaged segment %d: %s",
                           self.directory, seg.base_offset, exc)

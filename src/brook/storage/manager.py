@@ -25,6 +25,8 @@ from ..records.errors import RecordsError
 from .checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
 from .cleaner import CleanAborted, CleanerThread, CleanJob, CleanResult, LogCleaner
 from .config import LogConfig
+from .fd_cache import DEFAULT_CAPACITY as DEFAULT_FD_CACHE_SIZE
+from .fd_cache import SEGMENT_FILES, capacity_for
 from .producer_budget import DEFAULT_PRODUCER_ID_MAX_COUNT, ProducerIdBudget
 from .log import Log, parse_topic_partition
 
@@ -56,6 +58,9 @@ class ManagerConfig:
     cleaner_enable: bool = True  # log.cleaner.enable
     producer_expiration_check_interval_ms: int = 600_000  # producer.id.expiration.check.interval.ms
     producer_id_max_count: int = DEFAULT_PRODUCER_ID_MAX_COUNT  # producer.id.max.count (brook's)
+    # Segment files kept open at most (brook's; storage.fd_cache), lowered to a quarter of
+    # the open files limit.
+    segment_fd_cache_size: int = DEFAULT_FD_CACHE_SIZE  # log.segment.fd.cache.size
 
     @classmethod
     def from_broker_props(cls, props: dict[str, str]) -> "ManagerConfig":
@@ -67,10 +72,13 @@ class ManagerConfig:
             "log.cleaner.backoff.ms": "cleaner_backoff_ms",
             "producer.id.expiration.check.interval.ms": "producer_expiration_check_interval_ms",
             "producer.id.max.count": "producer_id_max_count",
+            "log.segment.fd.cache.size": "segment_fd_cache_size",
         }
         values: dict = {name: int(props[k]) for k, name in keys.items() if k in props}
         if "log.cleaner.enable" in props:
             values["cleaner_enable"] = str(props["log.cleaner.enable"]).lower() == "true"
+        if values.get("segment_fd_cache_size", 1) < 1:
+            raise ValueError("log.segment.fd.cache.size must be at least 1")
         return cls(**values)
 
 
@@ -109,6 +117,11 @@ class LogManager:
 
     def startup(self) -> None:
         """Load every log; logs of a dir without the clean-shutdown marker are recovered."""
+        size = capacity_for(self.manager_config.segment_fd_cache_size)
+        if size < self.manager_config.segment_fd_cache_size:
+            log.warning("log.segment.fd.cache.size=%d lowered to %d, a quarter of the open files "
+                        "limit", self.manager_config.segment_fd_cache_size, size)
+        SEGMENT_FILES.resize(size)
         for log_dir in self.log_dirs:
             os.makedirs(log_dir, exist_ok=True)
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER)

@@ -1,8 +1,11 @@
 """One segment of a partition log: a .log file of v2 batches plus its two sparse indexes.
 
-The file descriptor is opened with O_APPEND: appends are plain `write`s of the batches as
+The `.log` file is opened with O_APPEND when it is first used, through the process's cache
+of descriptors (`storage.fd_cache`), which may close it again when it has not been used for
+a while; every use pins the descriptor meanwhile. Appends are plain `write`s of the batches as
 received (offsets already rewritten), into disk blocks reserved ahead of them (storage.reserve);
-reads are `pread`s of batch headers, and fetches hand (fd, position, length) regions to `sendfile`.
+reads are `pread`s of batch headers, and fetches hand (fd, position, length) regions to
+`sendfile`, each region pinning its descriptor for as long as it lives.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..records.batch import (
 from ..records.errors import CorruptRecordError, RecordsError
 from .config import LogConfig
 from .errors import KafkaStorageError
+from .fd_cache import SEGMENT_FILES, CachedFile
 from .index import CorruptIndexError, OffsetIndex, TimeIndex
 from .reserve import BUDGET_IN_USE, ahead, allocated_past_end, release, reserve
 
@@ -56,16 +60,36 @@ def file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
-@dataclass(frozen=True, slots=True)
 class FileRegion:
-    """Bytes of a segment file that a network layer can `sendfile` without copying them."""
+    """Bytes of a segment file that a network layer can `sendfile` without copying them.
 
-    fd: int
-    position: int
-    length: int
+    A region made by a segment holds a pin on the segment's descriptor (`file`) until it is
+    released or garbage collected, so `fd` stays this file's descriptor while it lives."""
+
+    __slots__ = ("fd", "position", "length", "_file")
+
+    def __init__(self, fd: int, position: int, length: int, file: CachedFile | None = None) -> None:
+        self.fd = fd
+        self.position = position
+        self.length = length
+        self._file = file  # pinned for us
 
     def read(self) -> bytes:
         return os.pread(self.fd, self.length, self.position)
+
+    def release(self) -> None:
+        """Let the descriptor go (it may then be closed); the region must not be read after."""
+        file, self._file = self._file, None
+        if file is not None:
+            file.unpin()
+
+    def __del__(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            file.unpin_soon()  # the collector may run this inside an operation on the cache
+
+    def __repr__(self) -> str:
+        return f"FileRegion(fd={self.fd}, position={self.position}, length={self.length})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +111,12 @@ class BatchEntry(NamedTuple):
 
 
 class LogSegment:
-    def __init__(self, directory: str, base_offset: int, config: LogConfig, fd: int, size: int,
-                 created_ms: int, suffix: str = "") -> None:
+    def __init__(self, directory: str, base_offset: int, config: LogConfig, file: CachedFile,
+                 size: int, created_ms: int, suffix: str = "") -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
-        self.fd = fd
+        self.file = file  # the .log file, through the descriptor cache
         self.size = size
         self.created_ms = created_ms
         self.suffix = suffix
@@ -122,14 +146,48 @@ class LogSegment:
                suffix: str = "") -> "LogSegment":
         path = os.path.join(directory, file_name(base_offset, LOG_SUFFIX) + suffix)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        return cls(directory, base_offset, config, fd, 0, now_ms, suffix)
+        file = SEGMENT_FILES.file(path, os.O_RDWR | os.O_APPEND, fd)
+        return cls(directory, base_offset, config, file, 0, now_ms, suffix)
 
     @classmethod
     def open(cls, directory: str, base_offset: int, config: LogConfig, suffix: str = "") -> "LogSegment":
+        """The segment of an existing file, which is not opened until it is used."""
         path = os.path.join(directory, file_name(base_offset, LOG_SUFFIX) + suffix)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND)
-        st = os.fstat(fd)
-        return cls(directory, base_offset, config, fd, st.st_size, st.st_mtime_ns // 1_000_000, suffix)
+        st = os.stat(path)
+        file = SEGMENT_FILES.file(path, os.O_RDWR | os.O_APPEND)
+        return cls(directory, base_offset, config, file, st.st_size, st.st_mtime_ns // 1_000_000, suffix)
+
+    @property
+    def fd(self) -> int:
+        """An open descriptor of the .log file, not pinned: for a use at once on the thread
+        that owns the log, with no other segment file opened before it (tests, tools).
+        Code that may run beside the cleaner thread pins (`file.pin()` / `file.unpin()`)."""
+        fd = self.file.pin()
+        self.file.unpin()
+        return fd
+
+    def pread(self, n: int, position: int) -> bytes:
+        fd = self.file.pin()
+        try:
+            return os.pread(fd, n, position)
+        finally:
+            self.file.unpin()
+
+    def stat(self) -> os.stat_result:
+        fd = self.file.pin()
+        try:
+            return os.fstat(fd)
+        finally:
+            self.file.unpin()
+
+    def dup_fd(self) -> int:
+        """A descriptor of the .log file of the caller's own (to close), which eviction from
+        the cache does not touch."""
+        fd = self.file.pin()
+        try:
+            return os.dup(fd)
+        finally:
+            self.file.unpin()
 
     def load_indexes(self) -> bool:
         """Load both indexes from disk; False if either is missing or not sane (rebuild it)."""
@@ -147,9 +205,8 @@ class LogSegment:
 
     def change_suffix(self, suffix: str) -> None:
         """Rename all three files (used for .deleted, .cleaned and .swap)."""
-        old_log = self.log_path
         self.suffix = suffix
-        os.replace(old_log, self.log_path)
+        self.file.rename(self.log_path)
         self.index.rename(self._path(INDEX_SUFFIX))
         self.time_index.rename(self._path(TIME_INDEX_SUFFIX))
 
@@ -170,16 +227,21 @@ class LogSegment:
         else:
             expected = len(data)
             write = os.write
-        if start + expected > self.reserved_to:
-            self._reserve(start + expected)
+        file = self.file
+        fd = file.pin()
         try:
-            written = write(self.fd, data)
-        except OSError as exc:
-            self._undo_partial_write(start)
-            raise KafkaStorageError(f"append to {self.log_path} failed: {exc}") from exc
-        if written != expected:
-            self._undo_partial_write(start)
-            raise KafkaStorageError(f"short write to {self.log_path}: {written} of {expected} bytes")
+            if start + expected > self.reserved_to:
+                self._reserve(fd, start + expected)
+            try:
+                written = write(fd, data)
+            except OSError as exc:
+                self._undo_partial_write(fd, start)
+                raise KafkaStorageError(f"append to {self.log_path} failed: {exc}") from exc
+            if written != expected:
+                self._undo_partial_write(fd, start)
+                raise KafkaStorageError(f"short write to {self.log_path}: {written} of {expected} bytes")
+        finally:
+            file.unpin()
         self._index_batches(batches, start)
         self.size = start + expected
 
@@ -188,21 +250,26 @@ class LogSegment:
         """append() of one batch given as its rewritten 16-byte prefix and the rest as
         received, with one `writev`: the Produce hot path, which builds no lists."""
         start = self.size
-        if start + size > self.reserved_to:
-            self._reserve(start + size)
+        file = self.file
+        fd = file.pin()
         try:
-            written = os.writev(self.fd, (prefix, rest))
-        except OSError as exc:
-            self._undo_partial_write(start)
-            raise KafkaStorageError(f"append to {self.log_path} failed: {exc}") from exc
-        if written != size:
-            self._undo_partial_write(start)
-            raise KafkaStorageError(f"short write to {self.log_path}: {written} of {size} bytes")
+            if start + size > self.reserved_to:
+                self._reserve(fd, start + size)
+            try:
+                written = os.writev(fd, (prefix, rest))
+            except OSError as exc:
+                self._undo_partial_write(fd, start)
+                raise KafkaStorageError(f"append to {self.log_path} failed: {exc}") from exc
+            if written != size:
+                self._undo_partial_write(fd, start)
+                raise KafkaStorageError(f"short write to {self.log_path}: {written} of {size} bytes")
+        finally:
+            file.unpin()
         self._index_batch(start, base_offset, last_offset, max_timestamp, size)
         self.size = start + size
         self.next_offset = last_offset + 1
 
-    def _reserve(self, end: int) -> None:
+    def _reserve(self, fd: int, end: int) -> None:
         """Reserve blocks past `end` (as many as the segment holds, within storage.reserve's
         bounds, and not past segment.bytes) before a write that goes beyond the reservation."""
         target = min(end + ahead(end), max(end, self.config.segment_bytes))
@@ -212,7 +279,7 @@ class LogSegment:
         granted = BUDGET_IN_USE.take(target - self.size, end - self.size)
         if not granted:  # the process holds its budget: plain writes until `target`
             self.reserved_to = target
-        elif reserve(self.fd, self.size, granted):
+        elif reserve(fd, self.size, granted):
             self._reserved_chunk = granted
             self.reserved_to = self.size + granted
         else:
@@ -223,7 +290,11 @@ class LogSegment:
         """Give back blocks reserved past the end: the segment takes no more appends."""
         if self._reserved_chunk and self.size < self.reserved_to:
             try:
-                release(self.fd, self.size)
+                fd = self.file.pin()
+                try:
+                    release(fd, self.size)
+                finally:
+                    self.file.unpin()
             except OSError as exc:  # only disk space is at stake, until the file is deleted
                 log.warning("could not release space reserved past %s: %s", self.log_path, exc)
         self._forget_reservation()
@@ -264,9 +335,10 @@ class LogSegment:
         else:
             self.bytes_since_last_index += size
 
-    def _undo_partial_write(self, size: int) -> None:
+    @staticmethod
+    def _undo_partial_write(fd: int, size: int) -> None:
         try:
-            os.ftruncate(self.fd, size)
+            os.ftruncate(fd, size)
         except OSError:
             pass
 
@@ -296,7 +368,11 @@ class LogSegment:
 
     def flush(self) -> None:
         try:
-            os.fsync(self.fd)
+            fd = self.file.pin()
+            try:
+                os.fsync(fd)
+            finally:
+                self.file.unpin()
             self.index.flush()
             self.time_index.flush()
         except OSError as exc:
@@ -308,7 +384,11 @@ class LogSegment:
         if loc is None:
             return 0
         removed = self.size - loc.position
-        os.ftruncate(self.fd, loc.position)  # frees reserved blocks too
+        fd = self.file.pin()
+        try:
+            os.ftruncate(fd, loc.position)  # frees reserved blocks too
+        finally:
+            self.file.unpin()
         self.size = loc.position
         self._forget_reservation()
         self.index.truncate_to(offset)
@@ -324,8 +404,8 @@ class LogSegment:
 
     # ------------------------------------------------------------ reads
 
-    def _batch_at(self, position: int) -> BatchLocation:
-        head = os.pread(self.fd, 27, position)
+    def _batch_at(self, fd: int, position: int) -> BatchLocation:
+        head = os.pread(fd, 27, position)
         if len(head) < 27:
             raise CorruptRecordError(f"{self.log_path}: truncated batch header at {position}")
         base, length = _PREFIX.unpack_from(head)
@@ -336,10 +416,17 @@ class LogSegment:
 
     def translate_offset(self, offset: int, max_position: int | None = None) -> BatchLocation | None:
         """The first batch whose last offset is >= `offset`, or None if there is none."""
+        fd = self.file.pin()
+        try:
+            return self._translate(fd, offset, max_position)
+        finally:
+            self.file.unpin()
+
+    def _translate(self, fd: int, offset: int, max_position: int | None) -> BatchLocation | None:
         end = self.size if max_position is None else max_position
         _, pos = self.index.lookup(offset)
         while pos < end:
-            loc = self._batch_at(pos)
+            loc = self._batch_at(fd, pos)
             if loc.last_offset >= offset:
                 return loc
             pos += loc.size
@@ -353,39 +440,59 @@ class LogSegment:
         except that with `min_one_message` the first batch is always whole.
         """
         end = self.size if max_position is None else max_position
-        loc = self.translate_offset(offset, end)
+        file = self.file
+        fd = file.pin()
+        try:
+            loc = self._translate(fd, offset, end)
+        except BaseException:
+            file.unpin()
+            raise
         if loc is None:
+            file.unpin()
             return None
         available = end - loc.position
         length = min(available, max_size)
         if min_one_message and length < loc.size:
             length = min(available, loc.size)
-        return FileRegion(self.fd, loc.position, length)
+        return FileRegion(fd, loc.position, length, file)  # the region holds our pin
 
     def batches(self, start_position: int = 0, end_position: int | None = None):
         """Yield (position, raw batch bytes) for tools and the cleaner; stops at a torn tail."""
         end = self.size if end_position is None else end_position
         pos = start_position
-        while pos < end:
-            loc = self._batch_at(pos)
-            if pos + loc.size > end:
-                return
-            yield pos, os.pread(self.fd, loc.size, pos)
-            pos += loc.size
+        if pos >= end:
+            return
+        fd = self.file.pin()
+        try:
+            while pos < end:
+                loc = self._batch_at(fd, pos)
+                if pos + loc.size > end:
+                    return
+                yield pos, os.pread(fd, loc.size, pos)
+                pos += loc.size
+        finally:
+            self.file.unpin_soon()  # run by the collector if the generator is dropped unfinished
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `timestamp`, or None."""
+        fd = self.file.pin()
+        try:
+            return self._find_by_timestamp(fd, timestamp, start_offset)
+        finally:
+            self.file.unpin()
+
+    def _find_by_timestamp(self, fd: int, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         _, from_offset = self.time_index.lookup(timestamp)
         _, pos = self.index.lookup(max(from_offset, start_offset))
         while pos < self.size:
-            loc = self._batch_at(pos)
-            head = os.pread(self.fd, 43, pos)
+            loc = self._batch_at(fd, pos)
+            head = os.pread(fd, 43, pos)
             (max_ts,) = _MAX_TS.unpack_from(head, 35)
             if max_ts >= timestamp and loc.last_offset >= start_offset:
                 (attrs,) = _ATTRS.unpack_from(head, 21)
                 if attrs & TIMESTAMP_TYPE_BIT:  # LogAppendTime: every record has max_ts
                     return max(loc.base_offset, start_offset), max_ts
-                batch = decode_batch(os.pread(self.fd, loc.size, pos), verify=False)
+                batch = decode_batch(os.pread(fd, loc.size, pos), verify=False)
                 for rec in batch.records:
                     if rec.offset >= start_offset and rec.timestamp >= timestamp:
                         ts = batch.max_timestamp if batch.timestamp_type == LOG_APPEND_TIME else rec.timestamp
@@ -398,7 +505,7 @@ class LogSegment:
         """Newest record timestamp, or the file's modification time if records carry none."""
         if self.max_timestamp_so_far >= 0:
             return self.max_timestamp_so_far
-        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+        return self.stat().st_mtime_ns // 1_000_000
 
     # ------------------------------------------------------------ recovery
 
@@ -414,12 +521,19 @@ class LogSegment:
         self.bytes_since_last_index = 0
         self.index_full = False
         self.next_offset = self.base_offset
-        st = os.fstat(self.fd)
+        fd = self.file.pin()
+        try:
+            return self._recover(fd)
+        finally:
+            self.file.unpin()
+
+    def _recover(self, fd: int) -> int:
+        st = os.fstat(fd)
         size = st.st_size
         valid = 0
         entries: list[BatchEntry] = []
         if size:
-            with mmap.mmap(self.fd, size, access=mmap.ACCESS_READ) as mm:
+            with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
                 view = memoryview(mm)
                 try:
                     for pos, h in scan_batches(view, verify=True):
@@ -436,12 +550,12 @@ class LogSegment:
                     view.release()
         truncated = size - valid
         if truncated:
-            os.ftruncate(self.fd, valid)  # frees reserved blocks too
+            os.ftruncate(fd, valid)  # frees reserved blocks too
         elif allocated_past_end(st):
             # Blocks reserved ahead before a crash: nothing else would give them back (a
             # segment gives back what it reserved since it was opened, if it ever rolls).
             try:
-                release(self.fd, valid)
+                release(fd, valid)
             except OSError as exc:
                 log.warning("could not release space reserved past %s: %s", self.log_path, exc)
         self.size = 0
@@ -457,15 +571,19 @@ class LogSegment:
         _, pos = self.index.last_entry
         next_offset = self.base_offset
         first = True
-        while pos < self.size:
-            loc = self._batch_at(pos)
-            if first or loc.last_offset >= next_offset:
-                next_offset = loc.last_offset + 1
-            first = False
-            pos += loc.size
-        if self.rolling_base_ms is None and self.size:
-            head = os.pread(self.fd, 43, 0)
-            (self.rolling_base_ms,) = _MAX_TS.unpack_from(head, 35)
+        fd = self.file.pin()
+        try:
+            while pos < self.size:
+                loc = self._batch_at(fd, pos)
+                if first or loc.last_offset >= next_offset:
+                    next_offset = loc.last_offset + 1
+                first = False
+                pos += loc.size
+            if self.rolling_base_ms is None and self.size:
+                head = os.pread(fd, 43, 0)
+                (self.rolling_base_ms,) = _MAX_TS.unpack_from(head, 35)
+        finally:
+            self.file.unpin()
         self.next_offset = max(next_offset, self.base_offset)
         return self.next_offset
 
@@ -479,17 +597,19 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
         self.index.flush(sync=False)
         self.time_index.flush(sync=False)
-        os.close(self.fd)
+        self.file.close()
         self.closed = True
 
     def close_without_index(self) -> None:
         if not self.closed:
-            os.close(self.fd)
+            self.file.close()
             self.closed = True
             self._forget_reservation()  # its budget: the blocks go with the file or at recovery
 
     def delete_files(self) -> None:
-        """Close and unlink all three files (after any delay the caller wanted)."""
+        """Close and unlink all three files (after any delay the caller wanted). A descriptor
+        pinned meanwhile (a region being sent, the cleaner reading) is closed at its last
+        unpin, and reads the unlinked file until then."""
         self.close_without_index()
         for path in (self.log_path, self.index.path, self.time_index.path):
             try:

@@ -1,0 +1,266 @@
+"""log.flush.before.ack: produce and coordinator writes answered only once fsynced, the fsyncs
+shared by everything waiting (group commit)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import timedelta
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from brook.broker import group_commit
+from brook.broker.group_commit import GroupCommitter
+from brook.records import Record, encode_batch
+from brook.storage.config import LogConfig
+from brook.storage.errors import KafkaStorageError
+from brook.storage.log import Log
+
+
+@pytest.fixture
+def fsyncs(monkeypatch):
+    """Every fsync's file, as (device, inode), in order."""
+    seen: list[tuple[int, int]] = []
+    real = os.fsync
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        seen.append((st.st_dev, st.st_ino))
+        real(fd)
+
+    monkeypatch.setattr(group_commit.os, "fsync", fsync)
+    return seen
+
+
+def file_id(path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def logs(tmp_path, n: int) -> list[Log]:
+    return [Log(str(tmp_path / f"t-{i}"), LogConfig()) for i in range(n)]
+
+
+def append(lg: Log, value: bytes = b"v") -> None:
+    lg.append(encode_batch([Record(0, 0, None, value)]))
+
+
+def test_waiters_share_fsync_rounds_and_each_round_covers_what_came_before_it(tmp_path, fsyncs):
+    lgs = logs(tmp_path, 4)
+    committer = GroupCommitter()
+
+    async def main():
+        waiters = []
+        for i in range(40):
+            lg = lgs[i % 4]
+            append(lg)
+            waiters.append(asyncio.ensure_future(committer.sync([lg])))
+        await asyncio.gather(*waiters)
+
+    try:
+        asyncio.run(main())
+        assert committer.answered == 40
+        assert committer.rounds <= 2  # the first waiter's round, then everyone who came meanwhile
+        segments = {file_id(lg.segments[-1].log_path) for lg in lgs}
+        assert segments <= set(fsyncs)  # every log's segment, each once a round at most
+        assert len(fsyncs) <= committer.rounds * 8  # a segment and a directory per log
+    finally:
+        for lg in lgs:
+            lg.close()
+
+
+def test_a_log_already_durable_is_not_fsynced_again(tmp_path, fsyncs):
+    [lg] = logs(tmp_path, 1)
+    committer = GroupCommitter()
+
+    async def main():
+        append(lg)
+        await committer.sync([lg])
+        count = len(fsyncs)
+        await committer.sync([lg])  # nothing new
+        assert len(fsyncs) == count
+        append(lg)
+        await committer.sync([lg])
+        assert len(fsyncs) > count
+
+    try:
+        asyncio.run(main())
+    finally:
+        lg.close()
+
+
+def test_a_failed_fsync_fails_the_waiters_of_its_round_and_the_next_round_tries_again(
+        tmp_path, monkeypatch):
+    [lg] = logs(tmp_path, 1)
+    committer = GroupCommitter()
+    failing = [True]
+    real = os.fsync
+
+    def fsync(fd):
+        if failing[0]:
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(group_commit.os, "fsync", fsync)
+
+    async def main():
+        append(lg)
+        with pytest.raises(KafkaStorageError):
+            await committer.sync([lg])
+        failing[0] = False
+        await committer.sync([lg])  # not marked durable by the failed round
+
+    try:
+        asyncio.run(main())
+        assert committer.rounds == 2
+    finally:
+        lg.close()
+
+
+async def roundtrip(theirs, request, api_key: int, version: int):
+    """Send one request on the client's end of the socket pair and read its answer."""
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader
+
+    from tests.support.kafka_wire import frame
+
+    loop = asyncio.get_running_loop()
+    await loop.sock_sendall(theirs, frame(request, 7))
+    data = b""
+    while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+        data += await loop.sock_recv(theirs, 65536)
+    cls = load_response_schema(api_key, version)
+    body = data[4:]
+    header, offset = entity_reader(cls.__header_schema__)(body, 0)
+    return entity_reader(cls)(body, offset)[0]
+
+
+def test_a_produce_is_answered_after_its_segment_is_fsynced(tmp_path, fsyncs):
+    from tests.support.socketpair_broker import run_broker
+
+    from brook.protocol.messages import make
+    from tests.support.kafka_wire import request_class
+
+    async def test(broker, conn, ours, theirs):
+        broker.create_topic("t", 1)
+        cls = request_class(0, 9)
+        mod = __import__(cls.__module__, fromlist=["x"])
+        request = make(cls, transactional_id=None, acks=-1, timeout=timedelta(seconds=30), topic_data=(
+            make(mod.TopicProduceData, name="t", partition_data=(
+                make(mod.PartitionProduceData, index=0,
+                     records=encode_batch([Record(0, 0, None, b"v")])),)),))
+        answer = await roundtrip(theirs, request, 0, 9)
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+        assert file_id(broker.partition("t", 0).log.segments[-1].log_path) in fsyncs
+        assert broker.group_commit.answered == 1
+
+    run_broker(tmp_path, {"log.flush.before.ack": "true"}, test)
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_an_offset_commit_is_answered_after_its_offsets_partition_is_fsynced(tmp_path, fsyncs,
+                                                                            durable):
+    """And without the setting, nothing waits for an fsync."""
+    from tests.support.socketpair_broker import run_broker
+    from tests.support.commit_frames import commit
+
+    async def test(broker, conn, ours, theirs):
+        broker.create_topic("t", 1)
+        answer = await roundtrip(theirs, commit("g", 5), 8, 9)
+        assert answer.topics[0].partitions[0].error_code == ErrorCode.none
+        offsets = broker.partition("__consumer_offsets", 0).log
+        assert (file_id(offsets.segments[-1].log_path) in fsyncs) is durable
+        assert (broker.group_commit is not None) is durable
+
+    run_broker(tmp_path, {"log.flush.before.ack": str(durable).lower()}, test)
+
+
+def test_real_clients_produce_consume_and_commit_with_durable_acknowledgements(broker_factory):
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.support.broker_harness import (
+        check_round_trip,
+        confluent_config,
+        confluent_consume,
+        confluent_produce,
+        create_topic_confluent,
+        make_records,
+        partition_counts,
+    )
+
+    broker = broker_factory({"log.flush.before.ack": "true"})
+    create_topic_confluent(broker.bootstrap, "durable", 2)
+    records = make_records(3_000, seed=3)
+    delivery = confluent_produce(broker.bootstrap, "durable", records, "lz4", acks="all")
+    assert not delivery.errors, delivery.errors[:3]
+    consumed = confluent_consume(broker.bootstrap, "durable", partition_counts(delivery, 2))
+    check_round_trip(records, delivery, consumed)
+    consumer = Consumer(confluent_config(broker.bootstrap, group_id="durable-group",
+                                         enable_auto_commit=False))
+    try:
+        offsets = [TopicPartition("durable", p, 10 + p) for p in range(2)]
+        consumer.commit(offsets=offsets, asynchronous=False)
+        got = consumer.committed([TopicPartition("durable", p) for p in range(2)], timeout=10)
+        assert [tp.offset for tp in got] == [10, 11]
+    finally:
+        consumer.close()
+
+
+def test_pipelined_requests_on_one_connection_share_fsyncs_and_are_answered_in_order(tmp_path):
+    """The connection goes on with the next requests while a deferred answer waits for its
+    fsync: 16 pipelined commits need far fewer fsync rounds, and come back in order."""
+    from tests.support.socketpair_broker import run_broker
+    from tests.support.commit_frames import answers, commit
+
+    from tests.support.kafka_wire import frame
+
+    async def test(broker, conn, ours, theirs):
+        broker.create_topic("t", 1)
+        loop = asyncio.get_running_loop()
+        await roundtrip(theirs, commit("g", 0), 8, 9)  # creates __consumer_offsets
+        rounds = broker.group_commit.rounds
+        await loop.sock_sendall(theirs, b"".join(frame(commit("g", i), i) for i in range(1, 17)))
+        data = b""
+        while len(answers(data)) < 16 if _whole(data) else True:
+            data += await loop.sock_recv(theirs, 65536)
+        got = answers(data)
+        assert [c for c, _ in got] == list(range(1, 17))
+        assert all(a.topics[0].partitions[0].error_code == ErrorCode.none for _, a in got)
+        assert broker.group_commit.rounds - rounds <= 4
+        fetched = broker.coordinator.context_for("g").shard.offsets.get("g", "t", 0)
+        assert fetched.offset == 16
+
+    run_broker(tmp_path, {"log.flush.before.ack": "true"}, test)
+
+
+def _whole(data: bytes) -> bool:
+    """Whether ``data`` ends at the end of a frame."""
+    pos = 0
+    while pos + 4 <= len(data):
+        pos += 4 + int.from_bytes(data[pos:pos + 4], "big")
+    return pos == len(data)
+
+
+def test_a_segment_rolled_since_the_last_round_is_fsynced_with_its_directory(tmp_path, fsyncs):
+    lg = Log(str(tmp_path / "t-0"), LogConfig(segment_bytes=400))
+    committer = GroupCommitter()
+
+    async def main():
+        append(lg, b"x" * 250)
+        await committer.sync([lg])
+        fsyncs.clear()
+        append(lg, b"y" * 250)  # does not fit: a new segment
+        assert len(lg.segments) == 2
+        await committer.sync([lg])
+        assert file_id(lg.segments[-1].log_path) in fsyncs
+        assert file_id(lg.directory) in fsyncs
+        fsyncs.clear()
+        append(lg, b"z")
+        await committer.sync([lg])
+        assert file_id(lg.directory) not in fsyncs  # no new entry to make durable
+
+    try:
+        asyncio.run(main())
+    finally:
+        lg.close()

@@ -1,0 +1,111 @@
+"""The group coordinator in a cluster (issue 18's core): __consumer_offsets replicated three
+times, each group coordinated by the leader of its offsets partition, commits answered once
+on every in-sync replica, and the coordinator moving with leadership when its broker dies,
+without losing a committed offset."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.support.cluster_harness import brokers, wait_for, zk, zookeeper  # noqa: F401
+
+pytestmark = pytest.mark.broker
+
+SETTINGS = {"replica.fetch.wait.max.ms": 100, "replica.fetch.backoff.ms": 200,
+            "controlled.shutdown.retry.backoff.ms": 200, "offsets.topic.num.partitions": 5,
+            "group.initial.rebalance.delay.ms": 0}
+
+
+def _start(brokers, zk):
+    procs = [brokers(i, SETTINGS) for i in (1, 2, 3)]
+    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "brokers registered", brokers)
+    return ",".join(p.bootstrap for p in procs)
+
+
+def _coordinator(bootstrap, group):
+    from tests.support.kafka_wire import WireClient, request_class
+    from brook.protocol.messages import make
+    with WireClient(bootstrap.split(",")[0], 10) as w:
+        r = w.request(make(request_class(10, 4), key_type=0, coordinator_keys=(group,)))
+    c = r.coordinators[0]
+    return c.error_code, c.node_id
+
+
+def _offsets_partition(group, n=5):
+    from brook.coordinator.partitioner import partition_for
+    return partition_for(group, n)
+
+
+def test_groups_are_coordinated_by_their_offsets_partitions_leader_and_survive_its_death(zk, brokers):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    bootstrap = _start(brokers, zk)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("events", 1, 3)], operation_timeout=20)["events"].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(100):
+        p.produce("events", f"e{i}".encode())
+    assert p.flush(30) == 0
+
+    group = "g-failover"
+    # The offsets topic is made on first use, replicated three times.
+    code, node = wait_for(lambda: (r := _coordinator(bootstrap, group))[0] == 0 and r, 30,
+                          "a coordinator for the group", brokers)
+    state = wait_for(lambda: zk.json(f"/brokers/topics/__consumer_offsets/partitions/"
+                                     f"{_offsets_partition(group)}/state"), 10, "offsets state", brokers)
+    assert node == state["leader"] and sorted(state["isr"]) == [1, 2, 3]
+    assert len(zk.json("/brokers/topics/__consumer_offsets")["partitions"]) == 5
+    # Every broker names the same coordinator.
+    for i in (1, 2, 3):
+        assert _coordinator(brokers[i].bootstrap, group) == (0, node)
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    c.subscribe(["events"])
+    got = 0
+    deadline = time.monotonic() + 60
+    while got < 60 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got += 1
+    c.commit(offsets=[TopicPartition("events", 0, 60)], asynchronous=False)
+    c.close()
+
+    # The coordinator dies: the group's offsets partition gets a new leader, which loads it.
+    brokers[node].kill()
+    rest = ",".join(brokers[i].bootstrap for i in (1, 2, 3) if i != node)
+    code, new = wait_for(lambda: (r := _coordinator(rest, group))[0] == 0 and r[1] != node and r, 30,
+                         "a new coordinator", brokers)
+    c = Consumer({"bootstrap.servers": rest, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    committed = wait_for(lambda: (x := c.committed([TopicPartition("events", 0)], timeout=10))
+                         and x[0].offset >= 0 and x, 30, "the committed offset from the new coordinator",
+                         brokers)
+    assert committed[0].offset == 60
+    c.subscribe(["events"])
+    first = None
+    deadline = time.monotonic() + 60
+    while first is None and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            first = m
+    c.close()
+    assert first is not None and first.offset() == 60
+
+
+def test_a_follower_is_not_the_coordinator(zk, brokers):
+    from tests.support.kafka_wire import WireClient, request_class
+    from brook.protocol.messages import make
+    from kio.schema.errors import ErrorCode
+    bootstrap = _start(brokers, zk)
+    group = "g-routing"
+    code, node = wait_for(lambda: (r := _coordinator(bootstrap, group))[0] == 0 and r, 30,
+                          "a coordinator", brokers)
+    other = next(i for i in (1, 2, 3) if i != node)
+    with WireClient(brokers[other].bootstrap, 10) as w:
+        r = w.request(make(request_class(9, 8), groups=(make(__import__(
+            request_class(9, 8).__module__, fromlist=["x"]).OffsetFetchRequestGroup,
+            group_id=group, topics=None),), require_stable=False))
+    assert r.groups[0].error_code == ErrorCode.not_coordinator

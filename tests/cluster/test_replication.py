@@ -1,0 +1,354 @@
+"""Replication on real brokers and a real ZooKeeper: a topic with three replicas on three
+brokers, acks=all produce through confluent-kafka, and leadership moving when a leader dies."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from tests.support.cluster_harness import (ClusterBrokers, ZkView, brokers, own_zookeeper,  # noqa: F401
+                                           wait_for, zk, zookeeper)
+
+pytestmark = pytest.mark.broker
+
+FAST = {"replica.lag.time.max.ms": 3000, "replica.fetch.wait.max.ms": 100,
+        "replica.fetch.backoff.ms": 200, "controlled.shutdown.retry.backoff.ms": 200}
+
+
+def _three(brokers, zk, extra=None):
+    procs = [brokers(i, {**FAST, **(extra or {})}) for i in (1, 2, 3)]
+    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "three brokers registered", brokers)
+    return procs
+
+
+def _bootstrap(procs) -> str:
+    return ",".join(p.bootstrap for p in procs if p.proc is not None and p.proc.poll() is None)
+
+
+def _create(bootstrap: str, name: str, partitions: int = 1, rf: int = 3, configs=None):
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fs = admin.create_topics([NewTopic(name, partitions, rf, config=configs or {})],
+                             operation_timeout=20, request_timeout=30)
+    fs[name].result(timeout=40)
+
+
+def _state(zk, topic, p=0):
+    return zk.json(f"/brokers/topics/{topic}/partitions/{p}/state")
+
+
+def _metadata(bootstrap, topic):
+    from confluent_kafka.admin import AdminClient
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return md.topics[topic].partitions
+
+
+def _produce(bootstrap, topic, values, **conf):
+    from confluent_kafka import Producer
+    acked, failed = [], []
+
+    def report(err, msg):
+        (failed if err else acked).append(msg.value() if not err else (msg.value(), err))
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                  "message.timeout.ms": 60000, **conf})
+    for v in values:
+        p.produce(topic, v, on_delivery=report)
+        p.poll(0)
+    p.flush(90)
+    return acked, failed
+
+
+def _consume_all(bootstrap, topic, expected: int, timeout=60):
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < expected and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            out.append(m.value())
+    c.close()
+    return out
+
+
+def test_a_replicated_topic_is_led_by_one_and_followed_by_all(zk, brokers):
+    procs = _three(brokers, zk)
+    bootstrap = _bootstrap(procs)
+    _create(bootstrap, "rep", rf=3)
+    assignment = zk.json("/brokers/topics/rep")
+    assert sorted(assignment["partitions"]["0"]) == [1, 2, 3]
+    state = wait_for(lambda: _state(zk, "rep"), 20, "the partition state written", brokers)
+    assert state["leader"] == assignment["partitions"]["0"][0]
+    assert sorted(state["isr"]) == [1, 2, 3] and state["leader_epoch"] == 0
+    parts = wait_for(lambda: _metadata(bootstrap, "rep"), 20, "metadata of rep", brokers)
+    assert parts[0].leader == state["leader"] and sorted(parts[0].replicas) == [1, 2, 3]
+    values = [f"v{i}".encode() for i in range(500)]
+    acked, failed = _produce(bootstrap, "rep", values)
+    assert failed == [] and acked == values
+    assert _consume_all(bootstrap, "rep", 500) == values
+
+
+def test_leader_killed_a_follower_takes_over_without_losing_acknowledged_records(zk, brokers):
+    procs = _three(brokers, zk)
+    bootstrap = _bootstrap(procs)
+    _create(bootstrap, "failover", rf=3, configs={"min.insync.replicas": "2"})
+    first = [f"a{i}".encode() for i in range(300)]
+    acked, failed = _produce(bootstrap, "failover", first)
+    assert failed == [] and acked == first
+    state = _state(zk, "failover")
+    leader = state["leader"]
+    brokers[leader].proc.send_signal(signal.SIGKILL)
+    brokers[leader].proc.wait()
+    new = wait_for(lambda: (s := _state(zk, "failover")) and s["leader"] not in (leader, -1) and s,
+                   30, "a new leader elected", brokers)
+    assert new["leader_epoch"] > state["leader_epoch"]
+    assert leader not in new["isr"]
+    rest = [p for i, p in brokers.brokers.items() if i != leader]
+    bootstrap = _bootstrap(rest)
+    second = [f"b{i}".encode() for i in range(300)]
+    acked2, failed2 = _produce(bootstrap, "failover", second)
+    assert failed2 == [] and acked2 == second
+    assert _consume_all(bootstrap, "failover", 600) == first + second
+
+
+def _leader_of(zk, topic, p=0):
+    return _state(zk, topic, p)["leader"]
+
+
+def _wire(proc):
+    from tests.support.kafka_wire import WireClient
+    return WireClient(proc.bootstrap, 10)
+
+
+def _produce_request(topic: str, value: bytes, acks: int = -1, timeout_ms: int = 5000):
+    from datetime import timedelta
+    from tests.support.kafka_wire import request_class
+    from brook.protocol.messages import make
+    cls = request_class(0, 9)
+    mod = __import__(cls.__module__, fromlist=["x"])
+    records = _batch([value])
+    return make(cls, transactional_id=None, acks=acks, timeout=timedelta(milliseconds=timeout_ms),
+                topic_data=(make(mod.TopicProduceData, name=topic, partition_data=(
+                    make(mod.PartitionProduceData, index=0, records=records),)),))
+
+
+def _batch(values):
+    from brook.records import Record, encode_batch
+    now = int(time.time() * 1000)
+    return encode_batch([Record(i, now, None, v) for i, v in enumerate(values)])
+
+
+def _fetch_request(topic: str, offset: int, leader_epoch: int = -1):
+    from datetime import timedelta
+    from tests.support.kafka_wire import request_class
+    from brook.protocol.messages import make
+    cls = request_class(1, 12)
+    mod = __import__(cls.__module__, fromlist=["x"])
+    return make(cls, replica_id=-1, max_wait=timedelta(milliseconds=10), min_bytes=0, max_bytes=1 << 20,
+                isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=(),
+                topics=(make(mod.FetchTopic, topic=topic, partitions=(make(
+                    mod.FetchPartition, partition=0, current_leader_epoch=leader_epoch, fetch_offset=offset,
+                    last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20),)),))
+
+
+def _codes(response):
+    return [p.error_code for t in response.responses for p in getattr(t, "partition_responses", None)
+            or getattr(t, "partitions", ())]
+
+
+def test_followers_refuse_clients_and_stale_or_future_epochs_are_told_apart(zk, brokers):
+    from kio.schema.errors import ErrorCode
+    procs = _three(brokers, zk)
+    _create(_bootstrap(procs), "routed", rf=3)
+    leader = wait_for(lambda: _leader_of(zk, "routed") if _metadata(_bootstrap(procs), "routed")[0].leader >= 0
+                      else None, 20, "a leader", brokers)
+    follower = next(i for i in (1, 2, 3) if i != leader)
+    with _wire(brokers[follower]) as w:
+        assert _codes(w.request(_produce_request("routed", b"x"))) == [ErrorCode.not_leader_or_follower]
+        assert _codes(w.request(_fetch_request("routed", 0))) == [ErrorCode.not_leader_or_follower]
+    with _wire(brokers[leader]) as w:
+        assert _codes(w.request(_produce_request("routed", b"x"))) == [ErrorCode.none]
+        assert _codes(w.request(_fetch_request("routed", 0, leader_epoch=0))) == [ErrorCode.none]
+        assert _codes(w.request(_fetch_request("routed", 0, leader_epoch=7))) == [ErrorCode.unknown_leader_epoch]
+    # Every broker lists every broker, and the same leader.
+    for i in (1, 2, 3):
+        from confluent_kafka.admin import AdminClient
+        md = AdminClient({"bootstrap.servers": brokers[i].bootstrap}).list_topics("routed", timeout=10)
+        assert sorted(md.brokers) == [1, 2, 3]
+        assert md.topics["routed"].partitions[0].leader == leader
+
+
+def test_acks_all_is_refused_below_min_insync_replicas_and_acks_1_is_not(zk, brokers):
+    procs = _three(brokers, zk)
+    _create(_bootstrap(procs), "guarded", rf=3, configs={"min.insync.replicas": "2"})
+    leader = wait_for(lambda: _leader_of(zk, "guarded"), 20, "a leader", brokers)
+    for i in (1, 2, 3):
+        if i != leader:
+            brokers[i].kill()
+    wait_for(lambda: _state(zk, "guarded")["isr"] == [leader], 30, "the ISR down to the leader", brokers)
+    from kio.schema.errors import ErrorCode
+    with _wire(brokers[leader]) as w:
+        wait_for(lambda: _codes(w.request(_produce_request("guarded", b"x"))) == [ErrorCode.not_enough_replicas],
+                 10, "NOT_ENOUGH_REPLICAS for acks=all", brokers)
+        assert _codes(w.request(_produce_request("guarded", b"y", acks=1))) == [ErrorCode.none]
+
+
+def test_a_broker_restarted_with_an_empty_data_dir_replicates_everything_back(zk, brokers):
+    import shutil
+    procs = _three(brokers, zk)
+    _create(_bootstrap(procs), "refill", rf=3)
+    values = [f"r{i}".encode() for i in range(2000)]
+    acked, failed = _produce(_bootstrap(procs), "refill", values)
+    assert failed == []
+    leader = _leader_of(zk, "refill")
+    victim = next(i for i in (1, 2, 3) if i != leader)
+    brokers[victim].kill()
+    shutil.rmtree(brokers[victim].log_dir)
+    wait_for(lambda: victim not in _state(zk, "refill")["isr"], 30, "the victim out of the ISR", brokers)
+    brokers[victim].start()
+    wait_for(lambda: victim in _state(zk, "refill")["isr"], 60, "the refilled broker back in the ISR", brokers)
+    # It holds every record: make it the only one left with them and read from it.
+    for i in (1, 2, 3):
+        if i != victim:
+            brokers[i].stop()
+    wait_for(lambda: _leader_of(zk, "refill") == victim, 30, "the refilled broker leading", brokers)
+    assert _consume_all(brokers[victim].bootstrap, "refill", 2000) == values
+
+
+def test_a_paused_leader_is_replaced_and_its_late_writes_are_never_acknowledged(zk, brokers):
+    procs = _three(brokers, zk, {"request.timeout.ms": 3000})
+    _create(_bootstrap(procs), "zombie", rf=3, configs={"min.insync.replicas": "2"})
+    first = [f"a{i}".encode() for i in range(200)]
+    assert _produce(_bootstrap(procs), "zombie", first)[1] == []
+    state = _state(zk, "zombie")
+    old = state["leader"]
+    brokers[old].proc.send_signal(signal.SIGSTOP)
+    try:
+        new = wait_for(lambda: (s := _state(zk, "zombie"))["leader"] not in (old, -1) and s, 30,
+                       "a new leader while the old one is paused", brokers)
+        assert new["leader_epoch"] > state["leader_epoch"]
+        others = _bootstrap([p for i, p in brokers.brokers.items() if i != old])
+        second = [f"b{i}".encode() for i in range(200)]
+        assert _produce(others, "zombie", second)[1] == []
+    finally:
+        brokers[old].proc.send_signal(signal.SIGCONT)
+    # The zombie wakes up believing it leads: what it takes is never acknowledged with acks=all.
+    from kio.schema.errors import ErrorCode
+    with _wire(brokers[old]) as w:
+        codes = _codes(w.request(_produce_request("zombie", b"late", timeout_ms=2000)))
+    assert codes[0] != ErrorCode.none
+    wait_for(lambda: old in _state(zk, "zombie")["isr"], 60, "the old leader back as an in-sync follower", brokers)
+    assert _consume_all(others, "zombie", 400) == first + second
+
+
+def test_sigterm_moves_leadership_away_before_the_broker_stops(zk, brokers):
+    procs = _three(brokers, zk)
+    _create(_bootstrap(procs), "graceful", rf=3)
+    assert _produce(_bootstrap(procs), "graceful", [b"x"] * 10)[1] == []
+    state = _state(zk, "graceful")
+    old = state["leader"]
+    brokers[old].stop()
+    after = _state(zk, "graceful")
+    assert after["leader"] not in (old, -1), "leadership moved before the process exited"
+    assert "Controlled shutdown succeeded" in brokers[old].stderr_path.read_text()
+    brokers[old].start()
+    wait_for(lambda: sorted(_state(zk, "graceful")["isr"]) == [1, 2, 3], 60, "back in the ISR", brokers)
+
+
+def test_a_rolling_restart_under_acks_all_load_loses_nothing(zk, brokers):
+    import threading
+    procs = _three(brokers, zk)
+    bootstrap = _bootstrap(procs)
+    _create(bootstrap, "rolling", rf=3, configs={"min.insync.replicas": "2"})
+    from confluent_kafka import Producer
+    acked, failed = [], []
+    stop = threading.Event()
+
+    def report(err, msg):
+        (failed if err else acked).append(msg.value())
+
+    def run():
+        p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
+                      "enable.idempotence": False, "max.in.flight.requests.per.connection": 1,
+                      "message.timeout.ms": 120000, "retries": 1000000})
+        i = 0
+        while not stop.is_set():
+            p.produce("rolling", f"m{i}".encode(), on_delivery=report)
+            p.poll(0)
+            i += 1
+            time.sleep(0.002)
+        p.flush(120)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        time.sleep(1)
+        for i in (1, 2, 3):
+            brokers[i].stop()
+            brokers[i].start()
+            wait_for(lambda: sorted(_state(zk, "rolling")["isr"]) == [1, 2, 3], 60,
+                     f"broker {i} back in the ISR", brokers)
+        time.sleep(1)
+    finally:
+        stop.set()
+        t.join(180)
+    assert failed == [] and len(acked) > 100
+    got = _consume_all(bootstrap, "rolling", len(acked), timeout=90)
+    # Retries may write a record twice (no idempotence), never lose or reorder an acknowledged one.
+    pos = 0
+    for v in acked:
+        pos = got.index(v, pos) + 1
+
+
+def test_the_controllers_death_moves_its_leaderships_and_the_next_controller_carries_on(zk, brokers):
+    procs = _three(brokers, zk)
+    bootstrap = _bootstrap(procs)
+    _create(bootstrap, "ctl", partitions=3, rf=3, configs={"min.insync.replicas": "2"})
+    first = [f"c{i}".encode() for i in range(300)]
+    assert _produce(bootstrap, "ctl", first)[1] == []
+    controller = zk.controller()
+    epoch = zk.controller_epoch()
+    led = [p for p in range(3) if _leader_of(zk, "ctl", p) == controller]
+    brokers[controller].kill()
+    wait_for(lambda: zk.controller() not in (None, controller), 30, "another controller", brokers)
+    assert zk.controller_epoch() == epoch + 1
+    for p in led:
+        wait_for(lambda: _leader_of(zk, "ctl", p) not in (controller, -1), 30,
+                 f"partition {p} led elsewhere", brokers)
+        assert _state(zk, "ctl", p)["controller_epoch"] == epoch + 1
+    rest = _bootstrap([brokers[i] for i in (1, 2, 3) if i != controller])
+    second = [f"d{i}".encode() for i in range(300)]
+    assert _produce(rest, "ctl", second)[1] == []
+    # The old controller comes back as a broker and catches up; the topic is whole on it.
+    brokers[controller].start()
+    wait_for(lambda: all(sorted(_state(zk, "ctl", p)["isr"]) == [1, 2, 3] for p in range(3)), 60,
+             "every ISR complete", brokers)
+    assert zk.controller() != controller
+
+
+def test_zookeeper_restarted_with_its_data_and_replication_goes_on(own_zookeeper, tmp_path):
+    from tests.support.cluster_harness import ClusterBrokers, ZkView
+    server = own_zookeeper.start()
+    cluster = ClusterBrokers(tmp_path, lambda: server.connect)
+    view = ZkView(server, "")
+    try:
+        procs = [cluster(i, FAST) for i in (1, 2, 3)]
+        wait_for(lambda: view.broker_ids() == [1, 2, 3], 30, "three registered", cluster)
+        bootstrap = _bootstrap(procs)
+        _create(bootstrap, "zkr", rf=3)
+        first = [f"z{i}".encode() for i in range(200)]
+        assert _produce(bootstrap, "zkr", first)[1] == []
+        server.restart(down_for=1.0)
+        second = [f"y{i}".encode() for i in range(200)]
+        assert _produce(bootstrap, "zkr", second)[1] == []
+        _create(bootstrap, "after-restart", rf=3)
+        assert _consume_all(bootstrap, "zkr", 400) == first + second
+        assert sorted(view.json("/brokers/topics/zkr/partitions/0/state")["isr"]) == [1, 2, 3]
+    finally:
+        view.close()
+        cluster.close()

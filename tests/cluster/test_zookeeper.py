@@ -1,0 +1,219 @@
+"""Brokers on a real ZooKeeper, as real processes: registration as Kafka writes it, controller
+election and failover, a duplicate broker id, ZooKeeper down at start or restarted, a lost
+session, and what clients see (DescribeCluster through confluent-kafka, `brook cluster`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.support.broker_harness import BrokerProcess
+from tests.support.cluster_harness import (SESSION_TIMEOUT_MS, ClusterBrokers, ZkView, brokers,  # noqa: F401
+                             confluent_describe_cluster, describe_cluster, own_zookeeper, wait_for,
+                             zk, zookeeper)
+
+SESSION_S = SESSION_TIMEOUT_MS / 1000
+
+
+def test_registration_is_kafkas(zk, brokers):
+    before = time.time() * 1000
+    b1 = brokers(1, {"broker.rack": "rack-a"})
+    data, stat = zk.get("/brokers/ids/1")
+    assert stat.ephemeralOwner != 0  # ephemeral: gone with the broker's session
+    assert list(json.loads(data)) == ["features", "listener_security_protocol_map", "endpoints", "rack",
+                                      "jmx_port", "port", "host", "version", "timestamp"]
+    reg = json.loads(data)
+    assert reg == {"features": {}, "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+                   "endpoints": [f"PLAINTEXT://127.0.0.1:{b1.port}"], "rack": "rack-a", "jmx_port": -1,
+                   "port": b1.port, "host": "127.0.0.1", "version": 5, "timestamp": reg["timestamp"]}
+    assert before <= int(reg["timestamp"]) <= time.time() * 1000
+    cluster = zk.json("/cluster/id")
+    assert list(cluster) == ["version", "id"] and cluster["version"] == "1"
+    assert f"cluster.id={cluster['id']}" in (b1.log_dir / "meta.properties").read_text()
+    for path in ("/brokers/topics", "/brokers/seqid", "/config/topics", "/config/changes",
+                 "/admin/delete_topics", "/isr_change_notification", "/latest_producer_id_block"):
+        assert zk.get(path) is not None, path
+    controller = zk.json("/controller")
+    assert list(controller) == ["version", "brokerid", "timestamp"]
+    assert controller["version"] == 1 and controller["brokerid"] == 1
+    assert zk.controller_epoch() == 1
+    b1.stop()  # a clean stop ends the session: the registration goes at once
+    assert zk.broker_ids() == [] and zk.controller() is None
+
+
+def test_two_brokers_one_controller_and_what_clients_see(zk, brokers):
+    b1 = brokers(1)
+    b2 = brokers(2, {"broker.rack": "r2"})
+    b1.id, b2.id = 1, 2
+    wait_for(lambda: zk.broker_ids() == [1, 2], 10, "both registered", brokers)
+    assert zk.controller() == 1 and zk.controller_epoch() == 1
+    wait_for(lambda: "Newly added brokers: 2, deleted brokers: , bounced brokers: , all live brokers: 1,2"
+             in b1.stderr_path.read_text(), 10, "the controller logs broker 2 joining", brokers)
+    assert "successfully elected as the controller" not in b2.stderr_path.read_text()
+
+    cluster_id = zk.json("/cluster/id")["id"]
+    expected = {1: ("127.0.0.1", b1.port, None), 2: ("127.0.0.1", b2.port, "r2")}
+    for b in (b1, b2):  # every broker answers the whole cluster and the elected controller
+        assert wait_for(lambda: describe_cluster(b.bootstrap) == (cluster_id, 1, expected), 10,
+                        f"DescribeCluster of {b.bootstrap}", brokers)
+
+    # Metadata: every live broker and the elected controller, as the controller told each broker
+    # (UpdateMetadata); a topic is created through either (written to ZooKeeper, led by one).
+    # confluent-kafka's describe_cluster is made of Metadata (librdkafka sends no DescribeCluster).
+    from confluent_kafka.admin import AdminClient, NewTopic
+    for b in (b1, b2):
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        md = wait_for(lambda: (m := admin.list_topics(timeout=10)) and sorted(m.brokers) == [1, 2] and m,
+                      10, f"both brokers in {b.bootstrap}'s metadata", brokers)
+        assert md.controller_id == 1 and md.cluster_id == cluster_id
+        admin.create_topics([NewTopic(f"t{b.id}", 1)])[f"t{b.id}"].result(timeout=15)
+        assert confluent_describe_cluster(b.bootstrap) == (cluster_id, 1, expected)
+
+    out = subprocess.run([sys.executable, "-m", "brook", "cluster", "-b", b2.bootstrap],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"ClusterId: {cluster_id}  Controller: 1"
+    assert lines[1].split() == ["BROKER", "HOST:PORT", "RACK", "CONTROLLER"]
+    assert lines[2].split() == ["1", f"127.0.0.1:{b1.port}", "-", "yes"]
+    assert lines[3].split() == ["2", f"127.0.0.1:{b2.port}", "r2"]
+    as_json = subprocess.run([sys.executable, "-m", "brook", "cluster", "-b", b1.bootstrap, "--output", "json"],
+                             capture_output=True, text=True, timeout=60)
+    assert json.loads(as_json.stdout) == {
+        "cluster_id": cluster_id, "controller": 1,
+        "brokers": [{"id": 1, "host": "127.0.0.1", "port": b1.port, "rack": None},
+                    {"id": 2, "host": "127.0.0.1", "port": b2.port, "rack": "r2"}]}
+
+
+def test_sigkill_of_the_controller_moves_it_within_the_session_timeout(zk, brokers):
+    b1 = brokers(1)
+    b2 = brokers(2)
+    wait_for(lambda: zk.broker_ids() == [1, 2], 10, "both registered", brokers)
+    assert zk.controller() == 1
+    epoch = zk.controller_epoch()
+    killed = time.monotonic()
+    b1.kill()
+    wait_for(lambda: zk.controller() == 2, SESSION_S + 5, "broker 2 becomes the controller", brokers,
+             interval=0.01)
+    failover = time.monotonic() - killed
+    print(f"controller failover after SIGKILL: {failover:.2f} s (session timeout {SESSION_S:g} s)")
+    assert failover < SESSION_S + 3
+    assert zk.controller_epoch() == epoch + 1
+    assert zk.broker_ids() == [2]
+    wait_for(lambda: "2 successfully elected as the controller. Epoch incremented to 2"
+             in b2.stderr_path.read_text(), 5, "broker 2's log", brokers)
+    wait_for(lambda: describe_cluster(b2.bootstrap)[1:] == (2, {2: ("127.0.0.1", b2.port, None)}), 10,
+             "DescribeCluster without broker 1", brokers)
+    # broker 1 comes back: it joins as a broker, the controller stays
+    b1.start()
+    wait_for(lambda: zk.broker_ids() == [1, 2], 10, "broker 1 back", brokers)
+    wait_for(lambda: "Newly added brokers: 1" in b2.stderr_path.read_text(), 10, "the controller sees it", brokers)
+    assert zk.controller() == 2 and zk.controller_epoch() == epoch + 1
+
+
+def test_a_duplicate_broker_id_is_refused(zk, brokers):
+    b1 = brokers(1)
+    owner = zk.get("/brokers/ids/1")[1].ephemeralOwner
+    twin = brokers.process(1)
+    result = subprocess.run(twin.command(), capture_output=True, text=True, timeout=60, cwd=twin.data_dir)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    errors = [ln for ln in result.stderr.splitlines() if "broker.id 1" in ln]
+    assert len(errors) == 1, result.stderr
+    assert errors[0].startswith("brook: Error while creating ephemeral at /brokers/ids/1, node already "
+                                "exists and owner '0x")
+    assert "broker.id 1 is registered by another live broker" in errors[0]
+    assert zk.get("/brokers/ids/1")[1].ephemeralOwner == owner  # the first one is untouched
+    assert b1.running and zk.controller() == 1
+
+
+def test_zookeeper_down_at_start_then_up(own_zookeeper, tmp_path):
+    server = own_zookeeper
+    cluster = ClusterBrokers(tmp_path, lambda: server.connect + "/late")
+    b1 = cluster.process(1, start_timeout=60)
+    starting = threading.Thread(target=b1.start)
+    try:
+        starting.start()
+        wait_for(lambda: b1.stderr_path.exists() and b1.stderr_path.read_text().count(
+            "Timed out waiting for connection to ZooKeeper") >= 2, 20, "two attempts logged", cluster)
+        assert b1.proc.poll() is None  # waiting, not dead
+        server.start()
+        starting.join(30)
+        assert b1.running
+        log = b1.stderr_path.read_text()
+        assert "Traceback" not in log
+        attempts = [ln for ln in log.splitlines() if "Timed out waiting for connection" in ln]
+        assert re.search(r"ZooKeeper at 127\.0\.0\.1:\d+/late while in state: CONNECTING \(attempt 1, "
+                         r"1000 ms: .*Connection refused\); trying again", attempts[0]), attempts[0]
+        view = ZkView(server, "/late")
+        try:
+            assert view.broker_ids() == [1] and view.controller() == 1
+        finally:
+            view.close()
+    finally:
+        starting.join(60)
+        cluster.close()
+
+
+def test_zookeeper_restarted_brokers_stay_or_register_again(own_zookeeper, tmp_path):
+    server = own_zookeeper.start()
+    cluster = ClusterBrokers(tmp_path, lambda: server.connect)
+    view = ZkView(server, "")
+    try:
+        b1, b2 = cluster(1), cluster(2)
+        wait_for(lambda: view.broker_ids() == [1, 2], 10, "both registered", cluster)
+        epochs = {i: view.get(f"/brokers/ids/{i}")[1].czxid for i in (1, 2)}
+        cluster_id = view.json("/cluster/id")["id"]
+
+        # Restarted with its data: the sessions survive it, and the registrations with them.
+        server.restart(down_for=1.0)
+        wait_for(lambda: "Reconnected to ZooKeeper" in b2.stderr_path.read_text(), 15, "reconnected", cluster)
+        assert {i: view.get(f"/brokers/ids/{i}")[1].czxid for i in (1, 2)} == epochs
+        assert view.controller() == 1 and view.controller_epoch() == 1
+
+        # Restarted empty (it lost its disk): the sessions are unknown to it, so they expire,
+        # and the brokers register again, elect a controller and put the cluster id back.
+        view.close()  # its session is lost with the data too
+        server.restart(wipe=True)
+        view = ZkView(server, "")
+        wait_for(lambda: view.broker_ids() == [1, 2] and view.controller() in (1, 2), 20,
+                 "both registered again, a controller", cluster)
+        assert view.json("/cluster/id")["id"] == cluster_id
+        assert view.controller_epoch() == 1  # /controller_epoch began again
+        for b in (b1, b2):
+            log = b.stderr_path.read_text()
+            assert "ZooKeeper session expired" in log and "Traceback" not in log
+        assert describe_cluster(b1.bootstrap)[1:] == (view.controller(), {
+            1: ("127.0.0.1", b1.port, None), 2: ("127.0.0.1", b2.port, None)})
+    finally:
+        view.close()
+        cluster.close()
+
+
+def test_a_paused_controller_loses_its_session_and_comes_back_as_a_broker(zk, brokers):
+    b1 = brokers(1)
+    b2 = brokers(2)
+    wait_for(lambda: zk.broker_ids() == [1, 2] and zk.controller() == 1, 10, "two brokers", brokers)
+    old_epoch = zk.get("/brokers/ids/1")[1].czxid
+    os.kill(b1.proc.pid, signal.SIGSTOP)  # a zombie: alive, but silent past its session
+    try:
+        wait_for(lambda: zk.controller() == 2, SESSION_S + 5, "broker 2 takes over", brokers)
+        assert zk.broker_ids() == [2] and zk.controller_epoch() == 2
+    finally:
+        os.kill(b1.proc.pid, signal.SIGCONT)
+    wait_for(lambda: zk.broker_ids() == [1, 2], 15, "broker 1 registers again", brokers)
+    assert zk.get("/brokers/ids/1")[1].czxid != old_epoch  # a new registration
+    log1 = b1.stderr_path.read_text()
+    wait_for(lambda: "Resigned as the controller (epoch 1)" in b1.stderr_path.read_text(), 10,
+             "broker 1 knows it is not the controller any more", brokers)
+    assert zk.controller() == 2 and zk.controller_epoch() == 2
+    wait_for(lambda: "Newly added brokers: 1" in b2.stderr_path.read_text(), 10, "the controller sees it", brokers)
+    assert "Traceback" not in log1
