@@ -392,8 +392,7 @@ class Fetcher:
                 self.broker.sim.trace(f"broker {self.broker.id} {tp[1]}: truncates {p.leo} -> "
                                       f"{target} (leader {self.leader} epoch {epoch} end {end})")
                 p.truncate_to(target)
-                if p.high_watermark > p.leo:
-                    p.high_watermark = p.leo
+                p.high_watermark = min(p.high_watermark, p.leo)
             st.truncating = False
         self.fetch()
 
@@ -410,8 +409,7 @@ class Fetcher:
                     p.append_as_follower(base, records)
                     got = True
                 hw = min(hw, p.leo)
-                if hw > p.high_watermark:
-                    p.high_watermark = hw
+                p.high_watermark = max(p.high_watermark, hw)
             elif code == OUT_OF_RANGE:
                 st.truncating = True
         self.wake(0 if got else FETCH_WAIT)
