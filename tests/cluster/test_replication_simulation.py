@@ -27,8 +27,7 @@ simulated network that delays, loses and reorders messages, all driven by one
   controlled shutdown, links between brokers cut, messages lost and delayed.
 
 Four things are modeled differently from brook's wiring today (each has a switch, and
-`test_brooks_wiring_today` keeps a seed that fails with brook's way, but for
-`newer_state_only`, which no seed of the first 600 needs once the others are Kafka's): `reelect_restarted` (the
+`test_brooks_wiring_today` keeps a seed that fails with brook's way): `reelect_restarted` (the
 controller gives a partition a new leader epoch when its leader registered after the state was
 written: `elections.on_brokers(reelect=...)`), and three as Kafka does them:
 `maximal_isr` (a leader's high watermark counts the replicas an ISR change in flight adds, the
@@ -1312,6 +1311,11 @@ WIRING_TODAY = [
     wiring_bug(34, {"maximal_isr": False},
                "(2) a follower joins the ISR lacking records below the high watermark, which "
                "moved on while the ISR change was in flight"),
+    wiring_bug(707, {"newer_state_only": False},
+               "(1) an acks=all record is lost: a late LeaderAndIsr of the leader's own epoch "
+               "with an older partition epoch puts back the ISR before its last expansion; the "
+               "leader acknowledges without the follower ZooKeeper has in the ISR, which then "
+               "leads"),
     wiring_bug(5580, {"reelect_restarted": False},
                "(2) a leader crashed losing a tail a follower had fetched, and restarted while "
                "no controller ran; the next controller finds it alive and leading, so the "
