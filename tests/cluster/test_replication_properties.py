@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from itertools import pairwise
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -87,7 +88,7 @@ def test_the_epoch_cache_describes_its_log(ops):
 
 def check_cache(cache: LeaderEpochCache, log: LogModel) -> None:
     entries = cache.entries
-    assert all(a[0] < b[0] and a[1] < b[1] for a, b in zip(entries, entries[1:]))
+    assert all(a[0] < b[0] and a[1] < b[1] for a, b in pairwise(entries))
     assert [e for e, _ in entries] == log.epochs()
     for i, epoch in enumerate(log.records):
         assert cache.epoch_at(log.start + i) == epoch
@@ -96,7 +97,7 @@ def check_cache(cache: LeaderEpochCache, log: LogModel) -> None:
         return
     assert cache.end_offset_for(UNDEFINED_EPOCH, log.end) == (UNDEFINED_EPOCH, UNDEFINED_OFFSET)
     known = log.epochs()
-    for asked in range(0, known[-1] + 3):
+    for asked in range(known[-1] + 3):
         epoch, end = cache.end_offset_for(asked, log.end)
         # Where `asked` ends in this log: the first record of a later epoch, or the log end.
         later = [log.start + i for i, e in enumerate(log.records) if e > asked]

@@ -392,8 +392,7 @@ class Fetcher:
                 self.broker.sim.trace(f"broker {self.broker.id} {tp[1]}: truncates {p.leo} -> "
                                       f"{target} (leader {self.leader} epoch {epoch} end {end})")
                 p.truncate_to(target)
-                if p.high_watermark > p.leo:
-                    p.high_watermark = p.leo
+                p.high_watermark = min(p.high_watermark, p.leo)
             st.truncating = False
         self.fetch()
 
@@ -410,8 +409,7 @@ class Fetcher:
                     p.append_as_follower(base, records)
                     got = True
                 hw = min(hw, p.leo)
-                if hw > p.high_watermark:
-                    p.high_watermark = hw
+                p.high_watermark = max(p.high_watermark, hw)
             elif code == OUT_OF_RANGE:
                 st.truncating = True
         self.wake(0 if got else FETCH_WAIT)
@@ -1313,9 +1311,11 @@ WIRING_TODAY = [
     wiring_bug(34, {"maximal_isr": False},
                "(2) a follower joins the ISR lacking records below the high watermark, which "
                "moved on while the ISR change was in flight"),
-    wiring_bug(48, {"newer_state_only": False},
-               "(2) a LeaderAndIsr of the leader's own epoch and an older or equal partition "
-               "epoch replaces the leader's ISR (and the change it has in flight)"),
+    wiring_bug(707, {"newer_state_only": False},
+               "(1) an acks=all record is lost: a late LeaderAndIsr of the leader's own epoch "
+               "with an older partition epoch puts back the ISR before its last expansion; the "
+               "leader acknowledges without the follower ZooKeeper has in the ISR, which then "
+               "leads"),
     wiring_bug(5580, {"reelect_restarted": False},
                "(2) a leader crashed losing a tail a follower had fetched, and restarted while "
                "no controller ran; the next controller finds it alive and leading, so the "
