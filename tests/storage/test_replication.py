@@ -127,8 +127,10 @@ def test_epoch_cache_answers_as_a_list_of_epoch_starts_would(ops, asked):
         assert epochs == sorted(set(epochs))
     leo = max([o for _, o in model], default=0) + 10
     epoch, end = cache.end_offset_for(asked, leo)
-    if not model or asked < model[0][0]:
+    if not model or asked < 0:
         assert (epoch, end) == (-1, -1)
+    elif asked < model[0][0]:  # older than every epoch here: it ends where the first starts
+        assert (epoch, end) == (asked, model[0][1])
     else:
         below = [x for x in model if x[0] <= asked]
         assert epoch == below[-1][0]
