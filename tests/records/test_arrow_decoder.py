@@ -214,3 +214,12 @@ def test_only_control_batches_give_no_rows_but_move_on():
     decoded = decode(_marker(1, 41, commit=True), "t", 0)
     assert decoded.batch.num_rows == 0
     assert decoded.next_offset == 42
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_large_records_with_long_length_varints(codec):
+    sizes = [0, 127, 8191, 8192, 20_000, 150_000, 3]
+    records = [Record(i, 1000 + i, b"k" * (i * 50), bytes([i]) * size)
+               for i, size in enumerate(sizes)]
+    buf = encode_batch(records, codec=codec)
+    assert rows(decode(buf, "t", 0).batch) == reference(buf, "t", 0, 0, 2**63 - 1, False)

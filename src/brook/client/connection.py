@@ -37,6 +37,7 @@ class BrokerConnection:
         self.timeout = timeout
         self.client_id = client_id
         self.correlation_id = 0
+        self._sent: list[tuple[int, type]] = []
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
@@ -48,6 +49,12 @@ class BrokerConnection:
 
     def request(self, body, timeout: float | None = None):
         """Send a kio request entity and return the response entity."""
+        self.send(body)
+        return self.receive(type(body), timeout)
+
+    def send(self, body) -> None:
+        """Send a request without waiting for its answer (`receive` reads it later; answers
+        come in request order)."""
         cls = type(body)
         self.correlation_id += 1
         header_cls = cls.__header_schema__
@@ -61,8 +68,19 @@ class BrokerConnection:
         frame = buf.getbuffer()
         _SIZE.pack_into(frame, 0, len(frame) - 4)
         try:
-            self.sock.settimeout(timeout or self.timeout)
+            self.sock.settimeout(self.timeout)
             self.sock.sendall(frame)
+        except OSError as exc:
+            self.close()
+            raise KafkaClientError(f"request to {self.host}:{self.port} failed: {exc}") from None
+        self._sent.append((self.correlation_id, cls))
+
+    def receive(self, cls: type, timeout: float | None = None):
+        """The answer to the oldest request sent and not yet received (of class `cls`)."""
+        expected, sent_cls = self._sent.pop(0)
+        assert sent_cls is cls, (sent_cls, cls)
+        try:
+            self.sock.settimeout(timeout or self.timeout)
             (size,) = _SIZE.unpack(self._exactly(4))
             data = self._exactly(size)
         except OSError as exc:
@@ -70,13 +88,18 @@ class BrokerConnection:
             raise KafkaClientError(f"request to {self.host}:{self.port} failed: {exc}") from None
         response_cls = response_class(cls.__api_key__, cls.__version__)
         (correlation,) = _CORRELATION.unpack_from(data, 0)
-        if correlation != self.correlation_id:
+        if correlation != expected:
             self.close()
             raise KafkaClientError(f"{self.host}:{self.port} answered request "
-                                   f"{self.correlation_id} with {correlation}")
+                                   f"{expected} with {correlation}")
         _, pos = entity_reader(response_cls.__header_schema__)(data, 0)
         body, _ = entity_reader(response_cls)(data, pos)
         return body
+
+    @property
+    def waiting(self) -> int:
+        """Requests sent whose answers have not been received."""
+        return len(self._sent)
 
     def _exactly(self, n: int) -> bytes:
         out = bytearray(n)

@@ -22,6 +22,7 @@ transaction markers) are fine; the read ends at the first batch reaching ``end``
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -109,6 +110,22 @@ class FetchSettings:
         )
 
 
+_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
+_LAST_DELTA = struct.Struct(">i")
+
+
+def _after_whole_batches(records) -> int | None:
+    """The offset after the last whole batch of a Fetch response's records (headers only)."""
+    pos, size, after = 0, len(records), None
+    while size - pos >= 61:
+        base, length = _PREFIX.unpack_from(records, pos)
+        if pos + 12 + length > size or length < 49:
+            break
+        after = base + _LAST_DELTA.unpack_from(records, pos + 23)[0] + 1
+        pos += 12 + length
+    return after
+
+
 class _Retry(Exception):
     """A retriable failure: refresh the metadata and fetch again."""
 
@@ -138,13 +155,31 @@ class RangeReader:
     def read(self, topic: str, partition: int, start: int, end: int, *,
              include_headers: bool = False, fail_on_data_loss: bool = True,
              poll_timeout_ms: int = 120_000) -> Iterator[pa.RecordBatch]:
+        ahead: list = []  # a Fetch sent ahead: [leader address, its position]
+        try:
+            yield from self._read(topic, partition, start, end, include_headers,
+                                  fail_on_data_loss, poll_timeout_ms, ahead)
+        finally:
+            if ahead:  # a read ended (or failed) with an answer still to come: drop it
+                self._drop(ahead[0])
+
+    def _read(self, topic, partition, start, end, include_headers, fail_on_data_loss,
+              poll_timeout_ms, ahead: list) -> Iterator[pa.RecordBatch]:
         position = start
         deadline = self.clock() + poll_timeout_ms / 1000
         unknown = 0
         last_error = ""
         while position < end:
             try:
-                data = self._fetch(topic, partition, position)
+                if ahead and ahead[1] == position:
+                    address = ahead[0]
+                    ahead.clear()
+                    data = self._fetch_answer(topic, partition, address)
+                else:
+                    if ahead:
+                        self._drop(ahead[0])
+                        ahead.clear()
+                    data = self._fetch(topic, partition, position)
             except _Retry as exc:
                 last_error = str(exc)
                 if "unknown_topic_or_partition" in last_error:
@@ -179,6 +214,13 @@ class RangeReader:
                 raise KafkaClientError(f"fetching {topic}-{partition} at offset {position}: "
                                        f"{data.error_code.name}")
             records = data.records or b""
+            # While this response is decoded, the broker prepares the next one: the position
+            # after its whole batches is known from their headers alone.
+            after = _after_whole_batches(records)
+            if after is not None and position < after < end:
+                sent = self._fetch_ahead(topic, partition, after)
+                if sent is not None:
+                    ahead[:] = [sent, after]
             aborted = None
             if self.settings.read_committed:
                 aborted = [(a.producer_id, a.first_offset)
@@ -219,9 +261,9 @@ class RangeReader:
 
     # ------------------------------------------------------------------ requests
 
-    def _fetch(self, topic: str, partition: int, position: int):
+    def _fetch_body(self, topic: str, partition: int, position: int):
         s = self.settings
-        body = request_class(FETCH, FETCH_VERSION)(
+        return request_class(FETCH, FETCH_VERSION)(
             replica_id=-1, max_wait=timedelta(milliseconds=s.max_wait_ms), min_bytes=1,
             max_bytes=s.fetch_max_bytes,
             isolation_level=READ_COMMITTED if s.read_committed else READ_UNCOMMITTED,
@@ -230,8 +272,47 @@ class RangeReader:
                 partition=partition, current_leader_epoch=-1, fetch_offset=position,
                 log_start_offset=-1, partition_max_bytes=s.max_partition_fetch_bytes),)),),
             forgotten_topics_data=(), rack_id="")
-        response = self._to_leader(topic, partition, body,
-                                   timeout=(s.socket_timeout_ms + s.max_wait_ms) / 1000)
+
+    def _fetch_timeout(self) -> float:
+        return (self.settings.socket_timeout_ms + self.settings.max_wait_ms) / 1000
+
+    def _fetch(self, topic: str, partition: int, position: int):
+        body = self._fetch_body(topic, partition, position)
+        return self._partition_data(topic, partition, self._to_leader(
+            topic, partition, body, timeout=self._fetch_timeout()))
+
+    def _fetch_ahead(self, topic: str, partition: int, position: int) -> tuple[str, int] | None:
+        """Send the Fetch from `position` now, to read its answer later; None if it could not
+        be sent (the fetch is then sent again when it is needed)."""
+        leader = self._leaders.get((topic, partition))
+        if leader is None or leader not in self._connections:
+            return None
+        try:
+            self._connections[leader].send(self._fetch_body(topic, partition, position))
+        except KafkaClientError:
+            self._connections.pop(leader, None)
+            return None
+        return leader
+
+    def _fetch_answer(self, topic: str, partition: int, leader: tuple[str, int]):
+        connection = self._connections.get(leader)
+        if connection is None:
+            raise _Retry(f"the connection to {leader[0]}:{leader[1]} was lost")
+        try:
+            response = connection.receive(request_class(FETCH, FETCH_VERSION),
+                                          self._fetch_timeout())
+        except KafkaClientError as exc:
+            self._connections.pop(leader, None)
+            self._leaders.pop((topic, partition), None)
+            raise _Retry(str(exc)) from None
+        return self._partition_data(topic, partition, response)
+
+    def _drop(self, address: tuple[str, int]) -> None:
+        connection = self._connections.pop(address, None)
+        if connection is not None:
+            connection.close()
+
+    def _partition_data(self, topic: str, partition: int, response):
         if response.error_code != ErrorCode.none:
             raise _Retry(f"fetch: {response.error_code.name}")
         for t in response.responses:

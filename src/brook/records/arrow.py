@@ -193,29 +193,34 @@ def _control_type(body, attributes: int, count: int, base_offset: int, base_ts: 
 
 
 def _record_starts(buf: bytes, spans: _Spans) -> array:
-    """Where each record (its length varint) begins: the one per-record loop."""
+    """Where each record (its length varint) begins: the one per-record loop, a list
+    comprehension that steps from each record to the next (a record of under 8 KiB has a
+    one- or two-byte length; longer ones take a function call)."""
     starts = array("q")
-    app = starts.append
     sizes = np.asarray(spans.pos).tolist() + [spans.size]
     try:
         for i, count in enumerate(spans.count):
             p = sizes[i]
-            for _ in range(count):
-                app(p)
-                b = buf[p]
-                if b < 0x80:
-                    p += 1 + (b >> 1)
-                elif buf[p + 1] < 0x80:
-                    p += 2 + ((b & 0x7F | buf[p + 1] << 7) >> 1)
-                else:
-                    length, q = _uvarint(buf, p)
-                    p = q + (length >> 1)
+            if not count:
+                continue
+            starts.append(p)
+            ends = [(p := p + (1 + (b >> 1) if (b := buf[p]) < 0x80 else
+                               2 + ((b & 0x7F | c << 7) >> 1) if (c := buf[p + 1]) < 0x80 else
+                               _record_size(buf, p)))
+                    for _ in range(count)]
             if p != sizes[i + 1]:
                 raise CorruptRecordError(
                     f"batch at offset {spans.base_offset[i]}: its records do not fill its body")
+            starts.extend(array("q", ends[:-1]))
     except IndexError:
         raise CorruptRecordError("a record runs past the end of its batch") from None
     return starts
+
+
+def _record_size(buf: bytes, p: int) -> int:
+    """Bytes of the record at `p`, its length varint included (records of 8 KiB or more)."""
+    raw, q = _uvarint(buf, p)
+    return q - p + (raw >> 1)
 
 
 def _uvarint(buf: bytes, p: int) -> tuple[int, int]:
@@ -236,17 +241,22 @@ _SHIFTS = (7 * np.arange(10)).astype(np.uint64)
 
 
 def _varints(arr: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The zigzag varints at `pos` (int64 positions into `arr`): values, and the positions
-    after them. One- and two-byte varints (nearly all) are decoded without a window."""
-    b0 = arr[pos].astype(np.int64)
-    b1 = arr[pos + 1].astype(np.int64)
+    """The zigzag varints at `pos` (positions into `arr`): values, and the positions after
+    them. One- and two-byte varints (nearly all) are decoded without a window."""
+    b0 = arr[pos]
     one = b0 < 0x80
-    raw = np.where(one, b0, (b0 & 0x7F) | (b1 << 7))
-    after = pos + np.where(one, 1, 2)
-    wide = ~one & (b1 >= 0x80)
+    if one.all():  # common for keys, timestamp deltas, header counts
+        raw = b0.astype(pos.dtype)
+        return (raw >> 1) ^ -(raw & 1), pos + 1
+    b1 = arr[pos + 1]
+    two = b1 < 0x80
+    raw = (b0 & 0x7F).astype(pos.dtype)
+    raw |= np.where(one, 0, b1.astype(pos.dtype) << 7)
+    after = pos + 2 - one
+    wide = ~(one | two)
     if wide.any():
         idx = np.flatnonzero(wide)
-        window = arr[pos[idx, None] + _WIDE]
+        window = arr[pos[idx, None].astype(np.int64) + _WIDE]
         more = window >= 0x80
         if more.all(axis=1).any():
             raise CorruptRecordError("varint longer than 10 bytes")
@@ -271,6 +281,8 @@ def _columns(spans: _Spans, topic: str, partition: int, start: int, end: int,
     buf = b"".join(spans.bodies)
     arr = np.frombuffer(buf, np.uint8)
     begins = np.frombuffer(_record_starts(buf, spans), np.int64)
+    if len(buf) < 2**31 - 64:  # positions in int32: half the memory traffic
+        begins = begins.astype(np.int32)
     counts = np.frombuffer(spans.count, np.int64)
     which = np.repeat(np.arange(len(counts)), counts)  # each record's batch
 
@@ -356,15 +368,14 @@ def _binary(buf: bytes, begin: np.ndarray, end: np.ndarray, length: np.ndarray) 
     nulls = length < 0
     if nulls.all():
         return pa.nulls(n, pa.binary())
-    bounds = np.empty(2 * n + 1, np.int64)
+    wide = len(buf) >= 2**31 - 1
+    bounds = np.empty(2 * n + 1, np.int64 if wide else np.int32)
     bounds[0:-1:2] = begin
     bounds[1::2] = end
     bounds[-1] = end[-1]
-    wide = len(buf) >= 2**31 - 1
     kind = pa.large_binary() if wide else pa.binary()
-    spans = pa.Array.from_buffers(kind, 2 * n, [None, pa.py_buffer(
-        bounds if wide else bounds.astype(np.int32)), pa.py_buffer(buf)])
-    taken = spans.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
+    spans = pa.Array.from_buffers(kind, 2 * n, [None, pa.py_buffer(bounds), pa.py_buffer(buf)])
+    taken = spans.filter(_every_other(2 * n))
     if wide:
         taken = taken.cast(pa.binary())
     if nulls.any():
@@ -372,6 +383,17 @@ def _binary(buf: bytes, begin: np.ndarray, end: np.ndarray, length: np.ndarray) 
         taken = pa.Array.from_buffers(pa.binary(), n, [validity, *taken.buffers()[1:]],
                                       null_count=int(nulls.sum()))
     return taken
+
+
+_ALTERNATE = pa.array(np.zeros(0, bool))
+
+
+def _every_other(n: int) -> pa.BooleanArray:
+    """True, False, True, ... of length `n` (a slice of one cached array)."""
+    global _ALTERNATE
+    if len(_ALTERNATE) < n:
+        _ALTERNATE = pa.array(np.resize(np.array([True, False]), max(n, 2 * len(_ALTERNATE))))
+    return _ALTERNATE.slice(0, n)
 
 
 def _repeat_string(text: str, n: int) -> pa.Array:
