@@ -38,6 +38,7 @@ class BrokerConnection:
         self.client_id = client_id
         self.correlation_id = 0
         self._sent: list[tuple[int, type]] = []
+        self._buffer = bytearray(0)
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
@@ -77,6 +78,15 @@ class BrokerConnection:
 
     def receive(self, cls: type, timeout: float | None = None):
         """The answer to the oldest request sent and not yet received (of class `cls`)."""
+        data = bytes(self.receive_raw(cls, timeout))
+        response_cls = response_class(cls.__api_key__, cls.__version__)
+        _, pos = entity_reader(response_cls.__header_schema__)(data, 0)
+        body, _ = entity_reader(response_cls)(data, pos)
+        return body
+
+    def receive_raw(self, cls: type, timeout: float | None = None) -> memoryview:
+        """The bytes of the next answer (response header included), in a buffer the
+        connection reuses: valid until the next receive."""
         expected, sent_cls = self._sent.pop(0)
         assert sent_cls is cls, (sent_cls, cls)
         try:
@@ -86,28 +96,28 @@ class BrokerConnection:
         except OSError as exc:
             self.close()
             raise KafkaClientError(f"request to {self.host}:{self.port} failed: {exc}") from None
-        response_cls = response_class(cls.__api_key__, cls.__version__)
         (correlation,) = _CORRELATION.unpack_from(data, 0)
         if correlation != expected:
             self.close()
             raise KafkaClientError(f"{self.host}:{self.port} answered request "
                                    f"{expected} with {correlation}")
-        _, pos = entity_reader(response_cls.__header_schema__)(data, 0)
-        body, _ = entity_reader(response_cls)(data, pos)
-        return body
+        return data
 
     @property
     def waiting(self) -> int:
         """Requests sent whose answers have not been received."""
         return len(self._sent)
 
-    def _exactly(self, n: int) -> bytes:
-        out = bytearray(n)
-        view = memoryview(out)
+    def _exactly(self, n: int) -> memoryview:
+        # One buffer for every answer: a large Fetch answer is not allocated (and its pages
+        # faulted in) anew each time.
+        if len(self._buffer) < n:
+            self._buffer = bytearray(max(n, 2 * len(self._buffer)))
+        view = memoryview(self._buffer)[:n]
         got = 0
         while got < n:
             k = self.sock.recv_into(view[got:])
             if not k:
                 raise ConnectionError("the broker closed the connection")
             got += k
-        return bytes(out) if n < 4096 else memoryview(out).toreadonly()
+        return view.toreadonly()

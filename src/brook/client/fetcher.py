@@ -126,6 +126,65 @@ def _after_whole_batches(records) -> int | None:
     return after
 
 
+@dataclass(slots=True)
+class PartitionData:
+    """One partition of a Fetch v11 answer; `records` points into the connection's buffer."""
+
+    partition: int
+    error_code: ErrorCode
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted_transactions: list[tuple[int, int]] | None
+    records: memoryview | None
+
+
+_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+_PARTITION = struct.Struct(">ihqqq")  # index, error, high watermark, last stable, log start
+_ABORTED = struct.Struct(">qq")
+
+
+def parse_fetch_v11(data: memoryview) -> tuple[ErrorCode, list[tuple[str, PartitionData]]]:
+    """A Fetch v11 answer (response header v0 included), read in place: kio would copy every
+    partition's records into bytes of their own. Raises KafkaClientError on malformed bytes."""
+    try:
+        pos = 4 + 4  # correlation id, throttle time
+        (error,) = _I16.unpack_from(data, pos)
+        pos += 2 + 4  # session id
+        (topics,) = _I32.unpack_from(data, pos)
+        pos += 4
+        out = []
+        for _ in range(topics):
+            (n,) = _I16.unpack_from(data, pos)
+            name = bytes(data[pos + 2 : pos + 2 + n]).decode("utf-8")
+            pos += 2 + n
+            (partitions,) = _I32.unpack_from(data, pos)
+            pos += 4
+            for _ in range(partitions):
+                index, perr, high, stable, start = _PARTITION.unpack_from(data, pos)
+                pos += _PARTITION.size
+                (count,) = _I32.unpack_from(data, pos)
+                pos += 4
+                aborted = None
+                if count >= 0:
+                    aborted = [_ABORTED.unpack_from(data, pos + 16 * i) for i in range(count)]
+                    pos += 16 * count
+                pos += 4  # preferred read replica
+                (size,) = _I32.unpack_from(data, pos)
+                pos += 4
+                records = None
+                if size >= 0:
+                    if pos + size > len(data):
+                        raise KafkaClientError("a Fetch answer's records run past its end")
+                    records = data[pos : pos + size]
+                    pos += size
+                out.append((name, PartitionData(index, ErrorCode(perr), high, stable, start,
+                                                aborted, records)))
+        return ErrorCode(error), out
+    except (struct.error, ValueError) as exc:
+        raise KafkaClientError(f"malformed Fetch answer: {exc}") from None
+
+
 class _Retry(Exception):
     """A retriable failure: refresh the metadata and fetch again."""
 
@@ -223,8 +282,7 @@ class RangeReader:
                     ahead[:] = [sent, after]
             aborted = None
             if self.settings.read_committed:
-                aborted = [(a.producer_id, a.first_offset)
-                           for a in data.aborted_transactions or ()]
+                aborted = data.aborted_transactions or []
             decoded = decode(records, topic, partition, start=position, end=end,
                              include_headers=include_headers, aborted=aborted)
             if decoded.batch.num_rows:
@@ -277,9 +335,15 @@ class RangeReader:
         return (self.settings.socket_timeout_ms + self.settings.max_wait_ms) / 1000
 
     def _fetch(self, topic: str, partition: int, position: int):
-        body = self._fetch_body(topic, partition, position)
-        return self._partition_data(topic, partition, self._to_leader(
-            topic, partition, body, timeout=self._fetch_timeout()))
+        leader = self._leaders.get((topic, partition)) or self._find_leader(topic, partition)
+        try:
+            connection = self._connection(leader)
+            connection.send(self._fetch_body(topic, partition, position))
+        except KafkaClientError as exc:
+            self._connections.pop(leader, None)
+            self._leaders.pop((topic, partition), None)
+            raise _Retry(str(exc)) from None
+        return self._fetch_answer(topic, partition, leader)
 
     def _fetch_ahead(self, topic: str, partition: int, position: int) -> tuple[str, int] | None:
         """Send the Fetch from `position` now, to read its answer later; None if it could not
@@ -299,10 +363,10 @@ class RangeReader:
         if connection is None:
             raise _Retry(f"the connection to {leader[0]}:{leader[1]} was lost")
         try:
-            response = connection.receive(request_class(FETCH, FETCH_VERSION),
-                                          self._fetch_timeout())
+            response = parse_fetch_v11(connection.receive_raw(
+                request_class(FETCH, FETCH_VERSION), self._fetch_timeout()))
         except KafkaClientError as exc:
-            self._connections.pop(leader, None)
+            self._drop(leader)
             self._leaders.pop((topic, partition), None)
             raise _Retry(str(exc)) from None
         return self._partition_data(topic, partition, response)
@@ -312,15 +376,15 @@ class RangeReader:
         if connection is not None:
             connection.close()
 
-    def _partition_data(self, topic: str, partition: int, response):
-        if response.error_code != ErrorCode.none:
-            raise _Retry(f"fetch: {response.error_code.name}")
-        for t in response.responses:
-            for p in t.partitions:
-                if p.partition_index == partition:
-                    if p.error_code in _RETRIABLE:
-                        raise _Retry(f"fetch {topic}-{partition}: {p.error_code.name}")
-                    return p
+    def _partition_data(self, topic: str, partition: int, response) -> PartitionData:
+        error, partitions = response
+        if error != ErrorCode.none:
+            raise _Retry(f"fetch: {error.name}")
+        for name, p in partitions:
+            if name == topic and p.partition == partition:
+                if p.error_code in _RETRIABLE:
+                    raise _Retry(f"fetch {topic}-{partition}: {p.error_code.name}")
+                return p
         raise _Retry(f"the fetch response has no {topic}-{partition}")
 
     def _earliest(self, topic: str, partition: int) -> int:
