@@ -167,3 +167,42 @@ def test_settings_from_the_connector_options():
     assert s.bootstrap == (("a", 1), ("b", 2)) and not s.read_committed and s.fetch_max_bytes == 1000
     with pytest.raises(ValueError, match="security.protocol"):
         FetchSettings.from_client({"bootstrap.servers": "a:1", "security.protocol": "SSL"})
+
+
+def test_fetch_answers_are_read_in_place_as_kio_writes_them():
+    import io
+    from datetime import timedelta
+    import struct as st_
+
+    from kio.index import load_payload_module
+    from kio.schema.errors import ErrorCode
+    from kio.serial import entity_writer
+    from kio.static.constants import EntityType
+
+    from brook.client.fetcher import parse_fetch_v11
+    from brook.protocol.messages import response_class
+
+    mod = load_payload_module(1, 11, EntityType.response)
+    cls = response_class(1, 11)
+    body = cls(throttle_time=timedelta(0), error_code=ErrorCode.none, session_id=0, responses=(
+        mod.FetchableTopicResponse(topic="a", partitions=(
+            mod.PartitionData(partition_index=0, error_code=ErrorCode.none, high_watermark=10,
+                              last_stable_offset=8, log_start_offset=2,
+                              aborted_transactions=(mod.AbortedTransaction(producer_id=7,
+                                                                           first_offset=3),),
+                              preferred_read_replica=-1, records=b"batches"),
+            mod.PartitionData(partition_index=1, error_code=ErrorCode.offset_out_of_range,
+                              high_watermark=-1, aborted_transactions=None,
+                              preferred_read_replica=-1, records=None))),
+        mod.FetchableTopicResponse(topic="b\u00e9", partitions=())))
+    buf = io.BytesIO()
+    buf.write(st_.pack(">i", 5))  # the response header: correlation id
+    entity_writer(cls)(buf, body)
+    error, partitions = parse_fetch_v11(memoryview(buf.getvalue()))
+    assert error == ErrorCode.none
+    (name0, p0), (name1, p1) = partitions
+    assert (name0, p0.partition, p0.high_watermark, p0.last_stable_offset,
+            p0.log_start_offset, p0.aborted_transactions, bytes(p0.records)) == (
+        "a", 0, 10, 8, 2, [(7, 3)], b"batches")
+    assert (name1, p1.error_code, p1.aborted_transactions, p1.records) == (
+        "a", ErrorCode.offset_out_of_range, None, None)
