@@ -206,3 +206,85 @@ def test_fetch_answers_are_read_in_place_as_kio_writes_them():
         "a", 0, 10, 8, 2, [(7, 3)], b"batches")
     assert (name1, p1.error_code, p1.aborted_transactions, p1.records) == (
         "a", ErrorCode.offset_out_of_range, None, None)
+
+
+# ------------------------------------------------------------------------ a leader that moves
+
+
+def _fetch_answer(records: bytes | None, error=None, high: int = 10) -> memoryview:
+    import io
+    import struct as st_
+    from datetime import timedelta
+
+    from kio.index import load_payload_module
+    from kio.schema.errors import ErrorCode
+    from kio.serial import entity_writer
+    from kio.static.constants import EntityType
+
+    from brook.protocol.messages import response_class
+
+    mod = load_payload_module(1, 11, EntityType.response)
+    cls = response_class(1, 11)
+    body = cls(throttle_time=timedelta(0), error_code=ErrorCode.none, session_id=0, responses=(
+        mod.FetchableTopicResponse(topic="t", partitions=(mod.PartitionData(
+            partition_index=0, error_code=error or ErrorCode.none, high_watermark=high,
+            last_stable_offset=high, log_start_offset=0, aborted_transactions=(),
+            preferred_read_replica=-1, records=records),)),))
+    buf = io.BytesIO()
+    buf.write(st_.pack(">i", 1))
+    entity_writer(cls)(buf, body)
+    return memoryview(buf.getvalue())
+
+
+class _FakeBroker:
+    """A connection whose Fetch answers come from a script."""
+
+    def __init__(self, answers: list) -> None:
+        self.answers = answers
+        self.fetches = 0
+
+    def send(self, body) -> None:
+        self.fetches += 1
+
+    def receive_raw(self, cls, timeout=None):
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_leader_that_moves_is_found_again():
+    from kio.schema.errors import ErrorCode
+
+    from brook.records import Record, encode_batch
+
+    data = encode_batch([Record(o, 1000 + o, None, b"v%d" % o) for o in range(10)])
+    old = _FakeBroker([_fetch_answer(None, ErrorCode.not_leader_or_follower)])
+    new = _FakeBroker([_fetch_answer(data)])
+    leaders = iter([("old", 1), ("new", 2)])
+    sleeps = []
+    r = RangeReader(FetchSettings.from_client({"bootstrap.servers": "old:1"}),
+                    sleep=sleeps.append)
+    r._connections.update({("old", 1): old, ("new", 2): new})
+
+    def find_leader(topic, partition):
+        r._leaders[(topic, partition)] = leader = next(leaders)
+        return leader
+
+    r._find_leader = find_leader
+    offsets = [o for b in r.read("t", 0, 0, 10) for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(10))
+    assert (old.fetches, new.fetches, len(sleeps)) == (1, 1, 1)
+
+
+def test_a_leader_that_never_answers_times_out_clearly():
+    from kio.schema.errors import ErrorCode
+
+    now = [0.0]
+    broker = _FakeBroker([_fetch_answer(None, ErrorCode.leader_not_available)])
+    r = RangeReader(FetchSettings.from_client({"bootstrap.servers": "a:1"}),
+                    clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    r._connections[("a", 1)] = broker
+    r._find_leader = lambda topic, partition: r._leaders.setdefault((topic, partition), ("a", 1))
+    with pytest.raises(TimeoutError, match="t-0 at offset 0.*leader_not_available"):
+        list(r.read("t", 0, 0, 10, poll_timeout_ms=1000))
