@@ -114,6 +114,16 @@ def test_large_read_in_many_fetches_equals_confluent_kafka(kafka, consumer):
             == list(range(1234, 5678))
 
 
+def test_log_append_time_topics_equal_confluent_kafka(kafka, consumer):
+    create_topic_confluent(kafka.bootstrap, "appended", partitions=1,
+                           config={"message.timestamp.type": "LogAppendTime"})
+    confluent_produce(kafka.bootstrap, "appended", make_records(2000, seed=4), codec="snappy")
+    expected = confluent_rows(consumer, "appended", 2000)
+    assert {r["timestampType"] for r in expected} == {1}
+    with reader(kafka) as r:
+        assert brook_rows(r.read("appended", 0, 0, 2000, include_headers=True)) == expected
+
+
 def _segment(kafka, topic: str) -> Path:
     return sorted((kafka.log_dir / f"{topic}-0").glob("*.log"))[0]
 
