@@ -284,7 +284,6 @@ def _columns(spans: _Spans, topic: str, partition: int, start: int, end: int,
     if len(buf) < 2**31 - 64:  # positions in int32: half the memory traffic
         begins = begins.astype(np.int32)
     counts = np.frombuffer(spans.count, np.int64)
-    which = np.repeat(np.arange(len(counts)), counts)  # each record's batch
 
     length, body = _varints(arr, begins)
     rec_end = body + length
@@ -308,18 +307,23 @@ def _columns(spans: _Spans, topic: str, partition: int, start: int, end: int,
     if ((key_len < -1) | (value_len < -1) | (n_headers < 0) | (headers_at > rec_end)).any():
         raise CorruptRecordError("a record's fields do not fit in its length")
     plain = n_headers == 0
-    if not (headers_at[plain] == rec_end[plain]).all():
+    all_plain = bool(plain.all())
+    if not ((headers_at == rec_end).all() if all_plain
+            else (headers_at[plain] == rec_end[plain]).all()):
         raise CorruptRecordError("record length does not match its fields")
-    with_headers = np.flatnonzero(~plain)
+    with_headers = () if all_plain else np.flatnonzero(~plain)
     headers = {int(i): _headers(buf, int(headers_at[i]), int(n_headers[i]), int(rec_end[i]))
                for i in with_headers}
 
-    offsets = np.frombuffer(spans.base_offset, np.int64)[which] + off_delta
-    base_ts = np.frombuffer(spans.base_ts, np.int64)[which]
-    max_ts = np.frombuffer(spans.max_ts, np.int64)[which]
-    append_time = np.frombuffer(spans.append_time, np.int8)[which].astype(bool)
-    # LogAppendTime batches: every record carries the batch's max timestamp (Kafka's rule)
-    timestamps = np.where(append_time, max_ts, base_ts + ts_delta)
+    def per_record(column: array, dtype) -> np.ndarray:  # a batch's value for each record
+        return np.repeat(np.frombuffer(column, dtype), counts)
+
+    offsets = per_record(spans.base_offset, np.int64) + off_delta
+    append_time = per_record(spans.append_time, np.int8).astype(bool)
+    timestamps = per_record(spans.base_ts, np.int64) + ts_delta
+    if append_time.any():
+        # LogAppendTime batches: every record carries the batch's max timestamp (Kafka's rule)
+        timestamps = np.where(append_time, per_record(spans.max_ts, np.int64), timestamps)
 
     keep = (offsets >= start) & (offsets < end)
     if not keep.all():
