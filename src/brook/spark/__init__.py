@@ -8,6 +8,9 @@
           .option("group.id", "page-view-counts")
           .load())
 
+``brook.spark.read(spark, options)`` and ``brook.spark.read_stream(spark, options)`` give the
+same DataFrames with the rows reaching Spark as Arrow batches (faster; see docs/spark.md).
+
 Rows and options are those of Spark's built-in Kafka source, plus ``group.id`` (commit each
 micro-batch's offsets to a consumer group) and ``startingOffsets=group``. docs/spark.md has
 the details.
@@ -37,4 +40,19 @@ def local_session(*args, **kwargs) -> "SparkSession":
     return make(*args, **kwargs)
 
 
-__all__ = ["FORMAT", "register", "local_session"]
+def read(spark: "SparkSession", options=None, **more):
+    """A batch read with format brook's options and rows, read inside mapInArrow."""
+    from .bulk import read as bulk_read
+
+    return bulk_read(spark, options, **more)
+
+
+def read_stream(spark: "SparkSession", options=None, **more):
+    """A streaming read with format brook's options, rows and group commits, read inside
+    mapInArrow."""
+    from .bulk import read_stream as bulk_read_stream
+
+    return bulk_read_stream(spark, options, **more)
+
+
+__all__ = ["FORMAT", "register", "local_session", "read", "read_stream"]

@@ -301,16 +301,12 @@ _SOURCE_COLUMNS = ("key", "value", "partition", "offset", "timestamp")
 
 
 def read_offsets_topic(spark: SparkSession, bootstrap_servers: str) -> DataFrame:
-    """A batch read of all of ``__consumer_offsets`` through format "brook"."""
-    from brook.spark import FORMAT, register
+    """A batch read of all of ``__consumer_offsets`` (``brook.spark.read``: format brook's
+    rows, reaching Spark as Arrow batches)."""
+    from brook.spark import read
 
-    register(spark)
-    return (
-        spark.read.format(FORMAT)
-        .option("kafka.bootstrap.servers", bootstrap_servers)
-        .option("subscribe", OFFSETS_TOPIC)
-        .load()
-    )
+    return read(spark, {"kafka.bootstrap.servers": bootstrap_servers,
+                        "subscribe": OFFSETS_TOPIC})
 
 
 def decode_offsets_topic(df: DataFrame) -> DataFrame:

@@ -1,0 +1,120 @@
+"""Reads whose rows reach the JVM as Arrow batches: ``brook.spark.read`` and ``read_stream``.
+
+Spark's Python data sources are row-based: every row a source returns is copied out of its
+Arrow batch, then copied again by the projection Spark puts over a row-based scan. Here the
+source only plans: format ``brook-ranges`` (the planning of format ``brook``, its offsets,
+read limits, ``availableNow``, group commits and checkpoints unchanged) returns one descriptor
+row per input partition (topic, partition, start, end), and ``mapInArrow`` reads each range
+with brook's bulk reader in the same Spark task: the JVM receives Arrow batches, copied once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, InputPartition
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from .options import SourceOptions
+from .reader import OffsetRange, read_ranges
+from .schema import spark_schema
+from .source import BrookBatchReader, BrookStreamReader
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+RANGES_FORMAT = "brook-ranges"
+RANGES = StructType([
+    StructField("topic", StringType(), False),
+    StructField("partition", IntegerType(), False),
+    StructField("start", LongType(), False),
+    StructField("end", LongType(), False),
+])
+
+
+def _descriptor(partition: InputPartition) -> Iterator[tuple]:
+    if isinstance(partition, OffsetRange):  # Spark reads InputPartition(None) for no splits
+        yield partition.topic, partition.partition, partition.start, partition.end
+
+
+class _RangesBatchReader(BrookBatchReader):
+    def read(self, partition: InputPartition):
+        return _descriptor(partition)
+
+
+class _RangesStreamReader(BrookStreamReader):
+    def read(self, partition: InputPartition):
+        return _descriptor(partition)
+
+
+class BrookRangesDataSource(DataSource):
+    """Format ``brook-ranges``: format brook's planning, one row per range to read."""
+
+    @classmethod
+    def name(cls) -> str:
+        return RANGES_FORMAT
+
+    def schema(self) -> StructType:
+        SourceOptions.parse(self.options, streaming=None)
+        return RANGES
+
+    def reader(self, schema: StructType) -> _RangesBatchReader:
+        return _RangesBatchReader(SourceOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> _RangesStreamReader:
+        return _RangesStreamReader(SourceOptions.parse(self.options, streaming=True))
+
+
+class _ReadRanges:
+    """The function mapInArrow runs on each task: descriptor rows in, the ranges' rows out.
+    It holds the options every range of the query shares (pickled to the executors once)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.client = dict(options.client)
+        self.include_headers = options.include_headers
+        self.fail_on_data_loss = options.fail_on_data_loss
+        self.poll_timeout_ms = options.poll_timeout_ms
+
+    def __call__(self, descriptors: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        def ranges():
+            for batch in descriptors:
+                for topic, partition, start, end in zip(*(c.to_pylist() for c in batch.columns)):
+                    yield OffsetRange(topic, partition, start, end, self.client,
+                                      self.include_headers, self.fail_on_data_loss,
+                                      self.poll_timeout_ms)
+
+        yield from read_ranges(ranges())
+
+
+def _options(options: Mapping[str, str] | None, more: Mapping[str, str]) -> dict[str, str]:
+    merged = {str(k): str(v) for k, v in (options or {}).items()}
+    merged.update({str(k): str(v) for k, v in more.items()})
+    return merged
+
+
+def _load(spark: "SparkSession", options: dict[str, str], streaming: bool) -> "DataFrame":
+    parsed = SourceOptions.parse(options, streaming=streaming)
+    spark.dataSource.register(BrookRangesDataSource)
+    source = spark.readStream if streaming else spark.read
+    descriptors = source.format(RANGES_FORMAT).options(**options).load()
+    return descriptors.mapInArrow(_ReadRanges(parsed), spark_schema(parsed.include_headers))
+
+
+def read(spark: "SparkSession", options: Mapping[str, str] | None = None,
+         **more: str) -> "DataFrame":
+    """A batch read of brook topics: the options, rows and results of
+    ``spark.read.format("brook")``, with the rows reaching Spark as Arrow batches.
+
+        brook.spark.read(spark, {"kafka.bootstrap.servers": "127.0.0.1:9092",
+                                 "subscribe": "page-views"})
+    """
+    return _load(spark, _options(options, more), streaming=False)
+
+
+def read_stream(spark: "SparkSession", options: Mapping[str, str] | None = None,
+                **more: str) -> "DataFrame":
+    """A streaming read: ``spark.readStream.format("brook")``'s options (``group.id`` commits
+    included), rows and checkpoints, with the rows reaching Spark as Arrow batches."""
+    return _load(spark, _options(options, more), streaming=True)
