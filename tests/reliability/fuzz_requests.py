@@ -38,10 +38,9 @@ with atheris.instrument_imports(include=["brook"]):
     from brook.broker.config import BrokerConfig
     from brook.broker.connection import Connection
 
-from kio.index import load_request_schema as request_class
 from kio.serial import entity_writer
 
-from brook.protocol.messages import make
+from brook.protocol.messages import make, request_class
 
 MAX_REQUEST = 1 << 20
 RAW = 0xFF  # a first byte of 0xFF: the rest is sent as it is

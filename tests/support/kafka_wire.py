@@ -7,7 +7,6 @@ import io
 import socket
 import struct
 
-from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from brook.protocol.messages import make
@@ -67,7 +66,8 @@ class WireClient:
 
     def recv(self, api_key: int, version: int, expect_correlation_id: int | None = None):
         frame = self.recv_frame()
-        cls = load_response_schema(api_key, version)
+        from brook.protocol.messages import response_class
+        cls = response_class(api_key, version)
         header, offset = entity_reader(cls.__header_schema__)(frame, 0)
         if expect_correlation_id is not None:
             assert header.correlation_id == expect_correlation_id
@@ -89,4 +89,6 @@ class WireClient:
 
 
 def request_class(api_key: int, version: int):
-    return load_request_schema(api_key, version)
+    """kio's request entity, or brook's for the ZooKeeper-era inter-broker APIs."""
+    from brook.protocol.messages import request_class as brook_request_class
+    return brook_request_class(api_key, version)
