@@ -28,6 +28,12 @@ FETCH_KEY, FETCH_VERSION = 1, 12
 EPOCH_KEY, EPOCH_VERSION = 23, 4
 
 
+#: Answers that mean the controller's news has not reached one of the two brokers yet: the
+#: partition is simply fetched again (and told apart once LeaderAndIsr arrives).
+_AWAITING_THE_CONTROLLER = (ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_or_follower,
+                            ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition)
+
+
 @dataclass(slots=True)
 class FetchState:
     leader_epoch: int
@@ -194,10 +200,7 @@ class ReplicaFetcher:
                 part.high_watermark = pr.log_start_offset
             else:
                 st.truncating = True
-        elif code in (ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_or_follower,
-                      ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition):
-            pass  # the controller's news is on its way; fetched again meanwhile
-        else:
+        elif code not in _AWAITING_THE_CONTROLLER:
             log.warning("%s-%d: leader %d answered fetch with %s", *tp, self.leader_id,
                         ErrorCode(code).name.upper())
 

@@ -17,18 +17,11 @@ def assign_replicas(brokers: Sequence[int], partitions: int, replication_factor:
                     rng: _random.Random | None = None, first_partition: int = 0,
                     start_index: int = -1) -> dict[int, tuple[int, ...]]:
     """{partition: replicas} for `partitions` new partitions numbered from `first_partition`."""
-    if replication_factor <= 0:
-        raise ReplicationFactorError("Replication factor must be larger than 0.")
     ids = sorted(brokers)
     n = len(ids)
-    if replication_factor > n:
-        raise ReplicationFactorError(
-            f"Replication factor: {replication_factor} larger than available brokers: {n}.")
+    start, shift = _start(n, partitions, replication_factor, rng, start_index)
     if partitions <= 0:
         return {}
-    rng = rng or _random.Random()
-    start = start_index if start_index >= 0 else rng.randrange(n)
-    shift = start_index if start_index >= 0 else rng.randrange(n)
     out: dict[int, tuple[int, ...]] = {}
     current = max(0, first_partition)
     for _ in range(partitions):
@@ -41,6 +34,21 @@ def assign_replicas(brokers: Sequence[int], partitions: int, replication_factor:
         out[current] = tuple(replicas)
         current += 1
     return out
+
+
+def _start(n: int, partitions: int, replication_factor: int, rng: _random.Random | None,
+           start_index: int) -> tuple[int, int]:
+    """Kafka's checks, then where the first replicas start and the followers' first shift
+    (random unless a start index is fixed)."""
+    if replication_factor <= 0:
+        raise ReplicationFactorError("Replication factor must be larger than 0.")
+    if replication_factor > n:
+        raise ReplicationFactorError(
+            f"Replication factor: {replication_factor} larger than available brokers: {n}.")
+    if start_index >= 0 or partitions <= 0:
+        return start_index, start_index
+    rng = rng or _random.Random()
+    return rng.randrange(n), rng.randrange(n)
 
 
 def rack_alternated(racks: dict[int, str]) -> list[int]:
@@ -64,19 +72,12 @@ def assign_replicas_rack_aware(racks: dict[int, str], partitions: int, replicati
     """As `assign_replicas`, with the brokers' racks (Kafka's assignReplicasToBrokersRackAware):
     each partition's replicas go to as many racks as there are replicas (or every rack), and
     leaders and followers still spread evenly."""
-    if replication_factor <= 0:
-        raise ReplicationFactorError("Replication factor must be larger than 0.")
     n = len(racks)
-    if replication_factor > n:
-        raise ReplicationFactorError(
-            f"Replication factor: {replication_factor} larger than available brokers: {n}.")
+    start, shift = _start(n, partitions, replication_factor, rng, start_index)
     if partitions <= 0:
         return {}
-    rng = rng or _random.Random()
     arranged = rack_alternated(racks)
     num_racks = len(set(racks.values()))
-    start = start_index if start_index >= 0 else rng.randrange(n)
-    shift = start_index if start_index >= 0 else rng.randrange(n)
     out: dict[int, tuple[int, ...]] = {}
     current = max(0, first_partition)
     for _ in range(partitions):

@@ -151,16 +151,12 @@ class Controller:
             reelect=reelect)
         changed: set[tuple[str, int]] = set()
         if changes:
-            written = await asyncio.to_thread(self._write, changes)
-            for change, state in zip(changes, written):
+            done, _ = await self._commit(changes)
+            for change in done:
                 tp = (change.topic, change.partition)
-                if state is None:  # changed under us (a leader's ISR change): read it again
-                    self.states.pop(tp, None)
-                    self._dirty.set()
-                    continue
-                self.states[tp] = state
                 changed.add(tp)
                 if change.leader_changed:
+                    state = self.states[tp]
                     log.info("partition %s-%d: leader %d, leader epoch %d, ISR %s", change.topic,
                              change.partition, state.leader, state.leader_epoch, list(state.isr))
         self._tell_brokers(changed)
@@ -187,6 +183,23 @@ class Controller:
                     if state is not None:
                         self.states[(name, p)] = state
         return deleting
+
+    async def _commit(self, changes: list[elections.Change]) -> tuple[list[elections.Change], set]:
+        """Write `changes` and take the states as written; a state changed under us (a
+        leader's ISR change) is forgotten and read again at the next reconcile. Returns the
+        changes written and the partitions whose write was refused."""
+        written = await asyncio.to_thread(self._write, changes)
+        done, refused = [], set()
+        for change, state in zip(changes, written):
+            tp = (change.topic, change.partition)
+            if state is None:
+                self.states.pop(tp, None)
+                self._dirty.set()
+                refused.add(tp)
+            else:
+                self.states[tp] = state
+                done.append(change)
+        return done, refused
 
     def _write(self, changes: list[elections.Change]) -> list[PartitionState | None]:
         writes = [(c.topic, c.partition, replace(c.after, zk_version=-1),
@@ -289,20 +302,14 @@ class Controller:
             else:
                 changes.append(elections.Change(tp[0], tp[1], state, after))
         if changes:
-            written = await asyncio.to_thread(self._write, changes)
-            changed = set()
-            for change, state in zip(changes, written):
-                tp = (change.topic, change.partition)
-                if state is None:
-                    self.states.pop(tp, None)
-                    self._dirty.set()
-                    out[tp] = (ErrorCode.not_controller, "the partition changed meanwhile; try again")
-                    continue
-                self.states[tp] = state
-                changed.add(tp)
+            done, refused = await self._commit(changes)
+            changed = {(c.topic, c.partition) for c in done}
+            for tp in refused:
+                out[tp] = (ErrorCode.not_controller, "the partition changed meanwhile; try again")
+            for tp in changed:
                 out[tp] = (ErrorCode.none, None)
-                log.info("partition %s-%d: leader %d by election (epoch %d)", *tp, state.leader,
-                         state.leader_epoch)
+                log.info("partition %s-%d: leader %d by election (epoch %d)", *tp,
+                         self.states[tp].leader, self.states[tp].leader_epoch)
             self._tell_brokers(changed)
         return out
 
@@ -374,14 +381,7 @@ class Controller:
             changes = [elections.Change(topic, p, self.states[(topic, p)], replace(
                 self.states[(topic, p)], leader_epoch=self.states[(topic, p)].leader_epoch + 1,
                 controller_epoch=self.epoch)) for p in moves if (topic, p) in self.states]
-            written = await asyncio.to_thread(self._write, changes)
-            for change, state in zip(changes, written):
-                tp = (change.topic, change.partition)
-                if state is None:
-                    self.states.pop(tp, None)
-                    self._dirty.set()
-                else:
-                    self.states[tp] = state
+            await self._commit(changes)
             self._tell_brokers({(topic, p) for p in moves if (topic, p) in self.states})
         self._dirty.set()
         return out
@@ -397,12 +397,10 @@ class Controller:
             after = reassignment.complete(state, moving, live, self.epoch)
             if after is None:
                 continue
-            written = await asyncio.to_thread(self._write, [elections.Change(*tp, state, after)])
-            if written[0] is None:
-                self.states.pop(tp, None)
-                self._dirty.set()
+            done, _ = await self._commit([elections.Change(*tp, state, after)])
+            if not done:
                 continue
-            self.states[tp] = written[0]
+            new_state = self.states[tp]
             topic, p = tp
             a = self.assignments[topic]
             partitions, adding, removing = dict(a.partitions), dict(a.adding), dict(a.removing)
@@ -419,10 +417,10 @@ class Controller:
                         controller_id=self.broker_id, controller_epoch=self.epoch,
                         broker_epoch=self.live[r].epoch, topic_states=(ib.StopReplicaTopicState(
                             topic_name=topic, partition_states=(ib.StopReplicaPartitionState(
-                                partition_index=p, leader_epoch=written[0].leader_epoch,
+                                partition_index=p, leader_epoch=new_state.leader_epoch,
                                 delete_partition=True),)),)))
             log.info("reassignment of %s-%d done: replicas %s, leader %d", topic, p,
-                     list(moving.target), written[0].leader)
+                     list(moving.target), new_state.leader)
 
     # ------------------------------------------------------------ controlled shutdown
 
@@ -442,17 +440,9 @@ class Controller:
             else:
                 changes.append(elections.Change(topic, p, state, after))
         if changes:
-            written = await asyncio.to_thread(self._write, changes)
-            changed = set()
-            for change, state in zip(changes, written):
-                tp = (change.topic, change.partition)
-                if state is None:
-                    self.states.pop(tp, None)
-                    remaining.append(tp)
-                    continue
-                self.states[tp] = state
-                changed.add(tp)
-            self._tell_brokers(changed)
+            done, refused = await self._commit(changes)
+            remaining += sorted(refused)
+            self._tell_brokers({(c.topic, c.partition) for c in done})
             self._dirty.set()
         return remaining
 

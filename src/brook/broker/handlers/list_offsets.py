@@ -26,10 +26,9 @@ async def handle(broker, request, connection):
             partition = broker.partition(t.name, p.partition_index)
             if partition is None:
                 code = ErrorCode.unknown_topic_or_partition
-            elif broker.replicas is not None and (code := broker.replicas.leader_error(
-                    partition, getattr(p, "current_leader_epoch", -1))):
-                pass  # a cluster: the partition's leader answers
-            else:
+            elif broker.replicas is not None:  # a cluster: the partition's leader answers
+                code = broker.replicas.leader_error(partition, getattr(p, "current_leader_epoch", -1))
+            if partition is not None and code == ErrorCode.none:
                 epoch = partition.leader_epoch
                 try:
                     if p.timestamp == LATEST_TIMESTAMP:
