@@ -17,6 +17,9 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
+import pytest
+
+from brook.broker import connection
 from tests.support import socketpair_broker
 from brook.protocol.messages import make
 from tests.support.kafka_wire import frame
@@ -81,7 +84,17 @@ def decode(api_key: int, version: int, body: bytes):
 
 def run_broker(tmp_path, test):
     """``await test(broker, conn, theirs, Reader(theirs))`` on a socket pair with 16 KiB
-    buffers."""
+    buffers. The connection's turns are not cut short (TURN_SECONDS): a turn ended after the
+    OffsetFetch on a slow machine would wait there for the socket, before the JoinGroup."""
+    patch = pytest.MonkeyPatch()
+    patch.setattr(connection, "TURN_SECONDS", 60.0)
+    try:
+        _run_broker(tmp_path, test)
+    finally:
+        patch.undo()
+
+
+def _run_broker(tmp_path, test):
     async def adapted(broker, conn, ours, theirs):
         await test(broker, conn, theirs, Reader(theirs))
 

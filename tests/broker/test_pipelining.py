@@ -11,6 +11,7 @@ from datetime import timedelta
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from brook.broker import connection
 from tests.support.broker_harness import BrokerProcess
 from brook.protocol.messages import make
 from tests.support.kafka_wire import WireClient, frame
@@ -34,7 +35,12 @@ class CountingSocket(socket.socket):
         return super().sendmsg(*args)
 
 
-def test_the_answers_to_one_read_of_pipelined_commits_go_out_in_order_in_one_send(tmp_path):
+def test_the_answers_to_one_read_of_pipelined_commits_go_out_in_order_in_one_send(
+        tmp_path, monkeypatch):
+    # One turn for the whole read: a slow machine would otherwise end the turn (and send what
+    # is ready) partway through the eight commits.
+    monkeypatch.setattr(connection, "TURN_SECONDS", 60.0)
+
     async def test(broker, conn, ours, theirs):
         broker.create_topic("t", 1)
         loop = asyncio.get_running_loop()

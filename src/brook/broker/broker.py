@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from ..clock import SYSTEM_CLOCK, Clock, MonotonicWallClock
 from ..storage.config import LogConfig
@@ -39,7 +40,7 @@ from .response_cache import EncodedResponseCache
 
 log = logging.getLogger(__name__)
 
-CREATE_SLICE = 64  # partitions made between two turns of the event loop
+CREATE_TURN_SECONDS = 0.005  # the longest CreateTopics makes partitions before others' turn
 
 
 class Broker:
@@ -318,14 +319,17 @@ class Broker:
                 log.exception("cannot remove the log of %s-%d after a failed creation", name, i)
 
     async def open_logs_in_slices(self, name: str, indexes: range, config: LogConfig | None = None) -> list:
-        """`_open_logs` in slices of CREATE_SLICE partitions, the event loop serving others
-        between them; the partitions count against the broker's room meanwhile (the caller
-        reserved them with `reserve`)."""
+        """`_open_logs` in turns of CREATE_TURN_SECONDS, the event loop serving others between
+        them; the partitions count against the broker's room meanwhile (the caller reserved
+        them with `reserve`)."""
         logs: list = []
         try:
-            for start in range(0, len(indexes), CREATE_SLICE):
-                logs += self._open_logs(name, indexes[start:start + CREATE_SLICE], config)
-                await asyncio.sleep(0)
+            turn = time.perf_counter()
+            for i in indexes:
+                logs.append(self.log_manager.get_or_create_log(name, i, config))
+                if time.perf_counter() - turn > CREATE_TURN_SECONDS:
+                    await asyncio.sleep(0)
+                    turn = time.perf_counter()
         except BaseException:  # an error, or the request cancelled: nothing is left behind
             self.discard_logs(name, indexes[:len(logs)])
             raise

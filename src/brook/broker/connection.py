@@ -27,6 +27,7 @@ import errno
 import logging
 import os
 import socket
+import weakref
 from time import perf_counter
 
 from ..protocol.framing import FrameDecoder, FrameTooLargeError, InvalidFrameError
@@ -83,7 +84,7 @@ class Connection:
         self.listener_name = listener_name
         self.loop = asyncio.get_running_loop()
         self.closed = False
-        self.task: asyncio.Task | None = None
+        self._task: weakref.ref[asyncio.Task] | None = None
         self.busy = False  # a handler is working (a long-polling Fetch is not idle; a stalled write is)
         self.last_active = self.loop.time()
         self._out: list = []  # answers not yet handed to the socket, in order (bytes, views)
@@ -98,6 +99,18 @@ class Connection:
         #: time is counted when the queue has gone to the socket (Kafka's TotalTimeMs).
         self._answered: list[tuple[int, float]] = []
         self._pending: list[_Pending] = []  # deferred answers not ready, oldest first
+
+    @property
+    def task(self) -> asyncio.Task | None:
+        """The task running `run` (whoever starts it sets this)."""
+        return self._task() if self._task is not None else None
+
+    @task.setter
+    def task(self, task: asyncio.Task) -> None:
+        # Held weakly: a cancelled task keeps its exception, whose traceback holds run()'s
+        # frame and so this connection; a strong reference back would make a cycle that only
+        # the cycle collector frees (and never, once frozen: see heap.py).
+        self._task = weakref.ref(task)
 
     async def run(self) -> None:
         decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)

@@ -11,6 +11,7 @@ import resource
 import signal
 import socket
 
+from . import heap
 from .broker import Broker
 from .config import BrokerConfig, Listener
 from .connection import Connection
@@ -112,6 +113,7 @@ class BrokerServer:
         # A single node coordinates every offsets partition; in a cluster, those it leads.
         self.broker.coordinator.start(load_all=cluster is None)
         started = False
+        heap.freeze_survivors_of_full_collections()  # logs loaded: out of the collector's passes
         try:
             self.broker.log_manager.start_cleaner()  # compaction off the event loop; close() stops it
             # Metrics first: once a listener accepts, everything the broker serves is up.
