@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 import time
 from datetime import timedelta
 
@@ -61,6 +62,37 @@ def test_the_answers_to_one_read_of_pipelined_commits_go_out_in_order_in_one_sen
         assert broker.coordinator.context_for("g").shard.offsets.get("g", "t", 0).offset == 17
 
     run_broker(tmp_path, {}, test, socket_class=CountingSocket)
+
+
+def test_an_answer_sent_whole_does_not_take_the_deferred_answer_behind_it_along(tmp_path):
+    """An ApiVersions answer (ready at once) and a durable OffsetCommit (its answer deferred to
+    the fsync) in one read: the first send takes the whole ApiVersions answer, and the
+    commit's place behind it stays queued until its answer comes. Counting the empty place
+    as sent once lost that answer, and the connection died of the next send."""
+    versions = make(load_request_schema(API_VERSIONS, 3), client_software_name="t",
+                    client_software_version="1")
+
+    async def test(broker, conn, ours, theirs):
+        broker.create_topic("t", 1)
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(theirs, frame(commit("g", 1), 1))  # the offsets topic
+        assert [c for c, _ in answers(await loop.sock_recv(theirs, 1 << 16))] == [1]
+        for round_ in range(3):
+            await loop.sock_sendall(theirs, frame(versions, 10 + round_)
+                                    + frame(commit("g", 2 + round_), 20 + round_))
+            data = b""
+            while True:
+                data += await asyncio.wait_for(loop.sock_recv(theirs, 1 << 16), 10)
+                size = struct.unpack_from(">i", data)[0]
+                if len(data) > 4 + size and len(answers(data[4 + size:])) == 1:
+                    break
+            assert struct.unpack_from(">i", data, 4)[0] == 10 + round_
+            [(corr, answer)] = answers(data[4 + size:])
+            assert corr == 20 + round_
+            assert answer.topics[0].partitions[0].error_code == ErrorCode.none
+        assert not conn.closed
+
+    run_broker(tmp_path, {"log.flush.before.ack": "true"}, test)
 
 
 def test_an_answer_does_not_wait_for_a_later_request_whose_handler_waits(tmp_path):

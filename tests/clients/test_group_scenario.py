@@ -678,11 +678,23 @@ def _coordinator_of(bootstrap: str, group: str) -> int:
     return -1
 
 
-def test_a_mixed_group_carries_on_when_its_coordinator_dies(zk, brokers, tmp_path):
+def _assignments(members: list[Worker]) -> dict[str, list[list[int]]]:
+    """Every assignment each member has reported so far, in order."""
+    for w in members:
+        w.drain()
+    return {w.name: [e["parts"] for e in w.log if e["ev"] == "assigned"] for w in members}
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "controlled-shutdown"])
+def test_a_mixed_group_carries_on_when_its_coordinator_goes(zk, brokers, tmp_path, how):
     """confluent-kafka, kafka-python and aiokafka members in one group, consuming and
-    committing while the broker coordinating their group is killed with SIGKILL, twice: the
-    group settles again on the new coordinator, every record is processed, none after a commit
-    past it was acknowledged, and the group's offsets end at the end of the input."""
+    committing while the broker coordinating their group is killed with SIGKILL (or stopped
+    with SIGTERM: a controlled shutdown), twice: the group settles again on the new
+    coordinator, every record is processed, none after a commit past it was acknowledged, and
+    the group's offsets end at the end of the input. A controlled shutdown moves the
+    coordinator before the broker stops: the members see only errors their clients retry (no
+    commit fails) and the group is not rebalanced (the new coordinator restores it with its
+    generation and its members)."""
     procs = [brokers(i, CLUSTER_GROUP_BROKER) for i in (1, 2, 3)]
     wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "three brokers", brokers)
     bootstrap = ",".join(p.bootstrap for p in procs)
@@ -698,11 +710,15 @@ def test_a_mixed_group_carries_on_when_its_coordinator_dies(zk, brokers, tmp_pat
         g.wait_settled(members, timeout=WAIT + 30)
         g.produce("a")
         g.wait_processed(timeout=WAIT + 30)
+        settled = _assignments(members)
         for round_ in range(2):
             node = wait_for(lambda: (n := _coordinator_of(bootstrap, g.group)) >= 0 and n, 30,
                             "the group's coordinator", brokers)
             g.produce(f"before-{round_}")
-            brokers[node].kill()
+            if how == "SIGKILL":
+                brokers[node].kill()
+            else:
+                assert brokers[node].stop() == 0
             g.produce(f"after-{round_}")
             g.wait_processed(timeout=SESSION_TIMEOUT_MS / 1000 + 2 * WAIT)
             assert _coordinator_of(bootstrap, g.group) not in (-1, node)
@@ -715,5 +731,11 @@ def test_a_mixed_group_carries_on_when_its_coordinator_dies(zk, brokers, tmp_pat
         # the wait after two coordinator moves).
         g.drain()
         _check_processing(g.workers, g.produced)
+        if how == "controlled-shutdown":
+            failed = [(w.name, e["err"]) for w in members for e in w.log
+                      if e["ev"] == "commit_failed"]
+            assert not failed, failed
+            # No member's assignment changed since the group first settled: no rebalance.
+            assert _assignments(members) == settled, (settled, _assignments(members))
     finally:
         g.close()

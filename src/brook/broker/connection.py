@@ -229,9 +229,9 @@ class Connection:
 
     def _resolved(self, pending: _Pending, deferred: Deferred, request, received: float) -> None:
         """A deferred answer is ready: its bytes take its place, and what is ready is sent."""
-        self._pending.remove(pending)
-        if self.closed:
+        if self.closed:  # close() let go of every place in the queue
             return
+        self._pending.remove(pending)
         try:
             response = deferred.build(deferred.waiting)
             if isinstance(response, RawResponse):  # encoded by its handler (bytes only)
@@ -323,10 +323,8 @@ class Connection:
             self.last_active = self.loop.time()
             self._out_bytes -= n
         sent = 0
-        for piece in out:
-            if n < len(piece):
-                break
-            n -= len(piece)
+        while sent < ready and n >= len(out[sent]):  # a deferred place is never sent
+            n -= len(out[sent])
             sent += 1
         del out[:sent]
         if n:
