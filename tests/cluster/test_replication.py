@@ -373,3 +373,54 @@ def test_zookeeper_restarted_with_its_data_and_replication_goes_on(own_zookeeper
     finally:
         view.close()
         cluster.close()
+
+
+def test_a_new_leader_behind_on_the_high_watermark_does_not_tell_consumers_of_a_truncation(zk, brokers):
+    """A follower learns the high watermark from its fetches, so a new leader can start with
+    one below records consumers have already read (its ISR's other member has not fetched from
+    it yet). Asked as a client for the end of the epoch those records belong to
+    (OffsetForLeaderEpoch, KIP-320), it answers from its log, as Kafka does: an answer capped
+    at its high watermark made librdkafka see a truncation and read committed records again.
+    A fetch at the consumer's position is answered empty until the high watermark gets there."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kio.schema.errors import ErrorCode
+    # Followers' fetches wait up to 10 s for new data: the records' high watermark reaches the
+    # followers only on the fetch after the one that brought the records.
+    procs = _three(brokers, zk, {"replica.fetch.wait.max.ms": 10_000, "replica.lag.time.max.ms": 30_000})
+    controller = wait_for(lambda: zk.controller(), 20, "a controller", brokers)
+    leader, paused = [i for i in (1, 2, 3) if i != controller]
+    successor = controller  # first in the ISR after the leader: the controlled shutdown's choice
+    admin = AdminClient({"bootstrap.servers": _bootstrap(procs)})
+    admin.create_topics([NewTopic("lagging", 1, replica_assignment=[[leader, successor, paused]])],
+                        operation_timeout=20)["lagging"].result(40)
+    wait_for(lambda: _state(zk, "lagging")["leader"] == leader, 20, "the leader", brokers)
+    acked, failed = _produce(_bootstrap(procs), "lagging", [b"r%d" % i for i in range(10)])
+    assert len(acked) == 10 and not failed
+    with _wire(brokers[leader]) as w:
+        assert w.request(_fetch_request("lagging", 0)).responses[0].partitions[0].high_watermark == 10
+    brokers[paused].proc.send_signal(signal.SIGSTOP)  # in the ISR, fetching nothing from the next leader
+    try:
+        assert brokers[leader].stop() == 0  # a controlled shutdown: leadership moves at once
+        state = wait_for(lambda: (s := _state(zk, "lagging"))["leader"] == successor and s, 10,
+                         "the successor leading", brokers)
+        assert sorted(state["isr"]) == sorted([successor, paused])
+        with _wire(brokers[successor]) as w:
+            fetched = w.request(_fetch_request("lagging", 10, leader_epoch=state["leader_epoch"]))
+            part = fetched.responses[0].partitions[0]
+            assert part.error_code == ErrorCode.none and part.high_watermark < 10  # the situation
+            assert not part.records
+            end = w.request(_offset_for_leader_epoch("lagging", epoch=0, current=state["leader_epoch"]))
+            answer = end.topics[0].partitions[0]
+            assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (ErrorCode.none, 0, 10)
+    finally:
+        brokers[paused].proc.send_signal(signal.SIGCONT)
+
+
+def _offset_for_leader_epoch(topic: str, epoch: int, current: int):
+    from tests.support.kafka_wire import request_class
+    from brook.protocol.messages import make
+    cls = request_class(23, 4)
+    mod = __import__(cls.__module__, fromlist=["x"])
+    return make(cls, replica_id=-1, topics=(make(mod.OffsetForLeaderTopic, topic=topic, partitions=(
+        make(mod.OffsetForLeaderPartition, partition=0, current_leader_epoch=current,
+             leader_epoch=epoch),)),))

@@ -122,7 +122,6 @@ async def handle_offset_for_leader_epoch(broker, request, connection):
     version = request.api_version
     mod = response_module(OFFSET_FOR_LEADER_EPOCH, version)
     body = request.body
-    follower = getattr(body, "replica_id", -1) >= 0
     topics = []
     for t in body.topics:
         parts = []
@@ -138,9 +137,9 @@ async def handle_offset_for_leader_epoch(broker, request, connection):
                     epoch, end = (0, p.high_watermark) if pr.leader_epoch >= 0 else (UNDEFINED_EPOCH,
                                                                                     UNDEFINED_OFFSET)
                 else:
+                    # From the log, for clients too (as Kafka): a new leader's high watermark
+                    # can lag records its consumers have read, which are no truncation.
                     epoch, end = p.log.epoch_cache.end_offset_for(pr.leader_epoch, p.log_end_offset)
-                    if not follower and end > p.high_watermark:
-                        end = p.high_watermark  # clients see only what is replicated
             parts.append(make(mod.EpochEndOffset, error_code=code, partition=pr.partition,
                               leader_epoch=epoch, end_offset=end))
         topics.append(make(mod.OffsetForLeaderTopicResult, topic=t.topic, partitions=tuple(parts)))
