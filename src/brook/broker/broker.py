@@ -12,6 +12,7 @@ from ..storage.config import LogConfig
 from ..storage.dir_lock import LogDirLocks
 from ..storage.manager import LogManager
 from .config import BrokerConfig, Listener
+from .dynamic_config import BrokerConfigLayers
 from ..coordinator.classic import GroupConfig
 from ..coordinator.offsets import OffsetsConfig
 from ..coordinator.runtime import OFFSETS_TOPIC, CoordinatorRuntime
@@ -51,6 +52,9 @@ class Broker:
         #: advanced by the monotonic one, so a step of the system clock moves no deadline.
         self.timeout_clock = MonotonicWallClock() if clock is SYSTEM_CLOCK else clock
         self.broker_id = config.broker_id
+        #: The configuration in layers (dynamic over static over defaults): DescribeConfigs
+        #: answers from it, dynamic broker configs change it.
+        self.config_layers = BrokerConfigLayers(dict(config.props))
         self.metadata = MetadataStore(config.log_dirs, config.broker_id)
         self.apis = registry()
         self.supported_versions = {k: (a.min_version, a.max_version) for k, a in self.apis.items()}
