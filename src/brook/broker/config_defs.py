@@ -167,11 +167,11 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("connections.max.idle.ms", LONG, "600000",
               "Idle connections timeout: connections idle longer are closed."),
     ConfigKey("max.connections", INT, str(INT_MAX),
-              "The maximum number of connections the broker accepts at any time."),
+              "The maximum number of connections the broker accepts at any time.", dynamic=True),
     ConfigKey("max.connections.per.ip", INT, str(INT_MAX),
-              "The maximum number of connections allowed from each ip address."),
+              "The maximum number of connections allowed from each ip address.", dynamic=True),
     ConfigKey("max.connections.per.ip.overrides", STRING, "",
-              "A comma-separated list of per-ip or hostname overrides (host:count)."),
+              "A comma-separated list of per-ip or hostname overrides (host:count).", dynamic=True),
     ConfigKey("max.incremental.fetch.session.cache.slots", INT, "1000",
               "The maximum number of incremental fetch sessions."),
     ConfigKey("log.flush.before.ack", BOOLEAN, "false",
@@ -303,6 +303,35 @@ def is_sensitive(name: str) -> bool:
 def is_dynamic(name: str) -> bool:
     key = KEYS.get(name)
     return key is not None and key.dynamic and not _SECRET.search(name)
+
+
+_TYPE_NAMES = {BOOLEAN: "BOOLEAN", INT: "INT", SHORT: "SHORT", LONG: "LONG", DOUBLE: "DOUBLE"}
+_RANGES = {INT: (-2**31, 2**31 - 1), SHORT: (-2**15, 2**15 - 1), LONG: (-2**63, 2**63 - 1)}
+
+
+def check_value(name: str, value: str) -> None:
+    """ValueError (Kafka's ConfigException message) if `value` is not of `name`'s type."""
+    kind = config_type(name)
+    text = str(value).strip()
+    if kind == BOOLEAN:
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"Invalid value {value} for configuration {name}: Expected value "
+                             "to be either true or false")
+    elif kind in _RANGES:
+        lo, hi = _RANGES[kind]
+        try:
+            number = int(text)
+        except ValueError:
+            number = None
+        if number is None or not lo <= number <= hi:
+            raise ValueError(f"Invalid value {value} for configuration {name}: Not a number of "
+                             f"type {_TYPE_NAMES[kind]}")
+    elif kind == DOUBLE:
+        try:
+            float(text)
+        except ValueError:
+            raise ValueError(f"Invalid value {value} for configuration {name}: Not a number of "
+                             "type DOUBLE") from None
 
 
 def defaults() -> dict[str, str]:

@@ -138,3 +138,31 @@ class BrokerConfigLayers:
         if not broker_keys:
             return []
         return self.synonyms_of(broker_keys[0], defs.is_sensitive(broker_keys[0]))
+
+
+def check_dynamic_configs(configs: Mapping[str, str | None]) -> None:
+    """The keys a dynamic layer (one broker's, or the cluster-wide default) may hold, and
+    their values' types: DynamicConfigError (INVALID_CONFIG) names what is refused. Keys brook
+    does not know are kept and shown, as Kafka keeps custom configs."""
+    read_only = sorted(k for k in configs if k in defs.KEYS and not defs.is_dynamic(k))
+    if read_only:
+        raise DynamicConfigError("Cannot update these configs dynamically: "
+                                 f"{', '.join(read_only)} (the broker reads them at start only)")
+    secrets = sorted(k for k in configs if defs.config_type(k) == defs.PASSWORD)
+    if secrets:
+        raise DynamicConfigError(f"Cannot update these configs dynamically: {', '.join(secrets)} "
+                                 "(brook keeps no secrets among dynamic configs)")
+    for key, value in configs.items():
+        if value is None:
+            raise DynamicConfigError(f"Null value not supported for broker config: {key}")
+        try:
+            defs.check_value(key, value)
+        except ValueError as exc:
+            raise DynamicConfigError(str(exc)) from None
+
+
+def replaced(layers: BrokerConfigLayers, default: bool, configs: Mapping[str, str]) -> BrokerConfigLayers:
+    """`layers` with the cluster-wide default layer (`default`) or this broker's replaced."""
+    if default:
+        return BrokerConfigLayers(layers.static, dict(configs), dict(layers.per_broker))
+    return BrokerConfigLayers(layers.static, dict(layers.cluster_default), dict(configs))

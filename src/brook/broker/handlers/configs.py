@@ -1,5 +1,6 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (and describing the
-broker). Topic overrides are validated as a whole before any is stored."""
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and brokers (a
+broker's own dynamic configs, and the cluster-wide defaults under the empty broker name).
+Configs are validated as a whole before any is stored."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ..metadata import MetadataError
 from . import Api
 from .. import config_defs as defs
 from ..config_defs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC
-from ..dynamic_config import TOPIC_SYNONYMS, Entry, Synonym
+from ..dynamic_config import TOPIC_SYNONYMS, DynamicConfigError, Entry, Synonym
 from .common import NO_THROTTLE
 
 TOPIC = 2
@@ -26,6 +27,8 @@ _TOPIC_TYPES = {"follower.replication.throttled.replicas": defs.LIST,
                 "leader.replication.throttled.replicas": defs.LIST,
                 "remote.storage.enable": defs.BOOLEAN, "local.retention.ms": defs.LONG,
                 "local.retention.bytes": defs.LONG, "segment.jitter.ms": defs.LONG}
+
+BROKER_LIST_KEYS = frozenset(k for k, d in defs.KEYS.items() if d.type == defs.LIST)
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -152,9 +155,46 @@ async def _alter_in_cluster(broker, resource, new_configs_of, validate_only):
 
 
 async def _alter_any(broker, resource, new_configs_of, validate_only):
+    if resource.resource_type == BROKER:
+        return await _alter_broker(broker, resource, new_configs_of, validate_only)
     if broker.replicas is not None and resource.resource_type == TOPIC:
         return await _alter_in_cluster(broker, resource, new_configs_of, validate_only)
     return _alter(broker, resource, new_configs_of, validate_only)
+
+
+async def _alter_broker(broker, resource, new_configs_of, validate_only):
+    """Dynamic broker configs: this broker's (its id) or the cluster-wide defaults (the empty
+    name). The whole layer is checked with the rest of the configuration before anything is
+    stored; then stored (the metadata, or ZooKeeper with a change notification in a cluster)
+    and applied without a restart."""
+    try:
+        default = broker_id_of(broker, resource.resource_name) is None
+    except _Refused as exc:
+        return exc.code, str(exc)
+    async with broker.config_lock:  # read, change, write: one alteration at a time
+        zk = broker.cluster.client if broker.cluster is not None else None
+        if zk is not None:
+            current = await asyncio.to_thread(zk.read_broker_config,
+                                              None if default else broker.broker_id)
+        else:
+            layers = broker.config_layers
+            current = layers.cluster_default if default else layers.per_broker
+        what = "the cluster-wide broker defaults" if default else f"broker {broker.broker_id}"
+        try:
+            configs = new_configs_of(dict(current))
+            if zk is None:
+                broker.set_broker_configs(default, configs, validate_only=validate_only)
+                return ErrorCode.none, None
+            layers, cfg = broker.check_broker_configs(default, configs)
+            if not validate_only:
+                await asyncio.to_thread(zk.write_broker_config,
+                                        None if default else broker.broker_id, configs)
+                broker._use_config(layers, cfg)  # here at once; the others when notified
+        except DynamicConfigError as exc:
+            return ErrorCode.invalid_config, f"Invalid config value for {what}: {exc}"
+        except _BadOperation as exc:
+            return ErrorCode.invalid_request, str(exc)
+    return ErrorCode.none, None
 
 
 def _alter(broker, resource, new_configs_of, validate_only):
@@ -188,7 +228,7 @@ async def alter_configs(broker, request, connection):
     return make(response_class(33, request.api_version), throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-def _incremental(ops, defaults: dict[str, str]):
+def _incremental(ops, defaults: dict[str, str], list_keys=LIST_KEYS):
     def apply(configs: dict[str, str]) -> dict[str, str]:
         for op in ops:
             name, value = op.name, op.value
@@ -197,7 +237,7 @@ def _incremental(ops, defaults: dict[str, str]):
             elif op.config_operation == DELETE:
                 configs.pop(name, None)
             elif op.config_operation in (APPEND, SUBTRACT):
-                if name not in LIST_KEYS:
+                if name not in list_keys:
                     raise _BadOperation(f"{name} is not a list config")
                 current = configs.get(name, defaults.get(name, ""))
                 items = [i for i in (current or "").split(",") if i]
@@ -218,8 +258,11 @@ async def incremental_alter_configs(broker, request, connection):
     mod = response_module(44, request.api_version)
     results = []
     for r in body.resources:
-        defaults = broker.topic_config_values(r.resource_name, {}) if r.resource_type == TOPIC else {}
-        code, text = await _alter_any(broker, r, _incremental(r.configs, defaults), body.validate_only)
+        if r.resource_type == TOPIC:
+            apply = _incremental(r.configs, broker.topic_config_values(r.resource_name, {}))
+        else:  # a broker's list configs append to the layer's value, else Kafka's default
+            apply = _incremental(r.configs, defs.defaults(), BROKER_LIST_KEYS)
+        code, text = await _alter_any(broker, r, apply, body.validate_only)
         results.append(make(mod.AlterConfigsResourceResponse, error_code=code, error_message=text,
                             resource_type=r.resource_type, resource_name=r.resource_name))
     return make(response_class(44, request.api_version), throttle_time=NO_THROTTLE, responses=tuple(results))
