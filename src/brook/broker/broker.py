@@ -13,6 +13,7 @@ from ..storage.config import LogConfig
 from ..storage.dir_lock import LogDirLocks
 from ..storage.manager import LogManager
 from .config import BrokerConfig, ConfigError, Listener
+from .config_defs import loggable
 from .dynamic_config import BrokerConfigLayers, DynamicConfigError, check_dynamic_configs, replaced
 from ..coordinator.classic import GroupConfig
 from ..coordinator.offsets import OffsetsConfig
@@ -556,7 +557,7 @@ class Broker:
         if validate_only:
             return
         self.metadata.set_broker_configs("" if default else str(self.broker_id), configs)
-        self._use_config(layers, cfg)
+        self.use_config(layers, cfg)
 
     def use_dynamic_configs(self, cluster_default: dict[str, str], per_broker: dict[str, str]) -> None:
         """Dynamic configs as stored (the metadata, or ZooKeeper in a cluster), applied; any
@@ -571,11 +572,11 @@ class Broker:
                 layers = replaced(layers, default, configs)
                 cfg = BrokerConfig.from_props(layers.merged())
             except (DynamicConfigError, ConfigError) as exc:
-                log.warning("dynamic broker configs %s ignored: %s", configs, exc)
+                log.warning("dynamic broker configs %s ignored: %s", loggable(configs), exc)
                 layers = replaced(layers, default, {})
-        self._use_config(layers, BrokerConfig.from_props(layers.merged()))
+        self.use_config(layers, BrokerConfig.from_props(layers.merged()))
 
-    def _use_config(self, layers: BrokerConfigLayers, cfg: BrokerConfig) -> None:
+    def use_config(self, layers: BrokerConfigLayers, cfg: BrokerConfig) -> None:
         """Run on `cfg` from now on: the dynamic keys take effect (the log-level defaults of
         every log without its own override, the controller's unclean elections, connection
         limits); the others cannot have changed."""
@@ -599,7 +600,7 @@ class Broker:
         if self.on_config_change is not None:
             self.on_config_change(old, cfg)
         log.info("dynamic broker configs: this broker's %s, the cluster-wide defaults %s",
-                 layers.per_broker, layers.cluster_default)
+                 loggable(layers.per_broker), loggable(layers.cluster_default))
 
     async def load_cluster_broker_configs(self) -> None:
         """In a cluster: the dynamic configs in ZooKeeper (/config/brokers/<default> and

@@ -266,6 +266,22 @@ _KEYS: list[ConfigKey] = [
               "The replication factor for the transaction topic (not used by brook)."),
     ConfigKey("transaction.state.log.min.isr", INT, "2",
               "min.insync.replicas for the transaction topic (not used by brook)."),
+    # Dynamic in Kafka, fixed in brook (no such pools or limits to resize): read-only here, so
+    # that setting one is refused rather than silently kept as a custom config.
+    ConfigKey("background.threads", INT, "10",
+              "Threads for background tasks (not used by brook)."),
+    ConfigKey("num.replica.fetchers", INT, "1",
+              "Fetcher threads per source broker (brook has one fetcher per broker)."),
+    ConfigKey("log.cleaner.threads", INT, "1",
+              "Background threads for log cleaning (brook has one)."),
+    ConfigKey("log.cleaner.io.max.bytes.per.second", DOUBLE, "1.7976931348623157E308",
+              "The log cleaner's I/O limit (not used by brook)."),
+    ConfigKey("log.cleaner.dedupe.buffer.size", LONG, "134217728",
+              "Memory for log deduplication across all cleaner threads (not used by brook)."),
+    ConfigKey("log.cleaner.io.buffer.size", INT, "524288",
+              "Memory for log cleaner I/O buffers (not used by brook)."),
+    ConfigKey("max.connection.creation.rate", INT, str(INT_MAX),
+              "The most connections accepted per second (not used by brook)."),
 ]
 
 KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
@@ -332,6 +348,11 @@ def check_value(name: str, value: str) -> None:
         except ValueError:
             raise ValueError(f"Invalid value {value} for configuration {name}: Not a number of "
                              "type DOUBLE") from None
+
+
+def loggable(configs: dict[str, str]) -> dict[str, str]:
+    """`configs` with the values of sensitive keys hidden, for the broker's log."""
+    return {k: "[hidden]" if is_sensitive(k) else v for k, v in configs.items()}
 
 
 def defaults() -> dict[str, str]:

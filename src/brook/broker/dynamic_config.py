@@ -69,10 +69,11 @@ class BrokerConfigLayers:
         synonyms (a dynamic log.retention.hours wins over a static log.retention.ms)."""
         props = dict(self.static)
         for layer in (self.cluster_default, self.per_broker):
-            for key, value in layer.items():
+            for key in layer:
                 for s in defs.synonyms(key):
-                    props.pop(s, None)
-                props[key] = value
+                    if s not in layer:
+                        props.pop(s, None)
+            props.update(layer)
         return props
 
     def _layers(self) -> list[tuple[Mapping[str, str], int]]:

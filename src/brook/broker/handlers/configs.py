@@ -189,7 +189,7 @@ async def _alter_broker(broker, resource, new_configs_of, validate_only):
             if not validate_only:
                 await asyncio.to_thread(zk.write_broker_config,
                                         None if default else broker.broker_id, configs)
-                broker._use_config(layers, cfg)  # here at once; the others when notified
+                broker.use_config(layers, cfg)  # here at once; the others when notified
         except DynamicConfigError as exc:
             return ErrorCode.invalid_config, f"Invalid config value for {what}: {exc}"
         except _BadOperation as exc:
