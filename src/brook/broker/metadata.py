@@ -1,5 +1,6 @@
 """Embedded single-node metadata: the cluster id, topics with their ids, partition counts
-and config overrides, and the producer id block, kept in the first log dir.
+and config overrides, the producer id block, and the dynamic broker configs (this broker's and
+the cluster-wide defaults), kept in the first log dir.
 
 On disk it is a snapshot (`brook-metadata.json`, replaced atomically) and a journal of the
 changes since (`brook-metadata.log`, one JSON record per line, fsynced before a change is

@@ -199,7 +199,8 @@ async def _alter_broker(broker, resource, new_configs_of, validate_only):
 
 def _alter(broker, resource, new_configs_of, validate_only):
     if resource.resource_type != TOPIC:
-        return ErrorCode.invalid_request, "only topic configs can be altered (broker configs are static)"
+        return ErrorCode.invalid_request, ("AlterConfigs is only supported for topics and brokers, "
+                                           f"but resource type is {resource.resource_type}")
     tm = broker.metadata.get(resource.resource_name)
     if tm is None:
         return ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist"
