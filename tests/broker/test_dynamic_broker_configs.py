@@ -150,6 +150,33 @@ def test_validate_only_changes_nothing(broker):
     assert result.error_code == ErrorCode.invalid_config
 
 
+def test_topics_inherit_broker_level_values(broker):
+    """A topic without its own min.insync.replicas (or other broker-level key) answers the
+    broker's value, with the broker's source."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(confluent_config(broker.bootstrap))
+    admin.create_topics([NewTopic("inheriting", 1, 1)], request_timeout=10)["inheriting"].result(10)
+    assert incremental(broker.bootstrap, "", [("min.insync.replicas", SET, "2"),
+                                              ("log.retention.bytes", SET, "999999")]).error_code == 0
+    cls = request_class(32, 4)
+    mod = sys.modules[cls.__module__]
+    with WireClient(broker.bootstrap) as c:
+        (result,) = c.request(make(cls, resources=(mod.DescribeConfigsResource(
+            resource_type=2, resource_name="inheriting",
+            configuration_keys=("min.insync.replicas", "retention.bytes")),),
+            include_synonyms=True, include_documentation=False)).results
+    configs = {e.name: e for e in result.configs}
+    assert (configs["min.insync.replicas"].value, configs["min.insync.replicas"].config_source) \
+        == ("2", DYNAMIC_DEFAULT)
+    assert (configs["retention.bytes"].value, configs["retention.bytes"].config_source) == \
+        ("999999", DYNAMIC_DEFAULT)
+    assert synonyms(configs["retention.bytes"]) == [
+        ("log.retention.bytes", "999999", DYNAMIC_DEFAULT), ("log.retention.bytes", "-1", DEFAULT)]
+    assert incremental(broker.bootstrap, "", [("min.insync.replicas", DELETE, None),
+                                              ("log.retention.bytes", DELETE, None)]).error_code == 0
+
+
 def test_list_configs_append_and_subtract(broker):
     assert incremental(broker.bootstrap, "", [("log.cleanup.policy", APPEND, "compact")]).error_code == 0
     policy = describe(broker.bootstrap, name="")["log.cleanup.policy"]

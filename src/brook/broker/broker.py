@@ -14,7 +14,7 @@ from ..storage.dir_lock import LogDirLocks
 from ..storage.manager import LogManager
 from .config import BrokerConfig, ConfigError, Listener
 from .config_defs import loggable
-from .dynamic_config import BrokerConfigLayers, DynamicConfigError, check_dynamic_configs, replaced
+from .dynamic_config import TOPIC_SYNONYMS, BrokerConfigLayers, DynamicConfigError, check_dynamic_configs, replaced
 from ..coordinator.classic import GroupConfig
 from ..coordinator.offsets import OffsetsConfig
 from ..coordinator.runtime import OFFSETS_TOPIC, CoordinatorRuntime
@@ -272,6 +272,11 @@ class Broker:
                                      self.config.log_config)
         values = cfg.to_topic_props()
         values.update(PASSIVE_TOPIC_KEYS)
+        props = self.config.props  # a broker-level value a topic inherits (min.insync.replicas)
+        for key in PASSIVE_TOPIC_KEYS:
+            broker_key = (TOPIC_SYNONYMS.get(key) or [None])[0]
+            if broker_key in props:
+                values[key] = props[broker_key]
         values.update({k: v for k, v in overrides.items() if k in PASSIVE_TOPIC_KEYS})
         return values
 
