@@ -97,6 +97,8 @@ class BrokerServer:
         self._refusing = False
         self._per_ip: dict[str, int] = {}  # open connections by client address
         self._per_ip_limits = _resolve_overrides(config.max_connections_per_ip_overrides)
+        self._overrides_generation = 0
+        self._resolving: asyncio.Task | None = None
         self._refused_ips: set[str] = set()  # logged once until one of theirs is accepted again
 
     @property
@@ -109,8 +111,20 @@ class BrokerServer:
         self.broker.config = value
 
     def _config_changed(self, old: BrokerConfig, new: BrokerConfig) -> None:
-        if new.max_connections_per_ip_overrides != old.max_connections_per_ip_overrides:
-            self._per_ip_limits = _resolve_overrides(new.max_connections_per_ip_overrides)
+        """Dynamic broker configs changed: the connection limits are read from the config at
+        every accept; the per-address overrides are resolved again, off the event loop (a
+        host name's lookup may take seconds), the latest change winning."""
+        if new.max_connections_per_ip_overrides == old.max_connections_per_ip_overrides:
+            return
+        self._overrides_generation += 1
+        generation = self._overrides_generation
+
+        async def resolve() -> None:
+            limits = await asyncio.to_thread(_resolve_overrides, new.max_connections_per_ip_overrides)
+            if generation == self._overrides_generation:
+                self._per_ip_limits = limits
+
+        self._resolving = asyncio.get_running_loop().create_task(resolve())
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
