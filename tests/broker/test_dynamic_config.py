@@ -119,3 +119,20 @@ def test_the_metadata_store_keeps_dynamic_configs(tmp_path):
     third.load()  # from the snapshot and the journal
     assert third.broker_configs == {"1": {"message.max.bytes": "6000"}}
     third.close()
+
+
+def test_a_cluster_controller_takes_unclean_elections_at_once(tmp_path):
+    """unclean.leader.election.enable is the controller's: a change reaches the running one
+    and the configuration a controller elected later starts on."""
+    from types import SimpleNamespace
+
+    from brook.broker.broker import Broker
+
+    broker = Broker(BrokerConfig.from_props({"log.dirs": str(tmp_path)}))
+    controller = SimpleNamespace(unclean=False)
+    broker.cluster = SimpleNamespace(config=broker.config, controller=controller)
+    layers, cfg = broker.check_broker_configs(True, {"unclean.leader.election.enable": "true"})
+    broker.use_config(layers, cfg)
+    assert controller.unclean is True
+    assert broker.cluster.config.unclean_leader_election_enable is True
+    assert broker.config.props["unclean.leader.election.enable"] == "true"

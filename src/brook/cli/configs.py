@@ -74,7 +74,7 @@ def describe(
 ) -> None:
     """Every config of a broker with its value, its source (DEFAULT_CONFIG,
     STATIC_BROKER_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG) and whether
-    it can be changed without a restart; secrets show as `-`."""
+    it can be changed without a restart; secrets show as `(sensitive)`."""
     name, what = _target(broker, broker_defaults)
     configs = broker_configs(bootstrap, timeout, name, what)
     if changed:
