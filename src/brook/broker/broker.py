@@ -4,6 +4,7 @@ connections dispatch to. Topic operations live here so every handler shares them
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 
@@ -11,7 +12,9 @@ from ..clock import SYSTEM_CLOCK, Clock, MonotonicWallClock
 from ..storage.config import LogConfig
 from ..storage.dir_lock import LogDirLocks
 from ..storage.manager import LogManager
-from .config import BrokerConfig, Listener
+from .config import BrokerConfig, ConfigError, Listener
+from .config_defs import loggable
+from .dynamic_config import TOPIC_SYNONYMS, BrokerConfigLayers, DynamicConfigError, check_dynamic_configs, replaced
 from ..coordinator.classic import GroupConfig
 from ..coordinator.offsets import OffsetsConfig
 from ..coordinator.runtime import OFFSETS_TOPIC, CoordinatorRuntime
@@ -51,6 +54,12 @@ class Broker:
         #: advanced by the monotonic one, so a step of the system clock moves no deadline.
         self.timeout_clock = MonotonicWallClock() if clock is SYSTEM_CLOCK else clock
         self.broker_id = config.broker_id
+        #: The configuration in layers (dynamic over static over defaults): DescribeConfigs
+        #: answers from it, dynamic broker configs change it.
+        self.config_layers = BrokerConfigLayers(dict(config.props))
+        #: Called with (old, new) BrokerConfig when dynamic broker configs change it.
+        self.on_config_change = None
+        self.config_lock = asyncio.Lock()  # AlterConfigs of broker configs, one at a time
         self.metadata = MetadataStore(config.log_dirs, config.broker_id)
         self.apis = registry()
         self.supported_versions = {k: (a.min_version, a.max_version) for k, a in self.apis.items()}
@@ -103,6 +112,9 @@ class Broker:
 
     def _load(self, cluster_id: str | None = None) -> None:
         self.metadata.load(cluster_id)
+        if cluster_id is None:  # in a cluster they are ZooKeeper's (load_cluster_broker_configs)
+            stored = self.metadata.broker_configs
+            self.use_dynamic_configs(stored.get("", {}), stored.get(str(self.broker_id), {}))
         self.log_manager = LogManager(self.config.log_dirs, self.config.log_config, clock=self.clock,
                                       manager_config=self.config.manager_config,
                                       topic_config=self.topic_log_config)
@@ -260,6 +272,11 @@ class Broker:
                                      self.config.log_config)
         values = cfg.to_topic_props()
         values.update(PASSIVE_TOPIC_KEYS)
+        props = self.config.props  # a broker-level value a topic inherits (min.insync.replicas)
+        for key in PASSIVE_TOPIC_KEYS:
+            broker_key = (TOPIC_SYNONYMS.get(key) or [None])[0]
+            if broker_key in props:
+                values[key] = props[broker_key]
         values.update({k: v for k, v in overrides.items() if k in PASSIVE_TOPIC_KEYS})
         return values
 
@@ -525,6 +542,78 @@ class Broker:
             raise PolicyViolationError(
                 f"max.message.bytes of internal topic {tm.name} cannot be below message.max.bytes "
                 f"({floor}): the group coordinator's records must fit")
+
+    # ------------------------------------------------------------ dynamic broker configs
+
+    def check_broker_configs(self, default: bool, configs: dict[str, str]):
+        """(layers, BrokerConfig) with the cluster-wide default layer (`default`) or this
+        broker's dynamic layer replaced by `configs`; DynamicConfigError if they are refused."""
+        check_dynamic_configs(configs)
+        layers = replaced(self.config_layers, default, configs)
+        try:
+            return layers, BrokerConfig.from_props(layers.merged())
+        except ConfigError as exc:
+            raise DynamicConfigError(str(exc)) from None
+
+    def set_broker_configs(self, default: bool, configs: dict[str, str], *,
+                           validate_only: bool = False) -> None:
+        """AlterConfigs on the single node: checked, persisted in the metadata, then applied."""
+        layers, cfg = self.check_broker_configs(default, configs)
+        if validate_only:
+            return
+        self.metadata.set_broker_configs("" if default else str(self.broker_id), configs)
+        self.use_config(layers, cfg)
+
+    def use_dynamic_configs(self, cluster_default: dict[str, str], per_broker: dict[str, str]) -> None:
+        """Dynamic configs as stored (the metadata, or ZooKeeper in a cluster), applied; any
+        that the broker cannot take now are logged and left out, as Kafka does."""
+        if (cluster_default, per_broker) == (self.config_layers.cluster_default,
+                                             self.config_layers.per_broker):
+            return
+        layers = self.config_layers
+        for default, configs in ((True, cluster_default), (False, per_broker)):
+            try:
+                check_dynamic_configs(configs)
+                layers = replaced(layers, default, configs)
+                cfg = BrokerConfig.from_props(layers.merged())
+            except (DynamicConfigError, ConfigError) as exc:
+                log.warning("dynamic broker configs %s ignored: %s", loggable(configs), exc)
+                layers = replaced(layers, default, {})
+        self.use_config(layers, BrokerConfig.from_props(layers.merged()))
+
+    def use_config(self, layers: BrokerConfigLayers, cfg: BrokerConfig) -> None:
+        """Run on `cfg` from now on: the dynamic keys take effect (the log-level defaults of
+        every log without its own override, the controller's unclean elections, connection
+        limits); the others cannot have changed."""
+        old = self.config
+        cfg = dataclasses.replace(cfg, listeners=old.listeners,
+                                  advertised_listeners=old.advertised_listeners)
+        self.config_layers = layers
+        self.config = cfg
+        lm = self.log_manager
+        if lm is not None:
+            lm.default_config = cfg.log_config
+            for topic in {t for t, _ in lm.logs}:
+                try:
+                    lm.update_config(topic, self.topic_log_config(topic))
+                except ValueError as exc:
+                    log.warning("topic %s keeps its log config: %s", topic, exc)
+        if self.cluster is not None:
+            self.cluster.config = cfg  # a controller elected later starts on it
+            if self.cluster.controller is not None:
+                self.cluster.controller.unclean = cfg.unclean_leader_election_enable
+        if self.on_config_change is not None:
+            self.on_config_change(old, cfg)
+        log.info("dynamic broker configs: this broker's %s, the cluster-wide defaults %s",
+                 loggable(layers.per_broker), loggable(layers.cluster_default))
+
+    async def load_cluster_broker_configs(self) -> None:
+        """In a cluster: the dynamic configs in ZooKeeper (/config/brokers/<default> and
+        /config/brokers/<id>), applied; at start and on every change notification of them."""
+        zk = self.cluster.client
+        cluster_default, per_broker = await asyncio.to_thread(
+            lambda: (zk.read_broker_config(None), zk.read_broker_config(self.broker_id)))
+        self.use_dynamic_configs(cluster_default, per_broker)
 
     def advertised_listener(self, connection) -> Listener:
         listeners = self.config.advertised

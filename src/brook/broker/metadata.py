@@ -1,5 +1,6 @@
 """Embedded single-node metadata: the cluster id, topics with their ids, partition counts
-and config overrides, and the producer id block, kept in the first log dir.
+and config overrides, the producer id block, and the dynamic broker configs (this broker's and
+the cluster-wide defaults), kept in the first log dir.
 
 On disk it is a snapshot (`brook-metadata.json`, replaced atomically) and a journal of the
 changes since (`brook-metadata.log`, one JSON record per line, fsynced before a change is
@@ -172,6 +173,9 @@ class MetadataStore:
         self.next_producer_id = 0
         self.producer_id_block_end = 0
         self.cluster_id = ""
+        #: Dynamic broker configs of the embedded single node: "" (the cluster-wide default)
+        #: and this broker's id -> their configs.
+        self.broker_configs: dict[str, dict[str, str]] = {}
         self._journal_fd = -1
         self._journal_records = 0
         self._pending: list[dict] = []
@@ -193,6 +197,8 @@ class MetadataStore:
             for name, t in data.get("deleting", {}).items():
                 self.deleting[name] = _topic_from_json(name, t)
             self.producer_id_block_end = int(data.get("producer_id_block_end", 0))
+            self.broker_configs = {str(k): {str(a): str(b) for a, b in v.items()}
+                                   for k, v in data.get("broker_configs", {}).items()}
         self._replay_journal()
         # Ids of the block handed out before a restart are never reused.
         self.next_producer_id = self.producer_id_block_end
@@ -236,6 +242,12 @@ class MetadataStore:
         elif "delete" in record:
             self._remove_topic(record["delete"])
             self.deleting.pop(record["delete"], None)
+        elif "broker_config" in record:
+            configs = {str(k): str(v) for k, v in record["configs"].items()}
+            if configs:
+                self.broker_configs[str(record["broker_config"])] = configs
+            else:
+                self.broker_configs.pop(str(record["broker_config"]), None)
         elif "producer_id_block_end" in record:
             self.producer_id_block_end = max(self.producer_id_block_end, int(record["producer_id_block_end"]))
         else:
@@ -315,6 +327,7 @@ class MetadataStore:
             "producer_id_block_end": self.producer_id_block_end,
             "topics": {name: t.to_json() for name, t in sorted(self.topics.items())},
             "deleting": {name: t.to_json() for name, t in sorted(self.deleting.items())},
+            "broker_configs": self.broker_configs,
         }
         _atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
         os.ftruncate(self._journal_fd, 0)
@@ -387,6 +400,13 @@ class MetadataStore:
     def set_configs(self, name: str, configs: dict[str, str]) -> None:
         tm = self.topics[name]
         self._record(_topic_record(TopicMetadata(name, tm.topic_id, tm.partitions, dict(configs), tm.internal)))
+
+    # -------------------------------------------------------------- dynamic broker configs
+
+    def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        """The dynamic configs of a broker (`entity` its id) or of the cluster-wide default
+        (`entity` ""), replacing what was there; {} removes them."""
+        self._record({"broker_config": entity, "configs": dict(configs)})
 
     # -------------------------------------------------------------- producer ids
 

@@ -55,7 +55,8 @@ class PartitionOffsetsLog:
     def _min_insync(self) -> int:
         tm = self.broker.metadata.get(OFFSETS_TOPIC)
         try:
-            return int((tm.configs if tm else {}).get("min.insync.replicas", "1"))
+            return int((tm.configs if tm else {}).get(
+                "min.insync.replicas", self.broker.config.props.get("min.insync.replicas", "1")))
         except ValueError:
             return 1
 

@@ -81,9 +81,9 @@ def write_listeners_file(path: str, listeners: tuple[Listener, ...]) -> None:
 
 class BrokerServer:
     def __init__(self, config: BrokerConfig, listeners_file: str | None = None) -> None:
-        self.config = config
         self.listeners_file = listeners_file
         self.broker = Broker(config)
+        self.broker.on_config_change = self._config_changed
         if config.zookeeper_connect is not None:
             from ..cluster.zk_cluster import ZkCluster  # kazoo is imported only for a cluster
 
@@ -97,7 +97,34 @@ class BrokerServer:
         self._refusing = False
         self._per_ip: dict[str, int] = {}  # open connections by client address
         self._per_ip_limits = _resolve_overrides(config.max_connections_per_ip_overrides)
+        self._overrides_generation = 0
+        self._resolving: asyncio.Task | None = None
         self._refused_ips: set[str] = set()  # logged once until one of theirs is accepted again
+
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's configuration, which dynamic broker configs change while it runs."""
+        return self.broker.config
+
+    @config.setter
+    def config(self, value: BrokerConfig) -> None:
+        self.broker.config = value
+
+    def _config_changed(self, old: BrokerConfig, new: BrokerConfig) -> None:
+        """Dynamic broker configs changed: the connection limits are read from the config at
+        every accept; the per-address overrides are resolved again, off the event loop (a
+        host name's lookup may take seconds), the latest change winning."""
+        if new.max_connections_per_ip_overrides == old.max_connections_per_ip_overrides:
+            return
+        self._overrides_generation += 1
+        generation = self._overrides_generation
+
+        async def resolve() -> None:
+            limits = await asyncio.to_thread(_resolve_overrides, new.max_connections_per_ip_overrides)
+            if generation == self._overrides_generation:
+                self._per_ip_limits = limits
+
+        self._resolving = asyncio.get_running_loop().create_task(resolve())
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -134,7 +161,9 @@ class BrokerServer:
                 cluster.use_endpoints(self.config.advertised)
                 await cluster.join()
                 cluster.on_topic_config = self.broker.apply_topic_config
+                cluster.on_broker_config = self.broker.load_cluster_broker_configs
                 await cluster.watch_configs()
+                await self.broker.load_cluster_broker_configs()
                 names = await asyncio.to_thread(cluster.client.topic_names)
                 await self.broker.drop_topics_not_in(set(names))
             if self.listeners_file:
@@ -232,7 +261,6 @@ class BrokerServer:
                            for l in self.config.advertised_listeners)
         self.config = dataclasses.replace(self.config, listeners=bound,
                                           advertised_listeners=advertised)
-        self.broker.config = self.config
 
     def stop(self) -> None:
         if self._stopping is not None:

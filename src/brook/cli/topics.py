@@ -48,6 +48,16 @@ def _cluster(bootstrap: str | None, timeout: float | None) -> "Cluster":
     return Cluster(bootstrap, timeout)
 
 
+def _source_name(source: Any) -> str:
+    """A config's source as Kafka names it (confluent-kafka gives its number)."""
+    from confluent_kafka.admin import ConfigSource
+
+    try:
+        return ConfigSource(source).name
+    except ValueError:
+        return str(source)
+
+
 def _configs(cluster: "Cluster", topic: str) -> list[dict[str, Any]]:
     from confluent_kafka.admin import ConfigResource, ResourceType
 
@@ -55,7 +65,7 @@ def _configs(cluster: "Cluster", topic: str) -> list[dict[str, Any]]:
     futures = cluster.admin.describe_configs([resource], request_timeout=cluster.timeout)
     entries = cluster.wait(futures[resource], f"cannot describe the configs of topic '{topic}'")
     return [{"name": name, "value": None if e.is_sensitive else e.value,
-             "source": e.source.name if hasattr(e.source, "name") else str(e.source),
+             "source": _source_name(e.source),
              "default": bool(e.is_default)}
             for name, e in sorted(entries.items())]
 
@@ -74,8 +84,8 @@ def topic_view(cluster: "Cluster", topic: str, all_configs: bool) -> dict[str, A
         "log_end_offset": end.get((topic, p.id)),
     } for p in sorted(desc.partitions, key=lambda p: p.id)]
     configs = _configs(cluster, topic)
-    if not all_configs:
-        configs = [c for c in configs if not c["default"]]
+    if not all_configs:  # the topic's own (not those inherited from the broker's settings)
+        configs = [c for c in configs if c["source"] == "DYNAMIC_TOPIC_CONFIG"]
     return {
         "topic": topic,
         "topic_id": topic_id_text(desc.topic_id),

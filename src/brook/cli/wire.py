@@ -115,3 +115,41 @@ def list_reassignments(host: str, port: int, timeout: float):
         raise CliError(f"cannot list reassignments: {response.error_code.name}")
     return {(t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
             for t in response.topics for p in t.partitions}
+
+
+DESCRIBE_CONFIGS = 32
+INCREMENTAL_ALTER_CONFIGS = 44
+BROKER_RESOURCE = 4
+SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
+           3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
+           6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
+
+
+def describe_broker_configs(host: str, port: int, name: str, timeout: float):
+    """DescribeConfigs v4 of a broker resource (`name` a broker id, or "" for the cluster-wide
+    dynamic defaults, which confluent-kafka's ConfigResource cannot name), with synonyms."""
+    cls = request_class(DESCRIBE_CONFIGS, 4)
+    mod = load_payload_module(DESCRIBE_CONFIGS, 4, EntityType.request)
+    response = request(host, port, cls(resources=(mod.DescribeConfigsResource(
+        resource_type=BROKER_RESOURCE, resource_name=name, configuration_keys=None),),
+        include_synonyms=True, include_documentation=False), timeout)
+    (result,) = response.results
+    if result.error_code != ErrorCode.none:
+        raise CliError(f"{result.error_code.name}"
+                       + (f": {result.error_message}" if result.error_message else ""))
+    return result.configs
+
+
+def alter_broker_configs(host: str, port: int, name: str, ops: list[tuple[str, int, str | None]],
+                         timeout: float) -> None:
+    """IncrementalAlterConfigs v1 of a broker resource: (key, operation, value) each."""
+    cls = request_class(INCREMENTAL_ALTER_CONFIGS, 1)
+    mod = load_payload_module(INCREMENTAL_ALTER_CONFIGS, 1, EntityType.request)
+    response = request(host, port, cls(resources=(mod.AlterConfigsResource(
+        resource_type=BROKER_RESOURCE, resource_name=name, configs=tuple(
+            mod.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops)),),
+        validate_only=False), timeout)
+    (result,) = response.responses
+    if result.error_code != ErrorCode.none:
+        raise CliError(f"{result.error_code.name}"
+                       + (f": {result.error_message}" if result.error_message else ""))

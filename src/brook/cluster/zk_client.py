@@ -411,6 +411,34 @@ class ZkClient:
         self.kz.create(self.p(f"{zk_paths.CONFIG_CHANGES}/config_change_"),
                        zk_data.encode_config_change(f"topics/{topic}"), sequence=True)
 
+    # ------------------------------------------------------------ dynamic broker configs
+
+    def read_broker_config(self, broker_id: int | None) -> dict[str, str]:
+        """A broker's dynamic configs, or the cluster-wide defaults (None); {} if none."""
+        path = zk_paths.broker_config_path(broker_id)
+        try:
+            data, _ = self.kz.get(self.p(path))
+        except NoNodeError:
+            return {}
+        return zk_data.decode_broker_config(path, data)
+
+    def write_broker_config(self, broker_id: int | None, configs: dict[str, str]) -> None:
+        """A broker's dynamic configs (None: the cluster-wide defaults), then a change
+        notification every broker watches ("brokers/<id>" or "brokers/<default>", as Kafka's
+        AdminZkClient.changeBrokerConfig writes them)."""
+        path = self.p(zk_paths.broker_config_path(broker_id))
+        data = zk_data.encode_broker_config(configs)
+        try:
+            self.kz.set(path, data)
+        except NoNodeError:
+            try:
+                self.kz.create(path, data, makepath=True)
+            except NodeExistsError:
+                self.kz.set(path, data)
+        entity = zk_paths.DEFAULT_ENTITY if broker_id is None else str(broker_id)
+        self.kz.create(self.p(f"{zk_paths.CONFIG_CHANGES}/config_change_"),
+                       zk_data.encode_config_change(f"brokers/{entity}"), sequence=True)
+
     def watch_config_changes(self) -> list[str]:
         return sorted(self.kz.get_children(self.p(zk_paths.CONFIG_CHANGES),
                                            watch=lambda event: self._notify("configs")))

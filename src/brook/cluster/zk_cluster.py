@@ -56,6 +56,8 @@ class ZkCluster:
         self.on_session_lost = None
         #: Called with (topic, configs) when a topic's configs changed in ZooKeeper.
         self.on_topic_config = None
+        #: Called (a coroutine function, no arguments) when dynamic broker configs changed.
+        self.on_broker_config = None
         self._config_task: asyncio.Task | None = None
         self._configs_again = False
         self._seen_changes: set[str] | None = None
@@ -313,6 +315,10 @@ class ZkCluster:
                         topic = path[len("topics/"):]
                         configs = await asyncio.to_thread(self._client.read_topic_config, topic)
                         self.on_topic_config(topic, configs)
+                    elif path and path.startswith("brokers/") and self.on_broker_config is not None:
+                        entity = path[len("brokers/"):]
+                        if entity in (zk_paths.DEFAULT_ENTITY, str(self.broker_id)):
+                            await self.on_broker_config()
                 self._seen_changes = set(names)
             except TRANSIENT_ERRORS as exc:
                 log.warning("reading config changes failed: %s; trying again", _describe(exc))

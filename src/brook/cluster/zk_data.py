@@ -268,6 +268,23 @@ def decode_topic_config(topic: str, data: bytes | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in config.items()}
 
 
+# ------------------------------------------------------------------ /config/brokers/<id>
+
+BROKER_CONFIG_VERSION = 1
+
+
+def encode_broker_config(configs: dict[str, str]) -> bytes:
+    return _dumps({"version": BROKER_CONFIG_VERSION, "config": dict(configs)})
+
+
+def decode_broker_config(path: str, data: bytes | None) -> dict[str, str]:
+    js = _loads(data, path)
+    config = js.get("config", {})
+    if not isinstance(config, dict):
+        raise ZkDataError(f"{path} has no config object: {data!r}")
+    return {str(k): str(v) for k, v in config.items()}
+
+
 # ------------------------------------------------------------------ /config/changes
 
 CONFIG_CHANGE_VERSION = 2

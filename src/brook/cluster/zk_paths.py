@@ -58,6 +58,14 @@ def topic_config_path(topic: str) -> str:
     return f"{CONFIG}/topics/{topic}"
 
 
+DEFAULT_ENTITY = "<default>"  # the cluster-wide default of an entity type (ZooKeeperInternals)
+
+
+def broker_config_path(broker_id: int | None) -> str:
+    """A broker's dynamic configs, or the cluster-wide defaults (None)."""
+    return f"{CONFIG}/brokers/{DEFAULT_ENTITY if broker_id is None else broker_id}"
+
+
 def broker_id_of(child: str) -> int | None:
     """The broker id a child of /brokers/ids names (None for anything else)."""
     return int(child) if child.isdigit() else None

@@ -1,5 +1,6 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (and describing the
-broker). Topic overrides are validated as a whole before any is stored."""
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and brokers (a
+broker's own dynamic configs, and the cluster-wide defaults under the empty broker name).
+Configs are validated as a whole before any is stored."""
 
 from __future__ import annotations
 
@@ -11,70 +12,100 @@ from ...protocol.messages import make, response_class, response_module
 from ..errors import error_code_for
 from ..metadata import MetadataError
 from . import Api
+from .. import config_defs as defs
+from ..config_defs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC
+from ..dynamic_config import TOPIC_SYNONYMS, DynamicConfigError, Entry, Synonym
 from .common import NO_THROTTLE
 
 TOPIC = 2
 BROKER = 4
 
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
-
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_SHORT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 3, 4, 5, 6, 7
 LIST_KEYS = {"cleanup.policy", "follower.replication.throttled.replicas",
              "leader.replication.throttled.replicas"}
+# Types of the topic keys with no broker-level synonym (the others take their synonym's).
+_TOPIC_TYPES = {"follower.replication.throttled.replicas": defs.LIST,
+                "leader.replication.throttled.replicas": defs.LIST,
+                "remote.storage.enable": defs.BOOLEAN, "local.retention.ms": defs.LONG,
+                "local.retention.bytes": defs.LONG, "segment.jitter.ms": defs.LONG}
+
+BROKER_LIST_KEYS = frozenset(k for k, d in defs.KEYS.items() if d.type == defs.LIST)
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def _type_of(key: str, value: str | None) -> int:
-    if value is None:
-        return TYPE_STRING
-    if key in LIST_KEYS:
-        return TYPE_LIST
-    if value in ("true", "false"):
-        return TYPE_BOOLEAN
-    try:
-        int(value)
-        return TYPE_LONG
-    except ValueError:
-        pass
-    try:
-        float(value)
-        return TYPE_DOUBLE
-    except ValueError:
-        return TYPE_STRING
+def _topic_type(key: str) -> int:
+    broker_keys = TOPIC_SYNONYMS.get(key)
+    if broker_keys:
+        return defs.config_type(broker_keys[0])
+    return _TOPIC_TYPES.get(key, defs.STRING)
 
 
-def _describe_resource(broker, mod, version, resource, include_synonyms, cluster_configs=None):
+class _Refused(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def broker_id_of(broker, name: str) -> int | None:
+    """The broker a broker resource names: None for the cluster-wide default (the empty
+    name), else this broker's id; another broker's or no number is INVALID_REQUEST."""
+    if not name:
+        return None
+    try:
+        bid = int(name)
+    except ValueError:
+        raise _Refused(ErrorCode.invalid_request,
+                       f"Broker id must be an integer, but it is: {name}") from None
+    if bid != broker.broker_id:
+        raise _Refused(ErrorCode.invalid_request,
+                       f"Unexpected broker id, expected {broker.broker_id} or empty string, "
+                       f"but received {name}")
+    return bid
+
+
+def _topic_entries(broker, name, configs, keys, include_synonyms) -> list[Entry]:
+    values = broker.topic_config_values(name, configs)
+    layers = broker.config_layers
+    out = []
+    for key in sorted(values):
+        if keys is not None and key not in keys:
+            continue
+        inherited = layers.topic_synonyms(key)
+        synonyms = ([Synonym(key, values[key], SOURCE_DYNAMIC_TOPIC)] if key in configs else []) \
+            + inherited
+        out.append(Entry(key, values[key], synonyms[0].source if synonyms else SOURCE_DEFAULT,
+                         read_only=False, sensitive=False, type=_topic_type(key),
+                         synonyms=tuple(synonyms) if include_synonyms else ()))
+    return out
+
+
+def _describe_resource(broker, resource, include_synonyms, include_docs, cluster_configs=None):
     keys = resource.configuration_keys
+    keys = set(keys) if keys else None  # null or empty: every config (Kafka)
     if resource.resource_type == TOPIC:
         tm = broker.metadata.get(resource.resource_name)
         configs = cluster_configs if cluster_configs is not None else (tm.configs if tm else None)
         if configs is None:
-            return ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist", ()
-        values = broker.topic_config_values(resource.resource_name, configs)
-        sources = {k: SOURCE_DYNAMIC_TOPIC if k in configs else SOURCE_DEFAULT for k in values}
-    elif resource.resource_type == BROKER:
-        if resource.resource_name not in ("", str(broker.broker_id)):
-            return ErrorCode.invalid_request, f"no broker {resource.resource_name!r}", ()
-        values = dict(broker.config.props)
-        sources = {k: SOURCE_STATIC_BROKER for k in values}
-    else:
-        return ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported", ()
-    entries = []
-    for key in sorted(values):
-        if keys is not None and key not in keys:
-            continue
-        value = values[key]
-        synonyms = ()
-        if include_synonyms:
-            synonyms = (make(mod.DescribeConfigsSynonym, name=key, value=value, source=sources[key]),)
-        entries.append(make(mod.DescribeConfigsResourceResult, name=key, value=value, read_only=False,
-                            config_source=sources[key], is_default=sources[key] == SOURCE_DEFAULT,
-                            is_sensitive=False, synonyms=synonyms, config_type=_type_of(key, value),
-                            documentation=None))
-    return ErrorCode.none, None, tuple(entries)
+            raise _Refused(ErrorCode.unknown_topic_or_partition,
+                           f"topic {resource.resource_name!r} does not exist")
+        return _topic_entries(broker, resource.resource_name, configs, keys, include_synonyms)
+    if resource.resource_type == BROKER:
+        layers = broker.config_layers
+        if broker_id_of(broker, resource.resource_name) is None:
+            return layers.describe_default(keys, with_synonyms=include_synonyms,
+                                           with_docs=include_docs)
+        return layers.describe_broker(keys, with_synonyms=include_synonyms, with_docs=include_docs)
+    raise _Refused(ErrorCode.invalid_request,
+                   f"resource type {resource.resource_type} is not supported")
+
+
+def _encode(mod, entry: Entry):
+    synonyms = tuple(make(mod.DescribeConfigsSynonym, name=s.name, value=s.value, source=s.source)
+                     for s in entry.synonyms)
+    return make(mod.DescribeConfigsResourceResult, name=entry.name, value=entry.value,
+                read_only=entry.read_only, config_source=entry.source,
+                is_default=entry.source == SOURCE_DEFAULT, is_sensitive=entry.sensitive,
+                synonyms=synonyms, config_type=entry.type, documentation=entry.doc)
 
 
 async def describe_configs(broker, request, connection):
@@ -83,11 +114,16 @@ async def describe_configs(broker, request, connection):
     mod = response_module(32, version)
     results = []
     for r in body.resources:
-        configs = await _cluster_configs(broker, r)
-        code, text, entries = _describe_resource(broker, mod, version, r,
-                                                 getattr(body, "include_synonyms", False), configs)
+        try:
+            configs = await _cluster_configs(broker, r)
+            entries = _describe_resource(broker, r, getattr(body, "include_synonyms", False),
+                                         getattr(body, "include_documentation", False), configs)
+            code, text = ErrorCode.none, None
+        except _Refused as exc:
+            code, text, entries = exc.code, str(exc), ()
         results.append(make(mod.DescribeConfigsResult, error_code=code, error_message=text,
-                            resource_type=r.resource_type, resource_name=r.resource_name, configs=entries))
+                            resource_type=r.resource_type, resource_name=r.resource_name,
+                            configs=tuple(_encode(mod, e) for e in entries)))
     return make(response_class(32, version), throttle_time=NO_THROTTLE, results=tuple(results))
 
 
@@ -119,14 +155,52 @@ async def _alter_in_cluster(broker, resource, new_configs_of, validate_only):
 
 
 async def _alter_any(broker, resource, new_configs_of, validate_only):
+    if resource.resource_type == BROKER:
+        return await _alter_broker(broker, resource, new_configs_of, validate_only)
     if broker.replicas is not None and resource.resource_type == TOPIC:
         return await _alter_in_cluster(broker, resource, new_configs_of, validate_only)
     return _alter(broker, resource, new_configs_of, validate_only)
 
 
+async def _alter_broker(broker, resource, new_configs_of, validate_only):
+    """Dynamic broker configs: this broker's (its id) or the cluster-wide defaults (the empty
+    name). The whole layer is checked with the rest of the configuration before anything is
+    stored; then stored (the metadata, or ZooKeeper with a change notification in a cluster)
+    and applied without a restart."""
+    try:
+        default = broker_id_of(broker, resource.resource_name) is None
+    except _Refused as exc:
+        return exc.code, str(exc)
+    async with broker.config_lock:  # read, change, write: one alteration at a time
+        zk = broker.cluster.client if broker.cluster is not None else None
+        if zk is not None:
+            current = await asyncio.to_thread(zk.read_broker_config,
+                                              None if default else broker.broker_id)
+        else:
+            layers = broker.config_layers
+            current = layers.cluster_default if default else layers.per_broker
+        what = "the cluster-wide broker defaults" if default else f"broker {broker.broker_id}"
+        try:
+            configs = new_configs_of(dict(current))
+            if zk is None:
+                broker.set_broker_configs(default, configs, validate_only=validate_only)
+                return ErrorCode.none, None
+            layers, cfg = broker.check_broker_configs(default, configs)
+            if not validate_only:
+                await asyncio.to_thread(zk.write_broker_config,
+                                        None if default else broker.broker_id, configs)
+                broker.use_config(layers, cfg)  # here at once; the others when notified
+        except DynamicConfigError as exc:
+            return ErrorCode.invalid_config, f"Invalid config value for {what}: {exc}"
+        except _BadOperation as exc:
+            return ErrorCode.invalid_request, str(exc)
+    return ErrorCode.none, None
+
+
 def _alter(broker, resource, new_configs_of, validate_only):
     if resource.resource_type != TOPIC:
-        return ErrorCode.invalid_request, "only topic configs can be altered (broker configs are static)"
+        return ErrorCode.invalid_request, ("AlterConfigs is only supported for topics and brokers, "
+                                           f"but resource type is {resource.resource_type}")
     tm = broker.metadata.get(resource.resource_name)
     if tm is None:
         return ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist"
@@ -155,7 +229,7 @@ async def alter_configs(broker, request, connection):
     return make(response_class(33, request.api_version), throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-def _incremental(ops, defaults: dict[str, str]):
+def _incremental(ops, defaults: dict[str, str], list_keys=LIST_KEYS):
     def apply(configs: dict[str, str]) -> dict[str, str]:
         for op in ops:
             name, value = op.name, op.value
@@ -164,7 +238,7 @@ def _incremental(ops, defaults: dict[str, str]):
             elif op.config_operation == DELETE:
                 configs.pop(name, None)
             elif op.config_operation in (APPEND, SUBTRACT):
-                if name not in LIST_KEYS:
+                if name not in list_keys:
                     raise _BadOperation(f"{name} is not a list config")
                 current = configs.get(name, defaults.get(name, ""))
                 items = [i for i in (current or "").split(",") if i]
@@ -185,8 +259,11 @@ async def incremental_alter_configs(broker, request, connection):
     mod = response_module(44, request.api_version)
     results = []
     for r in body.resources:
-        defaults = broker.topic_config_values(r.resource_name, {}) if r.resource_type == TOPIC else {}
-        code, text = await _alter_any(broker, r, _incremental(r.configs, defaults), body.validate_only)
+        if r.resource_type == TOPIC:
+            apply = _incremental(r.configs, broker.topic_config_values(r.resource_name, {}))
+        else:  # a broker's list configs append to the layer's value, else Kafka's default
+            apply = _incremental(r.configs, defs.defaults(), BROKER_LIST_KEYS)
+        code, text = await _alter_any(broker, r, apply, body.validate_only)
         results.append(make(mod.AlterConfigsResourceResponse, error_code=code, error_message=text,
                             resource_type=r.resource_type, resource_name=r.resource_name))
     return make(response_class(44, request.api_version), throttle_time=NO_THROTTLE, responses=tuple(results))
