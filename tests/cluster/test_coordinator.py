@@ -109,3 +109,43 @@ def test_a_follower_is_not_the_coordinator(zk, brokers):
             request_class(9, 8).__module__, fromlist=["x"]).OffsetFetchRequestGroup,
             group_id=group, topics=None),), require_stable=False))
     assert r.groups[0].error_code == ErrorCode.not_coordinator
+
+
+def test_a_commit_not_replicated_in_time_is_answered_coordinator_not_available(zk, brokers):
+    """The coordinator's writes wait for the offsets partition's in-sync replicas, at most
+    offsets.commit.timeout.ms: with both followers paused (still in the ISR), a commit is
+    answered COORDINATOR_NOT_AVAILABLE after that time, which clients retry; once the
+    followers are back, the retried commit succeeds."""
+    import signal
+    from kio.schema.errors import ErrorCode
+    from tests.support.kafka_wire import WireClient
+    from tests.support.commit_frames import commit
+    settings = {**SETTINGS, "offsets.commit.timeout.ms": 1000, "replica.lag.time.max.ms": 60_000,
+                "zookeeper.session.timeout.ms": 30_000}
+    procs = [brokers(i, settings) for i in (1, 2, 3)]
+    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "brokers registered", brokers)
+    bootstrap = ",".join(p.bootstrap for p in procs)
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("t", 1, 3)], operation_timeout=20)["t"].result(30)
+    group = "g"  # commit_frames commits to topic "t", partition 0
+    code, node = wait_for(lambda: (r := _coordinator(bootstrap, group))[0] == 0 and r, 30,
+                          "a coordinator", brokers)
+    with WireClient(brokers[node].bootstrap, 30) as w:
+        first = wait_for(lambda: (a := w.request(commit(group, 5))).topics[0].partitions[0]
+                         .error_code == ErrorCode.none and a, 30, "a first commit", brokers)
+        assert first
+        others = [i for i in (1, 2, 3) if i != node]
+        for i in others:
+            brokers[i].proc.send_signal(signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            answer = w.request(commit(group, 6))
+            took = time.monotonic() - start
+            assert answer.topics[0].partitions[0].error_code == ErrorCode.coordinator_not_available
+            assert 0.9 <= took < 10, took
+        finally:
+            for i in others:
+                brokers[i].proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: w.request(commit(group, 7)).topics[0].partitions[0].error_code
+                 == ErrorCode.none, 30, "the commit retried", brokers)

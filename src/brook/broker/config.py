@@ -132,6 +132,9 @@ class BrokerConfig:
     # Replication in a cluster (Kafka's keys and defaults).
     default_replication_factor: int = 1
     offsets_topic_replication_factor: int = 3
+    #: How long a coordinator's write waits for the offsets partition's in-sync replicas
+    #: before answering COORDINATOR_NOT_AVAILABLE (Kafka's offsets.commit.timeout.ms).
+    offsets_commit_timeout_ms: int = 5_000
     replica_lag_time_max_ms: int = 30_000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_min_bytes: int = 1
@@ -227,6 +230,7 @@ class BrokerConfig:
             broker_rack=props.get("broker.rack", "").strip() or None,
             default_replication_factor=get("default.replication.factor", 1),
             offsets_topic_replication_factor=get("offsets.topic.replication.factor", 3),
+            offsets_commit_timeout_ms=get("offsets.commit.timeout.ms", 5_000),
             replica_lag_time_max_ms=get("replica.lag.time.max.ms", 30_000),
             replica_fetch_wait_max_ms=get("replica.fetch.wait.max.ms", 500),
             replica_fetch_min_bytes=get("replica.fetch.min.bytes", 1),

@@ -203,6 +203,9 @@ _KEYS: list[ConfigKey] = [
               "The offsets topic segment bytes."),
     ConfigKey("offsets.topic.replication.factor", SHORT, "3",
               "The replication factor for the offsets topic."),
+    ConfigKey("offsets.commit.timeout.ms", INT, "5000",
+              "How long an offset commit waits for every replica of the offsets topic "
+              "partition before it is answered with an error the client retries."),
     ConfigKey("offsets.retention.minutes", INT, "10080",
               "How long committed offsets of a group with no members are kept."),
     ConfigKey("offsets.retention.check.interval.ms", LONG, "600000",

@@ -69,7 +69,8 @@ class PartitionOffsetsLog:
             return None
         waits = []
         if p.tracker is not None and p.high_watermark < offset:
-            waits.append(_as_append_error(p.wait_for_high_watermark(offset)))
+            waits.append(_as_append_error(p.wait_for_high_watermark(offset),
+                                          self.broker.config.offsets_commit_timeout_ms / 1000))
         committer = self.broker.group_commit
         if committer is not None:
             waits.append(committer.durable((p.log,)))
@@ -83,12 +84,23 @@ class PartitionOffsetsLog:
             yield from read_batches(p.log)
 
 
-def _as_append_error(fut: asyncio.Future) -> asyncio.Future:
+def _as_append_error(fut: asyncio.Future, timeout_s: float) -> asyncio.Future:
     """The high watermark's future, failing with AppendError(NOT_LEADER_OR_FOLLOWER) when
-    leadership moved before the records were replicated (answered NOT_COORDINATOR)."""
-    out = asyncio.get_running_loop().create_future()
+    leadership moved before the records were replicated (answered NOT_COORDINATOR), and with
+    REQUEST_TIMED_OUT after ``timeout_s`` (answered COORDINATOR_NOT_AVAILABLE, as Kafka; the
+    records stay in the log and in the coordinator's state, to be replicated or truncated)."""
+    loop = asyncio.get_running_loop()
+    out = loop.create_future()
+
+    def timed_out() -> None:
+        if not out.done():
+            out.set_exception(AppendError(ErrorCode.request_timed_out,
+                                          f"not replicated within {timeout_s * 1000:.0f} ms"))
+
+    timer = loop.call_later(timeout_s, timed_out)
 
     def done(f: asyncio.Future) -> None:
+        timer.cancel()
         if out.done():
             return
         if f.cancelled() or f.exception() is not None:
