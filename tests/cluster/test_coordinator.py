@@ -149,3 +149,66 @@ def test_a_commit_not_replicated_in_time_is_answered_coordinator_not_available(z
                 brokers[i].proc.send_signal(signal.SIGCONT)
         wait_for(lambda: w.request(commit(group, 7)).topics[0].partitions[0].error_code
                  == ErrorCode.none, 30, "the commit retried", brokers)
+
+
+LOADING_GROUPS = [f"big-{g:03d}" for g in range(120)]
+LOADING_PARTITIONS = 1000  # 120 groups x 1,000 partitions: 120,000 commit records to load
+
+
+def test_the_new_coordinator_answers_load_in_progress_while_it_loads_then_the_offsets(zk, brokers):
+    """120,000 commits in the only offsets partition; its leader stops (a controlled
+    shutdown). OffsetFetch, asked over and over on the other brokers from before the stop,
+    sees NOT_COORDINATOR (not the leader), COORDINATOR_LOAD_IN_PROGRESS while the new leader
+    loads, and then exactly the offsets committed, never anything else."""
+    import threading
+    from kio.schema.errors import ErrorCode
+    from tests.support.offsets_wire import OffsetsWire
+    settings = {**SETTINGS, "offsets.topic.num.partitions": 1}
+    procs = [brokers(i, settings) for i in (1, 2, 3)]
+    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "brokers registered", brokers)
+    bootstrap = ",".join(p.bootstrap for p in procs)
+    code, node = wait_for(lambda: (r := _coordinator(bootstrap, "big-000"))[0] == 0 and r, 30,
+                          "a coordinator", brokers)
+    expected = {g: {("wide", p): (i * 10_000 + p, 3, "") for p in range(LOADING_PARTITIONS)}
+                for i, g in enumerate(LOADING_GROUPS)}
+    with OffsetsWire(brokers[node].bootstrap, timeout=120) as wire:
+        wire.create_topics(wide=LOADING_PARTITIONS)  # one replica each (default.replication.factor)
+        probe = wire.commit_request(LOADING_GROUPS[0], {"wide": [(LOADING_PARTITIONS - 1, 0, 3, "")]})
+        wait_for(lambda: wire.client.request(probe).topics[0].partitions[0].error_code
+                 == ErrorCode.none, 30, "the topic known to the coordinator", brokers)
+        wire.commit_all(wire.commit_request(g, {"wide": [(p, o, e, m) for (_, p), (o, e, m)
+                                                         in offsets.items()]})
+                        for g, offsets in expected.items())
+        assert wire.fetch_groups(LOADING_GROUPS[-1:])[0] == {LOADING_GROUPS[-1]: expected[LOADING_GROUPS[-1]]}
+    others = [i for i in (1, 2, 3) if i != node]
+    seen: list[tuple[int, object]] = []  # (broker, error code or the offsets)
+    stop = threading.Event()
+
+    def ask(i: int) -> None:
+        probe = LOADING_GROUPS[-1]
+        with OffsetsWire(brokers[i].bootstrap, timeout=30) as w:
+            while not stop.is_set():
+                got, errors = w.fetch_groups([probe])
+                seen.append((i, errors[probe] if probe in errors else got[probe] == expected[probe]))
+                if probe not in errors:
+                    stop.set()  # the new coordinator answered: the other asker stops too
+
+    askers = [threading.Thread(target=ask, args=(i,), daemon=True) for i in others]
+    for t in askers:
+        t.start()
+    time.sleep(0.2)
+    assert brokers[node].stop() == 0
+    stop.wait(60)
+    for t in askers:
+        t.join(30)
+    answers = [a for _, a in seen]
+    assert set(answers) <= {ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
+                            ErrorCode.coordinator_not_available, True}, set(answers)
+    assert ErrorCode.coordinator_load_in_progress in answers
+    assert True in answers
+    leader = next(i for i, a in seen if a is True)
+    # Once it answered with offsets, the new coordinator never went back to loading.
+    after = [a for i, a in seen if i == leader]
+    assert after[-1] is True and after.index(True) == len(after) - 1
+    with OffsetsWire(brokers[leader].bootstrap, timeout=60) as wire:
+        assert wire.fetch_groups(LOADING_GROUPS)[0] == expected
