@@ -212,3 +212,73 @@ def test_the_new_coordinator_answers_load_in_progress_while_it_loads_then_the_of
     assert after[-1] is True and after.index(True) == len(after) - 1
     with OffsetsWire(brokers[leader].bootstrap, timeout=60) as wire:
         assert wire.fetch_groups(LOADING_GROUPS)[0] == expected
+
+
+def test_commits_of_100_partitions_are_all_or_nothing_across_coordinator_kills(zk, brokers):
+    """Each commit sets all 100 partitions of a topic to the same offset n, sent to the
+    coordinator while it is killed (SIGKILL), five times: the next coordinator serves one n for
+    all of them, at least the last acknowledged one (acknowledged means on every in-sync
+    replica), and the killed broker comes back."""
+    import random
+    import threading
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kio.schema.errors import ErrorCode
+    from tests.support.kafka_wire import WireClient
+    from tests.support.offsets_wire import OffsetsWire
+    rng = random.Random(18)
+    partitions, kills, group = 100, 5, "atomic"
+    procs = [brokers(i, SETTINGS) for i in (1, 2, 3)]
+    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "brokers registered", brokers)
+    bootstrap = ",".join(p.bootstrap for p in procs)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("atomic", partitions, 3)], operation_timeout=20)["atomic"].result(30)
+    n = 0
+    for round_ in range(kills):
+        node = wait_for(lambda: (r := _coordinator(bootstrap, group))[0] == 0 and r[1], 30,
+                        "the group's coordinator", brokers)
+        with OffsetsWire(brokers[node].bootstrap) as wire:
+            request = lambda k: wire.commit_request(group, {"atomic": [(p, k, -1, "") for p in range(partitions)]})  # noqa: E731
+        acked = 0
+
+        def commit_until_killed() -> None:
+            nonlocal n, acked
+            try:
+                with WireClient(brokers[node].bootstrap, 30) as w:
+                    while True:
+                        n += 1
+                        answer = w.request(request(n))
+                        codes = {p.error_code for p in answer.topics[0].partitions}
+                        if codes == {ErrorCode.none}:
+                            acked = n
+                        else:  # the topic not yet known to a new coordinator: retried
+                            assert codes <= {ErrorCode.unknown_topic_or_partition,
+                                             ErrorCode.coordinator_load_in_progress}, codes
+            except (OSError, EOFError, ConnectionError):
+                return  # the broker was killed
+
+        thread = threading.Thread(target=commit_until_killed, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while acked < 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.2))
+        brokers[node].kill()  # while commits are in flight
+        thread.join(30)
+        assert not thread.is_alive()
+        assert acked >= 10, "the commits made no progress before the kill"
+        rest = ",".join(brokers[i].bootstrap for i in (1, 2, 3) if i != node)
+        reader = Consumer({"bootstrap.servers": rest, "group.id": group})
+        try:
+            committed = wait_for(
+                lambda: (c := reader.committed([TopicPartition("atomic", p) for p in range(partitions)],
+                                               timeout=10)) and c, 60, "the committed offsets", brokers)
+        finally:
+            reader.close()
+        values = {tp.offset for tp in committed}
+        assert len(values) == 1, f"round {round_}: a commit was torn: {sorted(values)[:10]}"
+        assert acked <= values.pop() <= n
+        brokers[node].start()
+        wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "the broker back", brokers)
+    for i in (1, 2, 3):
+        assert "Traceback" not in brokers[i].stderr_path.read_text()
