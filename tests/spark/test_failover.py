@@ -1,0 +1,120 @@
+"""A Spark streaming query with a group.id on a three-broker cluster keeps running while the
+broker coordinating its group (and leading some of its partitions) is killed: its next commits
+land on the new coordinator, the group's offsets reach the end of the input, and the output
+(a parquet sink, the checkpoint as the source of truth) has every record exactly once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+import brook.spark  # noqa: E402
+from tests.spark.test_bulk_read import check_no_failure, committed, end_offsets, started  # noqa: E402
+from tests.support.broker_harness import make_records  # noqa: E402
+from tests.support.cluster_harness import brokers, wait_for, zk, zookeeper  # noqa: E402,F401
+
+pytestmark = pytest.mark.timeout(600)
+
+SETTINGS = {"replica.fetch.wait.max.ms": 100, "replica.fetch.backoff.ms": 200,
+            "controlled.shutdown.retry.backoff.ms": 200, "offsets.topic.num.partitions": 3,
+            "group.initial.rebalance.delay.ms": 0, "num.partitions": 3}
+GROUP = "clicks-failover"
+
+
+def _coordinator(bootstrap: str) -> int:
+    from brook.protocol.messages import make
+    from tests.support.kafka_wire import WireClient, request_class
+    for address in bootstrap.split(","):
+        try:
+            with WireClient(address, 5) as w:
+                r = w.request(make(request_class(10, 4), key_type=0, coordinator_keys=(GROUP,)))
+        except OSError:
+            continue
+        if r.coordinators[0].error_code == 0:
+            return r.coordinators[0].node_id
+    return -1
+
+
+class _Cluster:
+    """What the helpers of test_bulk_read take for a broker: a bootstrap string."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+
+
+def test_a_streaming_query_carries_on_through_a_coordinator_failover(spark, zk, brokers, tmp_path):
+    procs = [brokers(i, SETTINGS) for i in (1, 2, 3)]
+    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "three brokers", brokers)
+    wait_for(lambda: zk.controller() is not None, 30, "a controller", brokers)
+    cluster = _Cluster(",".join(p.bootstrap for p in procs))
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("clicks", 3, 3)], operation_timeout=60)["clicks"].result(90)
+    records = make_records(2000, seed=18)
+    positions: list = [None] * len(records)
+    errors: list = []
+    half = threading.Event()
+
+    def produce():
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5, "acks": "all"})
+
+        def delivered(i):
+            def report(err, msg):
+                if err is not None:
+                    errors.append(err)
+                else:
+                    positions[i] = (msg.partition(), msg.offset())
+            return report
+
+        for i, r in enumerate(records):
+            producer.produce("clicks", key=r.key, value=r.value, headers=list(r.headers),
+                             timestamp=r.timestamp, on_delivery=delivered(i))
+            if i % 100 == 99:
+                producer.flush(60)
+                time.sleep(0.1)
+            if i == len(records) // 2:
+                half.set()
+        producer.flush(60)
+
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+    query = started(brook.spark.read_stream(spark, {
+        "kafka.bootstrap.servers": cluster.bootstrap, "subscribe": "clicks",
+        "startingOffsets": "earliest", "maxOffsetsPerTrigger": "200", "group.id": GROUP})
+        .selectExpr("key", "value", "partition", "offset", "unix_millis(timestamp) AS ts")
+        .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+        .trigger(processingTime="200 milliseconds"), checkpoint)
+    producing = threading.Thread(target=produce)
+    producing.start()
+    try:
+        half.wait(120)
+        wait_for(lambda: committed(cluster, GROUP), 120, "a first commit of the group", brokers)
+        node = _coordinator(cluster.bootstrap)
+        assert node in (1, 2, 3)
+        brokers[node].kill()
+        rest = _Cluster(",".join(brokers[i].bootstrap for i in (1, 2, 3) if i != node))
+        wait_for(lambda: _coordinator(rest.bootstrap) not in (-1, node), 60, "a new coordinator",
+                 brokers)
+        producing.join(180)
+        assert not producing.is_alive() and not errors, errors
+        want_end = end_offsets(rest, "clicks", 3)
+        wait_for(lambda: committed(rest, GROUP) == want_end or not query.isActive, 180,
+                 "the group's offsets at the end of the input", brokers)
+        assert query.isActive, query.exception()
+        assert committed(rest, GROUP) == want_end
+    finally:
+        query.stop()
+        producing.join(60)
+    check_no_failure(query)
+    got = {}
+    for row in spark.read.parquet(out).collect():
+        pos = (row.partition, row.offset)
+        assert pos not in got, f"{pos} written twice"
+        got[pos] = (bytes(row.key), bytes(row.value) if row.value is not None else None, row.ts)
+    want = {pos: (r.key, r.value, r.timestamp) for pos, r in zip(positions, records)}
+    assert len(got) == len(records) and got == want
