@@ -73,6 +73,22 @@ def test_controller_cluster_id_and_epoch_are_kafkas():
             decode(bad)
 
 
+def test_reassignment_requests_are_what_kafka_reassign_partitions_writes():
+    # As kafka-reassign-partitions.sh --zookeeper (Kafka 2.x) writes the node, log_dirs included.
+    written = (b'{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[2,3],'
+               b'"log_dirs":["any","any"]},{"topic":"u","partition":5,"replicas":[1]}]}')
+    moves = zk_data.decode_reassignment_request(written)
+    assert moves == {("t", 0): (2, 3), ("u", 5): (1,)}
+    assert zk_data.decode_reassignment_request(zk_data.encode_reassignment_request(moves)) == moves
+    assert zk_data.encode_reassignment_request({("t", 0): (2, 3)}) == (
+        b'{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[2,3]}]}')
+    for bad in (b'{"version":1,"partitions":[{"topic":"t","replicas":[1]}]}',
+                b'{"version":1,"partitions":[{"topic":7,"partition":0,"replicas":[1]}]}',
+                b"not json"):
+        with pytest.raises(ZkDataError):
+            zk_data.decode_reassignment_request(bad)
+
+
 def test_paths_are_kafkas():
     assert zk_paths.broker_path(3) == "/brokers/ids/3"
     assert zk_paths.partition_state_path("t", 0) == "/brokers/topics/t/partitions/0/state"

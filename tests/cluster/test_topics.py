@@ -219,3 +219,48 @@ def test_a_partition_moves_to_other_brokers_with_its_records(zk, brokers):
     listed = subprocess.run([sys.executable, "-m", "brook", "topics", "reassignments", "-b", bootstrap],
                             capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0 and "No partition is being reassigned." in listed.stdout
+
+
+def test_moves_written_to_admin_reassign_partitions_are_made_and_the_node_goes(zk, brokers):
+    """What older kafka-reassign-partitions.sh (--zookeeper) writes: the controller starts
+    each move the node asks for, takes a refused one out at once (a broker that does not
+    exist), and deletes the node when every move is done; the records move along."""
+    import json
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import NewTopic
+    bootstrap = _start(brokers, zk)
+    admin = _admin(bootstrap)
+    admin.create_topics([NewTopic("zkmoved", 2, 1)], operation_timeout=20)["zkmoved"].result(30)
+    wait_for(lambda: all(zk.get(f"/brokers/topics/zkmoved/partitions/{p}/state") for p in (0, 1)),
+             20, "the partitions' states", brokers)
+    before = zk.json("/brokers/topics/zkmoved")["partitions"]
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    values = [f"z{i}".encode() for i in range(500)]
+    for v in values:
+        p.produce("zkmoved", v, partition=0)
+    assert p.flush(60) == 0
+    target = [b for b in (1, 2, 3) if b not in before["0"]]  # two brokers without it
+    request = {"version": 1, "partitions": [
+        {"topic": "zkmoved", "partition": 0, "replicas": target},
+        {"topic": "zkmoved", "partition": 1, "replicas": [before["1"][0], 7]}]}  # 7: no such broker
+    zk.kz.create(zk.chroot + "/admin/reassign_partitions", json.dumps(request).encode(),
+                 makepath=True)
+    wait_for(lambda: zk.get("/admin/reassign_partitions") is None, 60,
+             "the node deleted once the move is done", brokers)
+    after = zk.json("/brokers/topics/zkmoved")
+    assert after["partitions"] == {"0": target, "1": before["1"]}
+    assert after["adding_replicas"] == {} and after["removing_replicas"] == {}
+    state = zk.json("/brokers/topics/zkmoved/partitions/0/state")
+    assert state["leader"] in target and sorted(state["isr"]) == sorted(target)
+    controller = zk.controller()
+    assert "refused" in brokers[controller].stderr_path.read_text()
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "enable.auto.commit": False})
+    c.assign([TopicPartition("zkmoved", 0, 0)])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 500 and time.monotonic() < deadline:
+        for m in c.consume(500, 0.5):
+            if not m.error():
+                got.append(m.value())
+    c.close()
+    assert got == values

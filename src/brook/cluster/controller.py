@@ -70,6 +70,9 @@ class Controller:
         self._task: asyncio.Task | None = None
         self._rebalancer: asyncio.Task | None = None
         self.moved = False  # another controller took over: this one stopped
+        #: /admin/reassign_partitions: the moves it asks for, and those started from it.
+        self._zk_request: dict[tuple[str, int], tuple[int, ...]] = {}
+        self._zk_started: dict[tuple[str, int], tuple[int, ...]] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -160,12 +163,20 @@ class Controller:
                     log.info("partition %s-%d: leader %d, leader epoch %d, ISR %s", change.topic,
                              change.partition, state.leader, state.leader_epoch, list(state.isr))
         self._tell_brokers(changed)
+        await self._start_requested_reassignments()
         await self._complete_reassignments()
+        await self._finish_requested_reassignments()
 
     def _read_topics(self) -> list[str]:
         """In a worker thread: new topics' assignments and the states of partitions not known;
         returns the topics marked for deletion."""
         deleting = self.zk.watch_deletions()
+        try:
+            self._zk_request = self.zk.watch_reassignment_request()
+        except zk_data.ZkDataError as exc:
+            log.warning("controller: ignoring %s", exc)
+            self.zk.remove_from_reassignment_request(set(), self.epoch_zk_version)
+            self._zk_request = {}
         names = set(self.zk.watch_topics())
         for gone in set(self.assignments) - names:
             del self.assignments[gone]
@@ -385,6 +396,40 @@ class Controller:
             self._tell_brokers({(topic, p) for p in moves if (topic, p) in self.states})
         self._dirty.set()
         return out
+
+    async def _start_requested_reassignments(self) -> None:
+        """Start the moves /admin/reassign_partitions asks for that are not started yet, as
+        AlterPartitionReassignments would; those refused (no such partition, a dead or
+        repeated broker) are taken out of the node with a warning, as Kafka's controller
+        does."""
+        new = {tp: r for tp, r in self._zk_request.items() if self._zk_started.get(tp) != r}
+        if not new:
+            return
+        results = await self.alter_reassignments(new)
+        refused = set()
+        for tp, (code, message) in results.items():
+            if code == ErrorCode.none:
+                self._zk_started[tp] = new[tp]
+            else:
+                refused.add(tp)
+                log.warning("controller: /admin/reassign_partitions asks to move %s-%d to %s: "
+                            "refused (%s: %s)", *tp, list(new[tp]), code.name.upper(), message)
+        if refused:
+            await asyncio.to_thread(self.zk.remove_from_reassignment_request, refused,
+                                    self.epoch_zk_version)
+
+    async def _finish_requested_reassignments(self) -> None:
+        """Moves asked in /admin/reassign_partitions that are done leave the node (which goes
+        once empty)."""
+        ongoing = self.ongoing_reassignments()
+        done = {tp for tp, target in self._zk_started.items() if tp not in ongoing
+                and ((a := self.assignments.get(tp[0])) is None  # the topic was deleted
+                     or a.partitions.get(tp[1]) == target)}
+        if done:
+            await asyncio.to_thread(self.zk.remove_from_reassignment_request, done,
+                                    self.epoch_zk_version)
+            for tp in done:
+                del self._zk_started[tp]
 
     async def _complete_reassignments(self) -> None:
         live = frozenset(self.live)

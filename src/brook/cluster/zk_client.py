@@ -385,6 +385,47 @@ class ZkClient:
         return self.kz.get_children(self.p(zk_paths.DELETE_TOPICS),
                                     watch=lambda event: self._notify("topics"))
 
+    def watch_reassignment_request(self) -> dict[tuple[str, int], tuple[int, ...]]:
+        """The moves asked in /admin/reassign_partitions (older kafka-reassign-partitions.sh
+        writes it), with a watch on the node (`notify("topics")`); {} when there is none."""
+        try:
+            data, _ = self.kz.get(self.p(zk_paths.REASSIGN_PARTITIONS),
+                                  watch=lambda event: self._notify("topics"))
+        except NoNodeError:
+            self.kz.exists(self.p(zk_paths.REASSIGN_PARTITIONS),
+                           watch=lambda event: self._notify("topics"))
+            return {}
+        return zk_data.decode_reassignment_request(data)
+
+    def remove_from_reassignment_request(self, done: set[tuple[str, int]],
+                                         controller_epoch_version: int) -> None:
+        """The controller takes the moves it finished (or refused) out of
+        /admin/reassign_partitions, and the node goes once empty, as Kafka's does."""
+        from .errors import ControllerMovedError
+        path = self.p(zk_paths.REASSIGN_PARTITIONS)
+        while True:
+            try:
+                data, stat = self.kz.get(path)
+            except NoNodeError:
+                return
+            try:
+                left = {tp: r for tp, r in zk_data.decode_reassignment_request(data).items()
+                        if tp not in done}
+            except zk_data.ZkDataError:
+                left = {}  # nothing of it can be done: it goes
+            tx = self.kz.transaction()
+            tx.check(self.p(zk_paths.CONTROLLER_EPOCH), controller_epoch_version)
+            if left:
+                tx.set_data(path, zk_data.encode_reassignment_request(left), version=stat.version)
+            else:
+                tx.delete(path, version=stat.version)
+            results = tx.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                return
+            if isinstance(results[0], Exception):
+                raise ControllerMovedError("/controller_epoch moved on")
+            # the request changed meanwhile: read it again
+
     def remove_topic(self, topic: str, controller_epoch_version: int) -> None:
         """The controller's last step of a deletion: the topic's znodes go (its partitions'
         states, its assignment, its config, the deletion mark), while it is still the

@@ -323,3 +323,26 @@ def decode_producer_id_block_end(data: bytes | None) -> int:
         return int(js["block_end"])
     except (KeyError, TypeError, ValueError):
         raise ZkDataError(f"/latest_producer_id_block has no block_end: {data!r}") from None
+
+
+# --- /admin/reassign_partitions (what older kafka-reassign-partitions.sh writes) -------------
+
+def encode_reassignment_request(moves: dict[tuple[str, int], tuple[int, ...]]) -> bytes:
+    return _dumps({"version": 1, "partitions": [
+        {"topic": t, "partition": p, "replicas": list(r)} for (t, p), r in sorted(moves.items())]})
+
+
+def decode_reassignment_request(data: bytes | None) -> dict[tuple[str, int], tuple[int, ...]]:
+    """{(topic, partition): target replicas}; what is not Kafka's format raises ZkDataError."""
+    doc = _loads(data, "/admin/reassign_partitions")
+    out: dict[tuple[str, int], tuple[int, ...]] = {}
+    for entry in doc.get("partitions") or ():
+        try:
+            topic, p = entry["topic"], int(entry["partition"])
+            replicas = tuple(int(r) for r in entry["replicas"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ZkDataError(f"/admin/reassign_partitions: bad entry {entry!r}") from exc
+        if not isinstance(topic, str):
+            raise ZkDataError(f"/admin/reassign_partitions: bad topic in {entry!r}")
+        out[(topic, p)] = replicas
+    return out
