@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pathlib
 import shutil
-import threading
 import time
 
 import pytest
@@ -23,6 +22,7 @@ from confluent_kafka import TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 import brook.spark  # noqa: E402
+from tests.support.steady_producer import SteadyProducer  # noqa: E402
 from tests.support.broker_harness import (  # noqa: E402
     BrokerProcess,
     confluent_produce,
@@ -194,29 +194,7 @@ def test_a_damaged_batch_fails_the_query_clearly(spark, kafka):
 def test_restarts_while_producing_lose_and_duplicate_nothing(spark, kafka, tmp_path):
     create_topic_confluent(kafka.bootstrap, "clicks", partitions=3)
     records = make_records(3000, seed=11)
-    positions: list = [None] * len(records)
-    errors: list = []
-
-    def produce():
-        producer = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
-
-        def delivered(i):
-            def report(err, msg):
-                if err is not None:
-                    errors.append(err)
-                else:
-                    positions[i] = (msg.partition(), msg.offset())
-            return report
-
-        for i, r in enumerate(records):
-            producer.produce("clicks", key=r.key, value=r.value, headers=list(r.headers),
-                             timestamp=r.timestamp, on_delivery=delivered(i))
-            if i % 100 == 99:
-                producer.flush(30)
-                time.sleep(0.2)
-        producer.flush(30)
-
-    producing = threading.Thread(target=produce)
+    producing = SteadyProducer(kafka.bootstrap, "clicks", records)  # while the query stops and starts
     producing.start()
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
 
@@ -251,13 +229,13 @@ def test_restarts_while_producing_lose_and_duplicate_nothing(spark, kafka, tmp_p
     finally:
         producing.join()
         spark.conf.unset("spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart")
-    assert runs >= 3 and not errors
+    assert runs >= 3 and not producing.errors
     got = {}
     for row in spark.read.parquet(out).collect():
         pos = (row.partition, row.offset)
         assert pos not in got, f"{pos} written twice"
         got[pos] = (bytes(row.key), bytes(row.value) if row.value is not None else None, row.ts)
-    want = {pos: (r.key, r.value, r.timestamp) for pos, r in zip(positions, records)}
+    want = {pos: (r.key, r.value, r.timestamp) for pos, r in zip(producing.positions, records)}
     assert len(got) == len(records) and got == want
     assert committed(kafka, "clicks-archive") == end_offsets(kafka, "clicks", 3)
 

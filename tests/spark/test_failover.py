@@ -5,19 +5,17 @@ land on the new coordinator, the group's offsets reach the end of the input, and
 
 from __future__ import annotations
 
-import threading
-import time
 
 import pytest
 
 pytest.importorskip("pyspark")
 
-from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 import brook.spark  # noqa: E402
 from tests.spark.test_bulk_read import check_no_failure, committed, end_offsets, started  # noqa: E402
 from tests.support.broker_harness import make_records  # noqa: E402
+from tests.support.steady_producer import SteadyProducer  # noqa: E402
 from tests.support.cluster_harness import brokers, wait_for, zk, zookeeper  # noqa: E402,F401
 
 pytestmark = pytest.mark.timeout(600)
@@ -57,31 +55,6 @@ def test_a_streaming_query_carries_on_through_a_coordinator_failover(spark, zk, 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("clicks", 3, 3)], operation_timeout=60)["clicks"].result(90)
     records = make_records(2000, seed=18)
-    positions: list = [None] * len(records)
-    errors: list = []
-    half = threading.Event()
-
-    def produce():
-        producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5, "acks": "all"})
-
-        def delivered(i):
-            def report(err, msg):
-                if err is not None:
-                    errors.append(err)
-                else:
-                    positions[i] = (msg.partition(), msg.offset())
-            return report
-
-        for i, r in enumerate(records):
-            producer.produce("clicks", key=r.key, value=r.value, headers=list(r.headers),
-                             timestamp=r.timestamp, on_delivery=delivered(i))
-            if i % 100 == 99:
-                producer.flush(60)
-                time.sleep(0.1)
-            if i == len(records) // 2:
-                half.set()
-        producer.flush(60)
-
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
     query = started(brook.spark.read_stream(spark, {
         "kafka.bootstrap.servers": cluster.bootstrap, "subscribe": "clicks",
@@ -89,10 +62,11 @@ def test_a_streaming_query_carries_on_through_a_coordinator_failover(spark, zk, 
         .selectExpr("key", "value", "partition", "offset", "unix_millis(timestamp) AS ts")
         .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
         .trigger(processingTime="200 milliseconds"), checkpoint)
-    producing = threading.Thread(target=produce)
+    producing = SteadyProducer(cluster.bootstrap, "clicks", records, pause_s=0.1,
+                               config={"acks": "all"}, flush_s=60)
     producing.start()
     try:
-        half.wait(120)
+        wait_for(lambda: producing.sent >= len(records) // 2, 120, "half the records sent", brokers)
         wait_for(lambda: committed(cluster, GROUP), 120, "a first commit of the group", brokers)
         node = _coordinator(cluster.bootstrap)
         assert node in (1, 2, 3)
@@ -101,7 +75,7 @@ def test_a_streaming_query_carries_on_through_a_coordinator_failover(spark, zk, 
         wait_for(lambda: _coordinator(rest.bootstrap) not in (-1, node), 60, "a new coordinator",
                  brokers)
         producing.join(180)
-        assert not producing.is_alive() and not errors, errors
+        assert not producing.is_alive() and not producing.errors, producing.errors
         want_end = end_offsets(rest, "clicks", 3)
         wait_for(lambda: committed(rest, GROUP) == want_end or not query.isActive, 180,
                  "the group's offsets at the end of the input", brokers)
@@ -116,5 +90,5 @@ def test_a_streaming_query_carries_on_through_a_coordinator_failover(spark, zk, 
         pos = (row.partition, row.offset)
         assert pos not in got, f"{pos} written twice"
         got[pos] = (bytes(row.key), bytes(row.value) if row.value is not None else None, row.ts)
-    want = {pos: (r.key, r.value, r.timestamp) for pos, r in zip(positions, records)}
+    want = {pos: (r.key, r.value, r.timestamp) for pos, r in zip(producing.positions, records)}
     assert len(got) == len(records) and got == want

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
-import threading
 import time
 
 import pytest
@@ -27,9 +26,9 @@ from confluent_kafka.admin import (  # noqa: E402
     NewPartitions,
 )
 
+from tests.support.steady_producer import SteadyProducer  # noqa: E402
 from tests.support.broker_harness import (  # noqa: E402
     BrokerProcess,
-    confluent_produce,
     create_topic_confluent,
     make_records,
 )
@@ -151,29 +150,7 @@ def produce_values(kafka, topic, values, partition=None):
 def test_restarts_while_producing_lose_and_duplicate_nothing(spark, kafka, tmp_path):
     create_topic_confluent(kafka.bootstrap, "clicks", partitions=3)
     records = make_records(4000, seed=11)
-    positions: list = [None] * len(records)
-    errors: list = []
-
-    def produce():  # a steady stream while the query stops and starts
-        producer = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
-
-        def delivered(i):
-            def report(err, msg):
-                if err is not None:
-                    errors.append(err)
-                else:
-                    positions[i] = (msg.partition(), msg.offset())
-            return report
-
-        for i, r in enumerate(records):
-            producer.produce("clicks", key=r.key, value=r.value, headers=list(r.headers),
-                             timestamp=r.timestamp, on_delivery=delivered(i))
-            if i % 100 == 99:
-                producer.flush(30)
-                time.sleep(0.2)
-        producer.flush(30)
-
-    producing = threading.Thread(target=produce)
+    producing = SteadyProducer(kafka.bootstrap, "clicks", records)  # while the query stops and starts
     producing.start()
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
 
@@ -211,7 +188,7 @@ def test_restarts_while_producing_lose_and_duplicate_nothing(spark, kafka, tmp_p
     finally:
         producing.join()
         spark.conf.unset("spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart")
-    assert runs >= 3 and not errors
+    assert runs >= 3 and not producing.errors
 
     rows = spark.read.parquet(out).collect()
     got = {}
@@ -219,7 +196,7 @@ def test_restarts_while_producing_lose_and_duplicate_nothing(spark, kafka, tmp_p
         pos = (row.partition, row.offset)
         assert pos not in got, f"{pos} written twice"
         got[pos] = (bytes(row.key), bytes(row.value) if row.value is not None else None, row.ts)
-    want = {pos: (r.key, r.value, r.timestamp) for pos, r in zip(positions, records)}
+    want = {pos: (r.key, r.value, r.timestamp) for pos, r in zip(producing.positions, records)}
     assert len(got) == len(records) and got == want
     # the group followed the checkpoint to the end
     assert committed(kafka, "clicks-archive") == end_offsets(kafka, "clicks", 3)
