@@ -1,0 +1,49 @@
+"""Entities of the API versions Kafka 3.9 serves and Kafka 4.0 removed (KIP-896), which the
+current kio (generated from Kafka 4's schemas) no longer has: vendored from kio 0.6.1 by
+scripts/vendor_legacy_schemas.py, one package per API as in kio (`<api>/v<N>/request.py`)."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from types import ModuleType
+
+from kio.static.constants import EntityType
+
+#: api key -> (kio's name of the API, the versions below Kafka 4.0's minimum brook has here)
+VERSIONS: dict[int, tuple[str, tuple[int, ...]]] = {
+    2: ("list_offsets", (0,)),
+    8: ("offset_commit", (0, 1)),
+    9: ("offset_fetch", (0,)),
+    11: ("join_group", (0, 1)),
+    19: ("create_topics", (0, 1)),
+    20: ("delete_topics", (0,)),
+    23: ("offset_for_leader_epoch", (0, 1)),
+    32: ("describe_configs", (0,)),
+    35: ("describe_log_dirs", (0,)),
+}
+
+
+def has(api_key: int, api_version: int) -> bool:
+    entry = VERSIONS.get(api_key)
+    return entry is not None and api_version in entry[1]
+
+
+def module(api_key: int, api_version: int, kind: str) -> ModuleType:
+    """The `request` or `response` module of a legacy version."""
+    name, _ = VERSIONS[api_key]
+    return import_module(f"{__name__}.{name}.v{api_version}.{kind}")
+
+
+def _payload(api_key: int, api_version: int, kind: EntityType) -> type:
+    mod = module(api_key, api_version, kind.name)
+    return next(v for v in vars(mod).values()
+                if isinstance(v, type) and v.__module__ == mod.__name__
+                and getattr(v, "__type__", None) is kind)
+
+
+def request_class(api_key: int, api_version: int) -> type:
+    return _payload(api_key, api_version, EntityType.request)
+
+
+def response_class(api_key: int, api_version: int) -> type:
+    return _payload(api_key, api_version, EntityType.response)
