@@ -319,7 +319,7 @@ async def create_partitions(broker, request, connection):
 
 
 APIS = [
-    Api(19, "CreateTopics", 2, 7, create_topics),
-    Api(20, "DeleteTopics", 1, 6, delete_topics),
+    Api(19, "CreateTopics", 0, 7, create_topics),
+    Api(20, "DeleteTopics", 0, 6, delete_topics),
     Api(37, "CreatePartitions", 0, 3, create_partitions),
 ]

@@ -1,5 +1,6 @@
 """ListOffsets: earliest (-2), latest (-1), max timestamp (-3) or the first offset at or
-after a timestamp, per partition."""
+after a timestamp, per partition (v1+, KIP-79); v0's own meaning (up to ``max_num_offsets``
+segment base offsets before a time, as Kafka 3.9 still answers it) in ``_legacy_offsets``."""
 
 from __future__ import annotations
 
@@ -14,9 +15,25 @@ from .common import NO_THROTTLE
 API_KEY = 2
 
 
+CONSUMER_REPLICA_ID = -1
+
+
+def _legacy_offsets(partition, timestamp: int, max_num_offsets: int, from_consumer: bool) -> list[int]:
+    """v0's answer: the log's offsets before ``timestamp``; a consumer sees none above the high
+    watermark (the high watermark stands first instead, as Kafka answers)."""
+    offsets = partition.log.legacy_offsets_before(timestamp, max_num_offsets)
+    if from_consumer:
+        hw = partition.high_watermark
+        if any(o > hw for o in offsets):
+            offsets = [hw] + [o for o in offsets if o <= hw]
+    return offsets
+
+
 async def handle(broker, request, connection):
     body = request.body
     version = request.api_version
+    if version == 0:
+        return _handle_v0(broker, body)
     mod = response_module(API_KEY, version)
     topics = []
     for t in body.topics:
@@ -48,4 +65,31 @@ async def handle(broker, request, connection):
     return make(response_class(API_KEY, version), throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-APIS = [Api(API_KEY, "ListOffsets", 1, 7, handle)]
+def _handle_v0(broker, body):
+    mod = response_module(API_KEY, 0)
+    from_consumer = body.replica_id == CONSUMER_REPLICA_ID
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            code, offsets = ErrorCode.none, []
+            partition = broker.partition(t.name, p.partition_index)
+            if p.timestamp < EARLIEST_TIMESTAMP:
+                # v0 knows only latest (-1) and earliest (-2) among the negative timestamps
+                code = ErrorCode.unsupported_version
+            elif partition is None:
+                code = ErrorCode.unknown_topic_or_partition
+            elif broker.replicas is not None:
+                code = broker.replicas.leader_error(partition, -1)
+            if code == ErrorCode.none:
+                try:
+                    offsets = _legacy_offsets(partition, p.timestamp, p.max_num_offsets, from_consumer)
+                except Exception as exc:
+                    code = error_code_for(exc)
+            parts.append(mod.ListOffsetsPartitionResponse(
+                partition_index=p.partition_index, error_code=code, old_style_offsets=tuple(offsets)))
+        topics.append(mod.ListOffsetsTopicResponse(name=t.name, partitions=tuple(parts)))
+    return mod.ListOffsetsResponse(topics=tuple(topics))
+
+
+APIS = [Api(API_KEY, "ListOffsets", 0, 7, handle)]
