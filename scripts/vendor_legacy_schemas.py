@@ -23,7 +23,6 @@ LEGACY = {
     "list_offsets": (0,),
     "offset_commit": (0, 1),
     "offset_fetch": (0,),
-    "join_group": (0, 1),
     "create_topics": (0, 1),
     "delete_topics": (0,),
     "describe_configs": (0,),

@@ -14,7 +14,6 @@ VERSIONS: dict[int, tuple[str, tuple[int, ...]]] = {
     2: ("list_offsets", (0,)),
     8: ("offset_commit", (0, 1)),
     9: ("offset_fetch", (0,)),
-    11: ("join_group", (0, 1)),
     19: ("create_topics", (0, 1)),
     20: ("delete_topics", (0,)),
     23: ("offset_for_leader_epoch", (0, 1)),
@@ -47,3 +46,13 @@ def request_class(api_key: int, api_version: int) -> type:
 
 def response_class(api_key: int, api_version: int) -> type:
     return _payload(api_key, api_version, EntityType.response)
+
+
+#: Apache Kafka 3.9's versions of the APIs brook serves (validVersions of its JSON schemas).
+KAFKA_39_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (0, 11), 1: (0, 17), 2: (0, 9), 3: (0, 12), 4: (0, 7), 5: (0, 4), 6: (0, 8), 7: (0, 3),
+    8: (0, 9), 9: (0, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5),
+    15: (0, 5), 16: (0, 5), 18: (0, 4), 19: (0, 7), 20: (0, 6), 21: (0, 2), 22: (0, 5),
+    23: (0, 4), 32: (0, 4), 33: (0, 2), 35: (0, 4), 37: (0, 3), 42: (0, 2), 43: (0, 2),
+    44: (0, 1), 45: (0, 0), 46: (0, 0), 47: (0, 0), 56: (0, 3), 60: (0, 1),
+}
