@@ -352,3 +352,37 @@ def test_offset_for_leader_epoch_v0_v1(client, version):
     assert unknown.error_code == ErrorCode.unknown_topic_or_partition
     if version == 1:
         assert ok.leader_epoch == 0
+
+
+def test_list_offsets_special_timestamps_need_the_version_that_knows_them(client):
+    """As Kafka 3.9: max timestamp (-3) needs v7; an unknown negative timestamp is refused at
+    every version; a partition asked for twice gets INVALID_REQUEST."""
+    create_topic(client, "lots", 1)
+    produce(client, "lots", {0: batch(2, ts=5000)})
+
+    def lookup(version, *timestamps):
+        m = req_mod(2, version)
+        body = make(m.ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=(make(
+            m.ListOffsetsTopic, name="lots", partitions=tuple(make(
+                m.ListOffsetsPartition, partition_index=0, current_leader_epoch=-1, timestamp=ts)
+                for ts in timestamps)),))
+        return [(p.error_code, p.offset) for p in client.request(body).topics[0].partitions]
+
+    for version in range(1, 7):
+        assert lookup(version, -3) == [(ErrorCode.unsupported_version, -1)]
+        assert lookup(version, -1) == [(ErrorCode.none, 2)]
+    assert lookup(7, -3) == [(ErrorCode.none, 0)]  # both records carry the largest timestamp
+    assert lookup(7, -4) == [(ErrorCode.unsupported_version, -1)]
+    assert lookup(7, -9) == [(ErrorCode.unsupported_version, -1)]
+    assert lookup(1, -1, -2) == [(ErrorCode.invalid_request, -1)] * 2
+
+
+def test_delete_topics_before_v3_answer_invalid_request_when_deletion_is_disabled(broker_factory):
+    broker = broker_factory({"delete.topic.enable": "false"})
+    with WireClient(broker.bootstrap) as client:
+        create_topic(client, "keep", 1)
+        for version, expected in [(0, ErrorCode.invalid_request), (2, ErrorCode.invalid_request),
+                                  (3, ErrorCode.topic_deletion_disabled)]:
+            m = req_mod(20, version)
+            resp = client.request(make(m.DeleteTopicsRequest, topic_names=("keep",), timeout=T5))
+            assert resp.responses[0].error_code == expected, version

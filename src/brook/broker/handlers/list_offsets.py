@@ -7,7 +7,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
-from ...storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ...storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from ..errors import error_code_for
 from . import Api
 from .common import NO_THROTTLE
@@ -16,6 +16,11 @@ API_KEY = 2
 
 
 CONSUMER_REPLICA_ID = -1
+
+#: The first version (1+) that knows each special timestamp, as Kafka 3.9 has it: max
+#: timestamp came with v7 (KIP-734), earliest local (-4) with v8, latest tiered (-5) with v9.
+#: Another negative timestamp, or one the request's version does not know: UNSUPPORTED_VERSION.
+TIMESTAMP_MIN_VERSION = {EARLIEST_TIMESTAMP: 1, LATEST_TIMESTAMP: 1, MAX_TIMESTAMP: 7, -4: 8, -5: 9}
 
 
 def _legacy_offsets(partition, timestamp: int, max_num_offsets: int, from_consumer: bool) -> list[int]:
@@ -35,13 +40,21 @@ async def handle(broker, request, connection):
     if version == 0:
         return _handle_v0(broker, body)
     mod = response_module(API_KEY, version)
+    seen: dict[tuple[str, int], int] = {}
+    for t in body.topics:
+        for p in t.partitions:
+            seen[t.name, p.partition_index] = seen.get((t.name, p.partition_index), 0) + 1
     topics = []
     for t in body.topics:
         parts = []
         for p in t.partitions:
             code, offset, ts, epoch = ErrorCode.none, -1, -1, -1
             partition = broker.partition(t.name, p.partition_index)
-            if partition is None:
+            if seen[t.name, p.partition_index] > 1:
+                code, partition = ErrorCode.invalid_request, None
+            elif p.timestamp < 0 and version < TIMESTAMP_MIN_VERSION.get(p.timestamp, 1 << 15):
+                code, partition = ErrorCode.unsupported_version, None
+            elif partition is None:
                 code = ErrorCode.unknown_topic_or_partition
             elif broker.replicas is not None:  # a cluster: the partition's leader answers
                 code = broker.replicas.leader_error(partition, getattr(p, "current_leader_epoch", -1))
