@@ -1,18 +1,28 @@
 """Copy the protocol entities of the API versions Kafka 4.0 removed (KIP-896) into
-src/brook/protocol/legacy/, from a release of kio that still had them.
+src/brook/protocol/legacy/, from a release of kio that still had them, and check them against
+Apache Kafka 3.9's JSON schemas.
 
 kio (https://github.com/Aiven-Open/kio, Apache License 2.0, Copyright Aiven Ltd) generates
 its entities from Apache Kafka's JSON schemas (clients/src/main/resources/common/message/);
 its releases up to 0.6.1 were generated from Kafka 3.x schemas and include the versions that
 the current kio, generated from Kafka 4's, no longer has. The modules are copied unchanged
-but for a provenance line; regenerate with
+but for a provenance line. Regenerate with
 
     pip download kio==0.6.1 --no-deps -d /tmp/kio061
     python scripts/vendor_legacy_schemas.py /tmp/kio061/kio-0.6.1-*.whl
+
+and check the copies (field names, order and versions, nested structs included) against a
+directory holding Kafka 3.9's clients/src/main/resources/common/message/*.json with
+
+    python scripts/vendor_legacy_schemas.py --check DIR
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import json
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -36,7 +46,7 @@ PROVENANCE = ("# Vendored from kio 0.6.1 (Apache License 2.0, Copyright Aiven Lt
               "# from Apache Kafka 3.x's JSON schemas; see scripts/vendor_legacy_schemas.py.\n")
 
 
-def main(wheel: str) -> None:
+def vendor(wheel: str) -> None:
     with zipfile.ZipFile(wheel) as whl:
         for name, versions in LEGACY.items():
             (ROOT / name).mkdir(parents=True, exist_ok=True)
@@ -49,5 +59,59 @@ def main(wheel: str) -> None:
                     (target / f"{module}.py").write_text(PROVENANCE + text)
 
 
+def _in(spec: str | None, version: int) -> bool:
+    if not spec or spec == "none":
+        return False
+    if spec.endswith("+"):
+        return version >= int(spec[:-1])
+    lo, _, hi = spec.partition("-")
+    return int(lo) <= version <= int(hi or lo)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _kio_name(json_name: str) -> str:
+    # kio drops the unit of millisecond durations it types as timedeltas
+    name = _snake(json_name)
+    return name[:-3] if name.endswith("_ms") else name
+
+
+def _compare(cls, fields: list, version: int, where: str, problems: list[str]) -> None:
+    wanted = [f for f in fields if _in(f["versions"], version) and not f.get("taggedVersions")]
+    names = [f.name for f in dataclasses.fields(cls)]
+    expected = [_kio_name(f["name"]) for f in wanted]
+    if names != expected:
+        problems.append(f"{where}: fields {names}, Kafka 3.9 has {expected}")
+        return
+    module = sys.modules[cls.__module__]
+    for f in wanted:
+        if "fields" in f:
+            nested = getattr(module, f["type"].removeprefix("[]"))
+            _compare(nested, f["fields"], version, f"{where}.{f['name']}", problems)
+
+
+def check(schema_dir: str) -> list[str]:
+    problems: list[str] = []
+    for name, versions in LEGACY.items():
+        camel = "".join(w.capitalize() for w in name.split("_"))
+        for kind in ("Request", "Response"):
+            text = (Path(schema_dir) / f"{camel}{kind}.json").read_text()
+            schema = json.loads(re.sub(r"//.*", "", text))
+            for version in versions:
+                where = f"{schema['name']} v{version}"
+                if not _in(schema["validVersions"], version):
+                    problems.append(f"{where}: not in Kafka 3.9's {schema['validVersions']}")
+                    continue
+                module = importlib.import_module(f"brook.protocol.legacy.{name}.v{version}.{kind.lower()}")
+                _compare(getattr(module, schema["name"]), schema["fields"], version, where, problems)
+    return problems
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--check":
+        found = check(sys.argv[2])
+        print("\n".join(found) or "the vendored entities match the schemas")
+        sys.exit(1 if found else 0)
+    vendor(sys.argv[1])
