@@ -160,3 +160,17 @@ def test_describe_configs_v0_response_bytes():
     # Configs[Name, Value, ReadOnly, IsDefault (v0 only), IsSensitive]]
     assert write(body) == (struct.pack(">i", 0) + arr(1) + struct.pack(">h", 0) + b"\xff\xff"
                            + b"\x02" + s16("t") + arr(1) + s16("k") + s16("v") + b"\x00\x01\x00")
+
+
+def test_the_vendored_entities_match_kafka_39s_schemas():
+    """Field names, order and versions, nested structures included (the check that
+    scripts/vendor_legacy_schemas.py --check runs), against the schemas kept beside this test."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("vendor", root / "scripts" / "vendor_legacy_schemas.py")
+    vendor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vendor)
+    assert set(vendor.LEGACY) == {name for name, _ in legacy.VERSIONS.values()}
+    assert vendor.check(str(Path(__file__).parent / "kafka_3_9_schemas")) == []
