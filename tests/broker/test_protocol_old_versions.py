@@ -386,3 +386,53 @@ def test_delete_topics_before_v3_answer_invalid_request_when_deletion_is_disable
             m = req_mod(20, version)
             resp = client.request(make(m.DeleteTopicsRequest, topic_names=("keep",), timeout=T5))
             assert resp.responses[0].error_code == expected, version
+
+
+# --- the old versions Kafka 4.0 kept, as Kafka 3.9 answers them ----------------------------
+
+
+def test_metadata_v0_to_v3(client):
+    create_topic(client, "md-a", 2)
+    m0 = req_mod(3, 0)
+    everything = client.request(m0.MetadataRequest(topics=()))  # v0: an empty list is every topic
+    assert "md-a" in {t.name for t in everything.topics}
+    assert [(b.node_id, b.port) for b in everything.brokers] == [(1, int(client.sock.getpeername()[1]))]
+    m1 = req_mod(3, 1)
+    assert client.request(m1.MetadataRequest(topics=())).topics == ()  # v1+: an empty list is none
+    assert "md-a" in {t.name for t in client.request(m1.MetadataRequest(topics=None)).topics}
+    m3 = req_mod(3, 3)
+    one = client.request(m3.MetadataRequest(topics=(m3.MetadataRequestTopic(name="md-a"),)))
+    assert one.cluster_id and one.controller_id == 1
+    assert [(t.name, t.is_internal, len(t.partitions)) for t in one.topics] == [("md-a", False, 2)]
+    # v0-v3 have no allow_auto_topic_creation: a topic asked for is created (auto.create.topics.enable)
+    created = client.request(m0.MetadataRequest(topics=(m0.MetadataRequestTopic(name="md-auto"),)))
+    assert created.topics[0].error_code in (ErrorCode.none, ErrorCode.leader_not_available)
+
+
+def test_group_apis_at_v0(client):
+    group = "g-v0-apis"
+    create_topic(client, "gv0", 1)
+    coordinator = wait_for_coordinator(client, group)
+    assert coordinator.node_id == 1 and coordinator.host == "127.0.0.1"
+    joined = join(client, group, 0)
+    assert sync(client, group, 1, joined.member_id, [(joined.member_id, b"a")]).error_code == 0
+    assert heartbeat_v0(client, group, 1, joined.member_id) == ErrorCode.none
+    assert heartbeat_v0(client, group, 2, joined.member_id) == ErrorCode.illegal_generation
+    md = req_mod(15, 0)
+    described = client.request(md.DescribeGroupsRequest(groups=(group,))).groups[0]
+    assert (described.error_code, described.group_id, described.group_state,
+            described.protocol_type, described.protocol_data) == (0, group, "Stable", "consumer", "range")
+    member = described.members[0]
+    assert (member.member_id, bytes(member.member_metadata), bytes(member.member_assignment)) == \
+        (joined.member_id, b"\x00\x01", b"a")
+    ml = req_mod(16, 0)
+    listed = client.request(ml.ListGroupsRequest())
+    assert listed.error_code == 0 and (group, "consumer") in {(g.group_id, g.protocol_type) for g in listed.groups}
+    mv = req_mod(13, 0)
+    assert client.request(mv.LeaveGroupRequest(group_id=group, member_id=joined.member_id)).error_code == 0
+    assert client.request(mv.LeaveGroupRequest(group_id=group, member_id="gone")).error_code == \
+        ErrorCode.unknown_member_id
+    described = client.request(md.DescribeGroupsRequest(groups=(group,))).groups[0]
+    assert (described.group_state, described.members) == ("Empty", ())
+    # now empty, the group takes v0 commits again
+    assert commit_v0(client, group, "gv0", {0: 5}) == {0: ErrorCode.none}
