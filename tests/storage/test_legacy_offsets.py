@@ -71,3 +71,19 @@ def test_the_log_start_offset_bounds_a_segment_base(tmp_path):
 def test_a_negative_count_is_refused(tmp_path):
     with pytest.raises(ValueError):
         _log(tmp_path).legacy_offsets_before(LATEST_TIMESTAMP, -1)
+
+
+def test_a_consumer_sees_no_offset_above_the_high_watermark(tmp_path):
+    """ListOffsets v0's answer to a consumer (replica id -1): the offsets above the high
+    watermark give way to the high watermark itself; a replica sees them all."""
+    from types import SimpleNamespace
+
+    from brook.broker.handlers.list_offsets import _legacy_offsets
+
+    partition = SimpleNamespace(log=_log(tmp_path), high_watermark=5)
+    assert _legacy_offsets(partition, LATEST_TIMESTAMP, 10, from_consumer=True) == [5, 4, 2, 0]
+    assert _legacy_offsets(partition, LATEST_TIMESTAMP, 10, from_consumer=False) == [6, 4, 2, 0]
+    partition.high_watermark = 3
+    assert _legacy_offsets(partition, LATEST_TIMESTAMP, 2, from_consumer=True) == [3]
+    partition.high_watermark = 6
+    assert _legacy_offsets(partition, LATEST_TIMESTAMP, 10, from_consumer=True) == [6, 4, 2, 0]
