@@ -157,9 +157,9 @@ def test_heartbeat_response_is_kios(version, correlation_id, error_code, throttl
 
 
 @pytest.mark.parametrize("encode, version", [
-    (lambda v: gr.offset_commit_response(v, 1, []), 1),
+    (lambda v: gr.offset_commit_response(v, 1, []), -1),
     (lambda v: gr.offset_commit_response(v, 1, []), 10),
-    (lambda v: gr.offset_fetch_response(v, 1, []), 0),
+    (lambda v: gr.offset_fetch_response(v, 1, []), -1),
     (lambda v: gr.offset_fetch_groups_response(v, 1, []), 10),
     (lambda v: gr.heartbeat_response(v, 1, 0), 5),
 ])

@@ -11,11 +11,16 @@ from datetime import timedelta
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
+from brook.protocol import legacy
 from brook.protocol.messages import make
 from brook.records import Record, encode_batch
 
 
 def req_mod(key: int, version: int):
+    """The request module of an API version: kio's, or brook's for the versions Kafka 4.0
+    removed (``brook.protocol.legacy``)."""
+    if legacy.has(key, version):
+        return legacy.module(key, version, "request")
     return load_payload_module(key, version, EntityType.request)
 
 

@@ -5,7 +5,7 @@ as long on a commit's answer of a hundred partitions as the coordinator spends o
 These encoders write the same bytes (the tests hold them to kio's) straight from plain rows:
 no entity objects are built. Each returns the whole frame: size prefix, header, body.
 
-Versions: OffsetCommit 2-9 (flexible from 8), OffsetFetch 1-9 (flexible from 6, leader
+Versions: OffsetCommit 0-9 (flexible from 8), OffsetFetch 0-9 (flexible from 6, leader
 epochs from 5, several groups from 8), Heartbeat 0-4 (flexible from 4).
 """
 
@@ -32,8 +32,8 @@ _HEARTBEAT_V4 = struct.Struct(">iiBihB")
 
 NULL_STRING = b"\xff\xff"
 
-OFFSET_COMMIT_VERSIONS = range(2, 10)
-OFFSET_FETCH_VERSIONS = range(1, 10)
+OFFSET_COMMIT_VERSIONS = range(0, 10)
+OFFSET_FETCH_VERSIONS = range(0, 10)
 HEARTBEAT_VERSIONS = range(0, 5)
 
 # Rows, shaped as the wire is:
@@ -117,7 +117,7 @@ def _fetch_topics(out: list[bytes], topics: Sequence[FetchTopic], version: int,
 
 def offset_fetch_response(version: int, correlation_id: int, topics: Sequence[FetchTopic],
                           error_code: int = 0, throttle_time_ms: int = 0) -> bytes:
-    """One group's answer, v1-7 (v1 has no top-level error: `error_code` is not sent)."""
+    """One group's answer, v0-7 (v0-v1 have no top-level error: `error_code` is not sent)."""
     if version >= 8:
         raise ValueError(f"OffsetFetch v{version} answers groups: offset_fetch_groups_response")
     _check("OffsetFetch", version, OFFSET_FETCH_VERSIONS)

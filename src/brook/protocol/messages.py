@@ -18,7 +18,7 @@ from kio.index import load_payload_module, load_request_schema, load_response_sc
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from . import bounds, inter_broker
+from . import bounds, inter_broker, legacy
 from .nulls import first_null
 
 _KEY_VERSION = struct.Struct(">hh")
@@ -61,6 +61,8 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
 def request_class(api_key: int, api_version: int) -> type:
     if api_key in inter_broker.REQUESTS:
         return inter_broker.REQUESTS[api_key]
+    if legacy.has(api_key, api_version):
+        return legacy.request_class(api_key, api_version)
     return load_request_schema(api_key, api_version)
 
 
@@ -68,6 +70,8 @@ def request_class(api_key: int, api_version: int) -> type:
 def response_class(api_key: int, api_version: int) -> type:
     if api_key in inter_broker.RESPONSES:
         return inter_broker.RESPONSES[api_key]
+    if legacy.has(api_key, api_version):
+        return legacy.response_class(api_key, api_version)
     return load_response_schema(api_key, api_version)
 
 
@@ -75,6 +79,8 @@ def response_class(api_key: int, api_version: int) -> type:
 def response_module(api_key: int, api_version: int) -> ModuleType:
     if api_key in inter_broker.RESPONSES:
         return inter_broker
+    if legacy.has(api_key, api_version):
+        return legacy.module(api_key, api_version, "response")
     return load_payload_module(api_key, api_version, EntityType.response)
 
 

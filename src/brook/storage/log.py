@@ -621,6 +621,31 @@ class Log:
                     return found
         return None
 
+    def legacy_offsets_before(self, timestamp: int, max_num_offsets: int) -> list[int]:
+        """ListOffsets v0 (before KIP-79): up to ``max_num_offsets`` offsets, newest first,
+        taken from the segments' base offsets (at least the log start offset) and, when the
+        active segment holds data, the log end offset. Each segment stands for the time its
+        file was last modified (the log end offset for now): LATEST_TIMESTAMP starts from the
+        newest, EARLIEST_TIMESTAMP from the oldest only, and a timestamp from the newest
+        modified at or before it (none if every segment is newer)."""
+        if max_num_offsets < 0:
+            raise ValueError(f"max_num_offsets {max_num_offsets} is negative")
+        segments = self._segments
+        points = [(max(seg.base_offset, self.log_start_offset), seg.stat().st_mtime_ns // 1_000_000)
+                  for seg in segments]
+        if segments[-1].size > 0:
+            points.append((self.log_end_offset, self._now_ms()))
+        if timestamp == LATEST_TIMESTAMP:
+            start = len(points) - 1
+        elif timestamp == EARLIEST_TIMESTAMP:
+            start = 0
+        else:
+            start = len(points) - 1
+            while start >= 0 and points[start][1] > timestamp:
+                start -= 1
+        count = min(max_num_offsets, start + 1)
+        return sorted((points[start - j][0] for j in range(count)), reverse=True)
+
     def _record_of_max_timestamp(self, seg: LogSegment) -> int:
         """The offset of the first record with the segment's largest timestamp, as Kafka answers
         since 3.8 (KAFKA-16310; before, the last offset of its batch). The segment keeps the

@@ -154,6 +154,7 @@ async def _delete_topics_in_cluster(broker, request, mod, wanted):
 
     from .common import ms
     cache = broker.replicas.cache
+    version = request.api_version
     results, marked = [], []
     for name, topic_id in wanted:
         code, text = ErrorCode.none, None
@@ -163,7 +164,9 @@ async def _delete_topics_in_cluster(broker, request, mod, wanted):
                 code, text = ErrorCode.unknown_topic_id, f"no topic with id {topic_id}"
         if code == ErrorCode.none:
             if not broker.config.delete_topic_enable:
-                code, text = ErrorCode.topic_deletion_disabled, "delete.topic.enable is false"
+                # TOPIC_DELETION_DISABLED came with v3: earlier versions get INVALID_REQUEST
+                code = ErrorCode.topic_deletion_disabled if version >= 3 else ErrorCode.invalid_request
+                text = "delete.topic.enable is false"
             elif name not in cache.topics:
                 code, text = ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
             elif name in INTERNAL_TOPICS:
@@ -255,7 +258,9 @@ async def delete_topics(broker, request, connection):
         if code == ErrorCode.none:
             tm = broker.metadata.get(name)
             if not broker.config.delete_topic_enable:
-                code, text = ErrorCode.topic_deletion_disabled, "delete.topic.enable is false"
+                # TOPIC_DELETION_DISABLED came with v3: earlier versions get INVALID_REQUEST
+                code = ErrorCode.topic_deletion_disabled if version >= 3 else ErrorCode.invalid_request
+                text = "delete.topic.enable is false"
             elif tm is None:
                 code, text = ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
             elif tm.internal:
@@ -319,7 +324,7 @@ async def create_partitions(broker, request, connection):
 
 
 APIS = [
-    Api(19, "CreateTopics", 2, 7, create_topics),
-    Api(20, "DeleteTopics", 1, 6, delete_topics),
+    Api(19, "CreateTopics", 0, 7, create_topics),
+    Api(20, "DeleteTopics", 0, 6, delete_topics),
     Api(37, "CreatePartitions", 0, 3, create_partitions),
 ]

@@ -270,7 +270,7 @@ async def incremental_alter_configs(broker, request, connection):
 
 
 APIS = [
-    Api(32, "DescribeConfigs", 1, 4, describe_configs),
+    Api(32, "DescribeConfigs", 0, 4, describe_configs),
     Api(33, "AlterConfigs", 0, 2, alter_configs),
     Api(44, "IncrementalAlterConfigs", 0, 1, incremental_alter_configs),
 ]

@@ -287,7 +287,7 @@ async def handle_list_groups(broker, request, connection):
 
 APIS = [
     Api(FIND_COORDINATOR, "FindCoordinator", 0, 6, handle_find_coordinator),
-    Api(JOIN_GROUP, "JoinGroup", 2, 9, handle_join_group),
+    Api(JOIN_GROUP, "JoinGroup", 0, 9, handle_join_group),
     Api(HEARTBEAT, "Heartbeat", 0, 4, handle_heartbeat),
     Api(LEAVE_GROUP, "LeaveGroup", 0, 5, handle_leave_group),
     Api(SYNC_GROUP, "SyncGroup", 0, 5, handle_sync_group),

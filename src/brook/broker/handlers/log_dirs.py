@@ -51,4 +51,4 @@ async def handle(broker, request, connection):
                 results=tuple(results))
 
 
-APIS = [Api(API_KEY, "DescribeLogDirs", 1, 4, handle)]
+APIS = [Api(API_KEY, "DescribeLogDirs", 0, 4, handle)]

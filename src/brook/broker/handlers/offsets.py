@@ -2,15 +2,20 @@
 shard (``brook.coordinator.shard``) through the coordinator runtime (``broker.coordinator``).
 
 A commit's offsets are written as one batch, so a commit is all or nothing, and it is answered
-only after the append. OffsetFetch takes one group (v1-7) or several (v8+); a group whose
+only after the append. OffsetFetch takes one group (v0-7) or several (v8+); a group whose
 partition is loading gets COORDINATOR_LOAD_IN_PROGRESS.
+
+OffsetCommit v0 and OffsetFetch v0 go to the coordinator like the later versions: a Kafka 3.9
+broker on ZooKeeper kept them in ZooKeeper (/consumers/<group>/offsets), apart from the offsets
+of v1+, and a KRaft one refuses them; brook has one store of offsets, __consumer_offsets.
 """
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ...coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
+from ...coordinator.offsets import (DEFAULT_RETENTION_TIME, DEFAULT_TIMESTAMP, CommitPartition,
+                                     CommitTopic, OffsetCommit)
 from ...coordinator.runtime import CoordinatorError, CoordinatorNotAvailable
 from ...protocol.group_responses import (
     offset_commit_response,
@@ -46,18 +51,24 @@ def _raw(frame: bytes) -> RawResponse:
 
 
 def commit_request(body, version: int) -> OffsetCommit:
-    """The coordinator's OffsetCommit for a request body of ``version`` (2-9)."""
+    """The coordinator's OffsetCommit for a request body of ``version`` (0-9).
+
+    v0 has no generation nor member id (a commit outside group management, which the
+    coordinator accepts while the group has no members); v1 alone carries a commit timestamp
+    per partition (-1: the time of the commit), and v2-v4 a retention time."""
     epochs = version >= 6  # committed_leader_epoch is in v6+
+    timestamps = version == 1
     return OffsetCommit(
         body.group_id,
         tuple(CommitTopic(t.name, tuple(
             CommitPartition(p.partition_index, p.committed_offset,
-                            p.committed_leader_epoch if epochs else NO_EPOCH, p.committed_metadata)
+                            p.committed_leader_epoch if epochs else NO_EPOCH, p.committed_metadata,
+                            p.commit_timestamp if timestamps else DEFAULT_TIMESTAMP)
             for p in t.partitions)) for t in body.topics),
-        body.generation_id_or_member_epoch,
-        body.member_id,
+        body.generation_id_or_member_epoch if version >= 1 else -1,
+        body.member_id if version >= 1 else "",
         body.group_instance_id if version >= 7 else None,
-        ms(body.retention_time) if version <= 4 else -1,  # retention_time is in v2-4
+        ms(body.retention_time) if 2 <= version <= 4 else DEFAULT_RETENTION_TIME,
         version,
     )
 
@@ -137,7 +148,7 @@ async def handle_offset_fetch(broker, request, connection):
     requested = _topics_of(body.topics)
     code, topics = await fetch_group(broker, body.group_id, requested)
     if code != ErrorCode.none and version < 2:
-        # v1 has no top-level error: each partition asked for carries it.
+        # v0-v1 have no top-level error: each partition asked for carries it.
         topics = [(t, [(p, NO_OFFSET, NO_EPOCH, "", code) for p in ps]) for t, ps in requested or []]
     return _raw(offset_fetch_response(version, request.correlation_id, topics or [], code))
 
@@ -182,8 +193,8 @@ async def handle_offset_delete(broker, request, connection):
 
 
 APIS = [
-    Api(OFFSET_COMMIT, "OffsetCommit", 2, 9, handle_offset_commit),
-    Api(OFFSET_FETCH, "OffsetFetch", 1, 9, handle_offset_fetch),
+    Api(OFFSET_COMMIT, "OffsetCommit", 0, 9, handle_offset_commit),
+    Api(OFFSET_FETCH, "OffsetFetch", 0, 9, handle_offset_fetch),
     Api(DELETE_GROUPS, "DeleteGroups", 0, 2, handle_delete_groups),
     Api(OFFSET_DELETE, "OffsetDelete", 0, 0, handle_offset_delete),
 ]

@@ -242,6 +242,6 @@ APIS = [
     Api(ib.STOP_REPLICA, "StopReplica", 3, 3, handle_stop_replica),
     Api(ib.UPDATE_METADATA, "UpdateMetadata", 7, 7, handle_update_metadata),
     Api(ib.CONTROLLED_SHUTDOWN, "ControlledShutdown", 3, 3, handle_controlled_shutdown),
-    Api(OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 2, 4, handle_offset_for_leader_epoch),
+    Api(OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 0, 4, handle_offset_for_leader_epoch),
     Api(ALTER_PARTITION, "AlterPartition", 2, 2, handle_alter_partition),
 ]
