@@ -22,7 +22,7 @@ from typing import NamedTuple, Protocol
 from ..records.batch import CONTROL_BIT, HEADER_SIZE, HEADER_STRUCT, LOG_OVERHEAD
 from ..records.compression import CODEC_MASK, codec_of, decompress
 from .batch_decoder import RecordsDecoder, UnreadableRecords
-from .result import CommitRun
+from .result import CommitBlock, CommitRun
 from .schemas import UnknownKey
 
 __all__ = ["ReplayTarget", "Unreadable", "replay_batches"]
@@ -43,18 +43,27 @@ class ReplayTarget(Protocol):
 
     def replay_commits(self, run: CommitRun, now: int) -> None: ...
 
+    # and, optionally (a target without it is loaded without blocks):
+    # def replay_blocks(self, blocks: list[CommitBlock], now: int) -> None: ...
+
 
 def replay_batches(target: ReplayTarget, buffers: Iterable[bytes], now: int,
                    decoder: RecordsDecoder | None = None, unknown: Counter | None = None,
-                   unreadable: list[Unreadable] | None = None) -> int:
+                   unreadable: list[Unreadable] | None = None, bulk: bool = True) -> int:
     """Replay buffers of whole record batches into ``target``; return how many records they
     held (every record of the non-control batches, skipped ones included, as Kafka counts).
     Record types brook does not read are counted in ``unknown`` (by type); records that cannot
-    be decoded or replayed are listed in ``unreadable``; both are skipped."""
+    be decoded or replayed are listed in ``unreadable``; both are skipped. With ``bulk`` (and a
+    target that has ``replay_blocks``), commits to consecutive partitions are read and replayed
+    as ``CommitBlock``s, a batch like one read before at once (``RecordsDecoder``); without,
+    as runs and single records only (the reference the tests hold the bulk path equal to)."""
     decoder = decoder or RecordsDecoder()
     unknown = Counter() if unknown is None else unknown
     unreadable = [] if unreadable is None else unreadable
     replay, replay_commits = target.replay, target.replay_commits
+    replay_blocks = getattr(target, "replay_blocks", None) if bulk else None
+    bulk = replay_blocks is not None
+    known_blocks = decoder.known_blocks
     count = 0
     for data in buffers:
         pos, end = 0, len(data)
@@ -73,10 +82,21 @@ def replay_batches(target: ReplayTarget, buffers: Iterable[bytes], now: int,
             except Exception as exc:
                 unreadable.append(Unreadable(base_offset, records, f"cannot decompress: {exc}"))
                 continue
-            for item in decoder.decode(body, records, tolerant=True):
+            if bulk:
+                blocks = known_blocks(body, records)
+                if blocks is not None:
+                    try:
+                        replay_blocks(blocks, now)
+                    except Exception as exc:  # a bug replaying them: the records are skipped
+                        unreadable.append(Unreadable(base_offset, records,
+                                                     f"cannot be replayed: {exc!r}"))
+                    continue
+            for item in decoder.decode(body, records, True, bulk, templates=False):
                 kind = type(item)
                 try:
-                    if kind is CommitRun:
+                    if kind is CommitBlock:
+                        replay_blocks((item,), now)  # type: ignore[misc]
+                    elif kind is CommitRun:
                         replay_commits(item, now)
                     elif kind is UnreadableRecords:
                         unreadable.append(Unreadable(base_offset + item.index, item.count,
@@ -86,6 +106,7 @@ def replay_batches(target: ReplayTarget, buffers: Iterable[bytes], now: int,
                     else:
                         replay(item.key, item.value, now)
                 except Exception as exc:  # a bug replaying it: the record is skipped
-                    at = base_offset if kind is CommitRun else base_offset + item.index
+                    at = (base_offset if kind is CommitRun or kind is CommitBlock
+                          else base_offset + item.index)
                     unreadable.append(Unreadable(at, 1, f"cannot be replayed: {exc!r}"))
     return count
