@@ -135,6 +135,7 @@ def commits_of(layout, draw, same_metadata=True):
     return pairs
 
 
+@settings(max_examples=100)
 @given(st.lists(layouts(), min_size=1, max_size=3), st.data())
 def test_bulk_decoding_reads_what_record_by_record_decoding_reads(layouts_, data):
     """Several batches of a few layouts through one decoder, so that later ones are read by
@@ -251,13 +252,14 @@ def put_block_by_put(offsets, first, rows, metadata):
 cache_operations = st.lists(st.one_of(
     st.tuples(st.just("block"), st.sampled_from([0, 1, 5, 60, 200, -3, 2**31 - 2]),
               st.lists(values_, min_size=1, max_size=30), st.sampled_from(["", "", "m"])),
-    st.tuples(st.just("put"), st.integers(-2, 300),
+    st.tuples(st.just("put"), st.integers(0, 12) | st.integers(-2, 300),
               st.builds(OffsetCommitValue, INT64, INT32, st.sampled_from(["", "x"]), INT64,
                         st.sampled_from([-1, -1, 7])) | st.just(OffsetCommitValue(2**63, 1))),
     st.tuples(st.just("delete"), st.integers(-2, 300)),
 ), max_size=25)
 
 
+@settings(max_examples=400)
 @given(cache_operations)
 def test_put_block_stores_what_put_stores(operations):
     fast, slow = TopicOffsets(), TopicOffsets()
@@ -272,8 +274,17 @@ def test_put_block_stores_what_put_stores(operations):
         else:
             assert fast.delete(op[1]) == slow.delete(op[1])
         assert list(fast.items()) == list(slow.items())
-        assert len(fast.rows) == 20 * len(fast.flags)
+        assert_consistent(fast)
         assert (fast.extras or None) == (slow.extras or None)
+
+
+def assert_consistent(offsets):
+    """A row per flag; extras exactly for the rows flagged with them; no partition both in a
+    row and in ``sparse``."""
+    assert len(offsets.rows) == 20 * len(offsets.flags)
+    assert set(offsets.flags) <= {0, 1, 3}
+    assert set(offsets.extras or ()) == {p for p, f in enumerate(offsets.flags) if f == 3}
+    assert not {p for p, f in enumerate(offsets.flags) if f} & set(offsets.sparse or ())
 
 
 def test_put_blocks_counts_new_offsets():
@@ -395,7 +406,11 @@ def encoded(batches):
 def test_loading_in_bulk_gives_the_state_of_replaying_record_by_record(batches):
     data = encoded(batches)
     reference = snapshot(replay_one_by_one(data))
-    assert snapshot(load(data)) == reference
+    loaded = load(data)
+    assert snapshot(loaded) == reference
+    for group in loaded.offsets.cache._groups.values():
+        for offsets in group.values():
+            assert_consistent(offsets)
     assert snapshot(load(data, bulk_=False)) == reference
     # all of it in one buffer, and one batch a buffer, with one decoder
     assert snapshot(load([b"".join(data)])) == reference
