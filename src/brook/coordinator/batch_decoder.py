@@ -173,7 +173,7 @@ class RecordsDecoder:
         from_bytes = int.from_bytes
         while index < count:
             try:
-                rec_end, delta_at, key_at, key_len, value_at, value_len, plain = _frame(
+                rec_end, delta_at, key_at, key_len, value_at, value_len, plain, bare = _frame(
                     body, pos, end
                 )
             except (_Corrupt, RecordsError, IndexError) as e:
@@ -196,7 +196,10 @@ class RecordsDecoder:
             if shape is None:
                 steps = None
                 try:
-                    yield self._single(body, index, pos, rec_end)
+                    if bare:  # framed already: its key and value are where _frame found them
+                        yield self._bare(body, index, key_at, key_len, value_at, value_len)
+                    else:
+                        yield self._single(body, index, pos, rec_end)
                 except CorruptOffsetsRecordError as e:
                     if not tolerant:
                         raise
@@ -344,6 +347,21 @@ class RecordsDecoder:
                 struct.Struct(">" + f"{shape.offset_at}x12s{2 + meta}x8sx" * n),
             )
         return found
+
+    def _bare(self, body: bytes, index: int, key_at: int, key_len: int, value_at: int,
+              value_len: int) -> DecodedRecord:
+        """``_single`` of a record without headers, framed by ``_frame``."""
+        try:
+            if key_len < 0:
+                raise CorruptOffsetsRecordError("a record without a key")
+            key = decode_key(body[key_at : key_at + key_len])
+            if type(key) is UnknownKey:
+                return DecodedRecord(index, key, None)
+            value = None if value_len < 0 else decode_value(
+                key, body[value_at : value_at + value_len])
+        except CorruptOffsetsRecordError as e:
+            raise CorruptOffsetsRecordError(f"record {index} of the batch: {e}") from None
+        return DecodedRecord(index, key, value)
 
     def _single(self, body: bytes, index: int, pos: int, rec_end: int) -> DecodedRecord:
         """The record at ``pos`` on its own, framed by ``brook.records`` as any record is."""
@@ -493,11 +511,13 @@ def _varint_size_at(data: bytes, p: int) -> int:
     return size
 
 
-def _frame(body: bytes, pos: int, end: int) -> tuple[int, int, int, int, int, int, bool]:
+def _frame(body: bytes, pos: int, end: int
+           ) -> tuple[int, int, int, int, int, int, bool, bool]:
     """The framing of the v2 record at ``pos``: (its end, offset delta position, key position,
-    key length, value position, value length, plain), lengths -1 for null. ``plain`` says that
-    the record could be in a run: a one-byte value length and no headers. One-byte varints, the
-    common case, are read inline."""
+    key length, value position, value length, plain, bare), lengths -1 for null. ``bare``
+    says that the record has no headers (and nothing after its value); ``plain`` that it could
+    be in a run: bare, with a one-byte value length. One-byte varints, the common case, are
+    read inline."""
     b = body[pos]
     if b < 0x80:
         length, p = (b >> 1) ^ -(b & 1), pos + 1
@@ -542,6 +562,5 @@ def _frame(body: bytes, pos: int, end: int) -> tuple[int, int, int, int, int, in
         raise _Corrupt(f"invalid value length {value_len}")
     if p >= rec_end:
         raise _Corrupt("record fields run past its length")
-    return rec_end, delta_at, key_at, key_len, value_at, value_len, (
-        plain and p + 1 == rec_end and not body[p]
-    )
+    bare = p + 1 == rec_end and not body[p]
+    return rec_end, delta_at, key_at, key_len, value_at, value_len, plain and bare, bare
