@@ -118,7 +118,7 @@ class _Step(NamedTuple):
 class _Template(NamedTuple):
     size: int
     count: int
-    fields: object  # struct.Struct.unpack of the batch's fields
+    fields: object  # struct.Struct.unpack_from of the batch's fields
     #: the fields that must be the template's (None: every other one, from the first)
     fixed_fields: object
     fixed: bytes  # those fields of the template, joined
@@ -259,14 +259,18 @@ class RecordsDecoder:
         elif steps:
             self._remember(body, count, steps)
 
-    def known_blocks(self, body: bytes, count: int) -> list[CommitBlock] | None:
+    def known_blocks(self, body: bytes, count: int, start: int = 0, size: int = -1
+                     ) -> list[CommitBlock] | None:
         """The blocks of a batch of ``count`` records like one this decoder read before (see
         the module's description), or None when there is no such template or the batch
-        differs from it where it must not."""
-        template = self._templates.get(_template_key(body))
-        if template is None or template.size != len(body) or template.count != count:
+        differs from it where it must not. The batch's records are ``body``, or its ``size``
+        bytes from ``start`` when given (a batch in a buffer of batches, not copied out)."""
+        if size < 0:
+            size = len(body) - start
+        template = self._templates.get(_template_key(body, start))
+        if template is None or template.size != size or template.count != count:
             return None
-        fields = template.fields(body)  # type: ignore[operator]
+        fields = template.fields(body, start)  # type: ignore[operator]
         fixed = template.fixed_fields
         join = b"".join
         if join(fields[0::2] if fixed is None else fixed(fields)) != template.fixed:  # type: ignore[operator]
@@ -332,7 +336,7 @@ class RecordsDecoder:
             self._template_bytes = 0
             return
         self._templates[_template_key(body)] = _Template(
-            len(body), count, unpack.unpack, get_fixed, fixed, tuple(template_steps))
+            len(body), count, unpack.unpack_from, get_fixed, fixed, tuple(template_steps))
 
     def _block_structs(self, shape: _Shape, n: int) -> tuple[struct.Struct, struct.Struct]:
         """The formats of the partitions and of the rows' fields (offset and leader epoch,
@@ -489,18 +493,19 @@ def _run_key_names(key: bytes) -> tuple[str, str] | None:
     return k.group, k.topic
 
 
-def _template_key(body: bytes) -> bytes:
-    """The bytes of a batch's first record up to the end of its key, when its attributes,
-    timestamp delta and offset delta take a byte each (as in every batch made of blocks); for
-    other batches, some other bytes at its start."""
+def _template_key(body: bytes, start: int = 0) -> bytes:
+    """The bytes of the first record from ``start`` up to the end of its key, when its
+    attributes, timestamp delta and offset delta take a byte each (as in every batch made of
+    blocks); for other batches, some other bytes at their start (a key of no template, or of
+    one the batch is then checked against)."""
     try:
-        p = 4 if body[0] < 0x80 else 5 if body[1] < 0x80 else 6
+        p = start + (4 if body[start] < 0x80 else 5 if body[start + 1] < 0x80 else 6)
         b = body[p]
         if b < 0x80:
-            return body[: p + 1 + (b >> 1)]
-        return body[: p + 2 + (((b & 0x7F) | body[p + 1] << 7) >> 1)]
+            return body[start : p + 1 + (b >> 1)]
+        return body[start : p + 2 + (((b & 0x7F) | body[p + 1] << 7) >> 1)]
     except IndexError:
-        return body
+        return body[start : start + 8]
 
 
 def _varint_size_at(data: bytes, p: int) -> int:

@@ -15,11 +15,12 @@ from another writer; what it held is lost either way, and the rest of the partit
 
 from __future__ import annotations
 
+import struct
 from collections import Counter
 from collections.abc import Iterable
 from typing import NamedTuple, Protocol
 
-from ..records.batch import CONTROL_BIT, HEADER_SIZE, HEADER_STRUCT, LOG_OVERHEAD
+from ..records.batch import CONTROL_BIT, HEADER_SIZE, LOG_OVERHEAD
 from ..records.compression import CODEC_MASK, codec_of, decompress
 from .batch_decoder import RecordsDecoder, UnreadableRecords
 from .result import CommitBlock, CommitRun
@@ -27,7 +28,8 @@ from .schemas import UnknownKey
 
 __all__ = ["ReplayTarget", "Unreadable", "replay_batches"]
 
-_read_header = HEADER_STRUCT.unpack_from
+#: base offset, batch length, attributes, record count of a batch header (``HEADER_STRUCT``'s)
+_read_header = struct.Struct(">qi9xh34xi").unpack_from
 
 
 class Unreadable(NamedTuple):
@@ -68,22 +70,25 @@ def replay_batches(target: ReplayTarget, buffers: Iterable[bytes], now: int,
     for data in buffers:
         pos, end = 0, len(data)
         while pos < end:
-            header = _read_header(data, pos)
-            base_offset, attributes, records = header[0], header[5], header[12]
-            size = header[1] + LOG_OVERHEAD
-            body = data[pos + HEADER_SIZE:pos + size]
+            base_offset, size, attributes, records = _read_header(data, pos)
+            start = pos + HEADER_SIZE
+            size += LOG_OVERHEAD
             pos += size
             if attributes & CONTROL_BIT:
                 continue  # transaction markers: brook writes no transactional offsets
             count += records
-            try:
-                if attributes & CODEC_MASK:
-                    body = decompress(codec_of(attributes), body)
-            except Exception as exc:
-                unreadable.append(Unreadable(base_offset, records, f"cannot decompress: {exc}"))
-                continue
+            if attributes & CODEC_MASK:
+                try:
+                    body = decompress(codec_of(attributes), data[start:pos])
+                except Exception as exc:
+                    unreadable.append(Unreadable(base_offset, records,
+                                                 f"cannot decompress: {exc}"))
+                    continue
+                start, stop = 0, len(body)
+            else:
+                body, stop = data, min(pos, end)
             if bulk:
-                blocks = known_blocks(body, records)
+                blocks = known_blocks(body, records, start, stop - start)
                 if blocks is not None:
                     try:
                         replay_blocks(blocks, now)
@@ -91,6 +96,8 @@ def replay_batches(target: ReplayTarget, buffers: Iterable[bytes], now: int,
                         unreadable.append(Unreadable(base_offset, records,
                                                      f"cannot be replayed: {exc!r}"))
                     continue
+            if start or stop != len(body):
+                body = body[start:stop]
             for item in decoder.decode(body, records, True, bulk, templates=False):
                 kind = type(item)
                 try:
