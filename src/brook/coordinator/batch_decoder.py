@@ -100,28 +100,28 @@ class _Shape(NamedTuple):
 
 
 class _Step(NamedTuple):
-    """A block of a template. A record of the template has four fields: the bytes before its
-    offset, its offset and leader epoch, its metadata with the metadata's length before it,
-    its commit timestamp (the first one's field before the offset holds the header count of
-    the record before it)."""
+    """A block of a template. Its records are cut into fields by ``fields`` (shared by the
+    blocks of the same shape and size, of every template), four a record: the bytes before its
+    offset (from the header count of the record before, but for the block's first record),
+    its offset and leader epoch, its metadata with the metadata's length before it, its commit
+    timestamp; and a last one, the header count of its last record."""
 
-    rows: slice  # its records' offset and leader epoch, commit timestamp fields
+    at: int  # where the block starts in the batch
+    fields: object  # struct.Struct.unpack_from
+    #: the fields that must be the template's (None: every other one, from the first)
+    fixed_fields: object
+    fixed: bytes  # those fields of the template, joined
     group: str
     topic: str
     first: int
     count: int
-    #: None without metadata; else its records' metadata fields, and the metadata's length
-    #: as the field begins with it
-    metadata: tuple[slice, bytes] | None
+    #: None without metadata; else the length the metadata field begins with
+    metadata: bytes | None
 
 
 class _Template(NamedTuple):
     size: int
     count: int
-    fields: object  # struct.Struct.unpack_from of the batch's fields
-    #: the fields that must be the template's (None: every other one, from the first)
-    fixed_fields: object
-    fixed: bytes  # those fields of the template, joined
     steps: tuple[_Step, ...]
 
 
@@ -143,7 +143,8 @@ class RecordsDecoder:
                            tuple[struct.Struct, struct.Struct]] = {}
         #: ``_template_key`` of a batch -> the template of the last such batch made of blocks
         self._templates: dict[bytes, _Template] = {}
-        self._template_formats: dict[str, struct.Struct] = {}
+        #: (shape lengths, records) -> how a template's block is cut (see ``_Step``)
+        self._fields: dict[tuple[tuple[int, int, int, int], int], tuple] = {}
         self._template_bytes = 0
 
     def decode(self, body: bytes, count: int, tolerant: bool = False, bulk: bool = False,
@@ -270,73 +271,62 @@ class RecordsDecoder:
         template = self._templates.get(_template_key(body, start))
         if template is None or template.size != size or template.count != count:
             return None
-        fields = template.fields(body, start)  # type: ignore[operator]
-        fixed = template.fixed_fields
-        join = b"".join
-        if join(fields[0::2] if fixed is None else fixed(fields)) != template.fixed:  # type: ignore[operator]
-            return None
         blocks = []
-        for rows, group, topic, first, n, meta in template.steps:
+        join = b"".join
+        for at, cut, fixed_fields, fixed, group, topic, first, n, size_bytes in template.steps:
+            fields = cut(body, start + at)  # type: ignore[operator]
+            if join(fields[0::2] if fixed_fields is None
+                    else fixed_fields(fields)) != fixed:  # type: ignore[operator]
+                return None
             metadata = ""
-            if meta is not None:
-                at, size = meta
-                values = fields[at]
+            if size_bytes is not None:
+                values = fields[2::4]
                 value = values[0]
-                if values.count(value) != n or not value.startswith(size):
+                if values.count(value) != n or not value.startswith(size_bytes):
                     return None  # the records of the block differ in their metadata
                 try:
                     metadata = value[2:].decode()
                 except UnicodeDecodeError:
                     return None
-            blocks.append(_new_block((group, topic, first, n, join(fields[rows]), metadata)))
+            blocks.append(_new_block((group, topic, first, n, join(fields[1::2]), metadata)))
         return blocks
 
     def _remember(self, body: bytes, count: int, steps: list[tuple[_Shape, CommitBlock]]
                   ) -> None:
-        """Keep a batch made only of blocks as a template (see ``_Step`` for its fields)."""
-        formats = [">"]
+        """Keep a batch made only of blocks as a template (see ``_Step``)."""
+        join = b"".join
         template_steps = []
-        fixed_fields: list[int] = []
-        with_metadata = False
-        at = 0  # the first field of the block
+        at = 0
         for shape, block in steps:
-            n, size = block.count, shape.lengths[3]
-            record = f"{shape.offset_at + 1}s12s{2 + size}s8s"
-            if at:
-                formats.append(record * n)
-            else:
-                formats.append(f"{shape.offset_at}s12s{2 + size}s8s" + record * (n - 1))
-            meta = None
-            if size:
-                with_metadata = True
-                meta = (slice(at + 2, at + 4 * n, 4), size.to_bytes(2, "big"))
-                fixed_fields += range(at, at + 4 * n, 4)
-            else:
-                fixed_fields += range(at, at + 4 * n, 2)
-            template_steps.append(_Step(slice(at + 1, at + 4 * n, 2), block.group, block.topic,
-                                        block.first, n, meta))
-            at += 4 * n
-        formats.append("s")  # the last record's header count
-        fixed_fields.append(at)
-        layout = "".join(formats)
-        unpack = self._template_formats.get(layout)
-        if unpack is None:
-            unpack = self._template_formats[layout] = struct.Struct(layout)
-            self._template_bytes += 16 * at  # the format's compiled fields
-        fields = unpack.unpack(body)
-        if with_metadata:
-            get_fixed = itemgetter(*fixed_fields)
-            fixed = b"".join(get_fixed(fields))
-        else:
-            get_fixed, fixed = None, b"".join(fields[0::2])
-        self._template_bytes += 2 * len(body)
+            n = block.count
+            cut, fixed_fields = self._block_fields(shape, n)
+            fields = cut(body, at)  # type: ignore[operator]
+            fixed = join(fields[0::2] if fixed_fields is None else fixed_fields(fields))
+            size = shape.lengths[3]
+            template_steps.append(_Step(at, cut, fixed_fields, fixed, block.group, block.topic,
+                                        block.first, n, size.to_bytes(2, "big") if size else None))
+            at += n * shape.stride
+        self._template_bytes += len(body) + 200 * len(steps)
         if self._template_bytes > _TEMPLATE_BYTES:
             self._templates.clear()
-            self._template_formats.clear()
             self._template_bytes = 0
             return
-        self._templates[_template_key(body)] = _Template(
-            len(body), count, unpack.unpack_from, get_fixed, fixed, tuple(template_steps))
+        self._templates[_template_key(body)] = _Template(len(body), count, tuple(template_steps))
+
+    def _block_fields(self, shape: _Shape, n: int) -> tuple[object, object]:
+        """``_Step.fields`` and ``_Step.fixed_fields`` of ``n`` records of the shape."""
+        k = (shape.lengths, n)
+        found = self._fields.get(k)
+        if found is None:
+            size = shape.lengths[3]
+            record = f"{shape.offset_at}s12s{2 + size}s8s"
+            later = f"{shape.offset_at + 1}s12s{2 + size}s8s"
+            cut = struct.Struct(">" + record + later * (n - 1) + "s").unpack_from
+            fixed_fields = None
+            if size:  # the metadata fields are not the template's
+                fixed_fields = itemgetter(*range(0, 4 * n, 4), 4 * n)
+            found = self._fields[k] = (cut, fixed_fields)
+        return found
 
     def _block_structs(self, shape: _Shape, n: int) -> tuple[struct.Struct, struct.Struct]:
         """The formats of the partitions and of the rows' fields (offset and leader epoch,
