@@ -414,3 +414,18 @@ def test_loading_in_bulk_gives_the_state_of_replaying_record_by_record(batches):
     assert snapshot(load(data, bulk_=False)) == reference
     # all of it in one buffer, and one batch a buffer, with one decoder
     assert snapshot(load([b"".join(data)])) == reference
+
+
+def test_a_decoder_over_its_template_budget_forgets_its_templates_and_reads_on(monkeypatch):
+    import brook.coordinator.batch_decoder as batch_decoder
+
+    monkeypatch.setattr(batch_decoder, "_TEMPLATE_BYTES", 3000)
+    batches = [[CoordinatorRecord(OffsetCommitKey(f"g{g}", "t", p),
+                                  OffsetCommitValue(100 * r + p, r, "", T0 + r))
+                for p in range(8)] for r in range(3) for g in range(6)]
+    data = encoded(batches)
+    decoder = RecordsDecoder()
+    shard = CoordinatorShard()
+    replay_batches(shard, data, LOADED_AT, decoder)
+    assert len(decoder._templates) < 6  # forgotten at least once
+    assert snapshot(shard) == snapshot(replay_one_by_one(data))

@@ -23,9 +23,10 @@ bytes) form such blocks too. And a batch made only of blocks is remembered as a 
 the bytes of its first record up to the end of its key: the next batch of the same group
 committing the same partitions (every commit of a consumer until its assignment changes) has
 the same bytes but for the offsets, leader epochs, commit timestamps and metadata. One
-``struct`` call cuts such a batch into those fields and the bytes between them; the bytes
-between them must equal the template's (one tuple comparison), each block's metadata must be
-the same in all its records, and then the blocks are read without framing a single record
+``struct`` call a block cuts such a batch into those fields and the bytes between them (the
+formats are shared by every block of the same shape and size); the bytes between them must
+equal the template's (one comparison of the joined bytes), each block's metadata must be the
+same in all its records, and then the blocks are read without framing a single record
 (``known_blocks``). Whichever the path, the records are the same.
 """
 
@@ -309,6 +310,7 @@ class RecordsDecoder:
         self._template_bytes += len(body) + 200 * len(steps)
         if self._template_bytes > _TEMPLATE_BYTES:
             self._templates.clear()
+            self._fields.clear()
             self._template_bytes = 0
             return
         self._templates[_template_key(body)] = _Template(len(body), count, tuple(template_steps))
@@ -326,6 +328,7 @@ class RecordsDecoder:
             if size:  # the metadata fields are not the template's
                 fixed_fields = itemgetter(*range(0, 4 * n, 4), 4 * n)
             found = self._fields[k] = (cut, fixed_fields)
+            self._template_bytes += 40 * (4 * n + 1)  # the format's compiled fields
         return found
 
     def _block_structs(self, shape: _Shape, n: int) -> tuple[struct.Struct, struct.Struct]:
