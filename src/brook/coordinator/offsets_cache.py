@@ -167,7 +167,9 @@ class TopicOffsets:
         flags = self.flags
         n = len(flags)
         end = first + count
-        if (self.sparse is None and first >= 0 and (first < n or first < 2 * n + _DENSE_SLACK)
+        # Partitions from ``first`` on would become rows one by one (see ``_grow``) when the
+        # first one would.
+        if (self.sparse is None and 0 <= first < 2 * n + _DENSE_SLACK
                 and len(rows) == count * _ROW_SIZE):
             old = flags[first:end]  # the flags of the block's partitions that are rows
             if metadata or not old.count(_PRESENT | _EXTRAS):
