@@ -359,9 +359,10 @@ def consumer_partitions(draw):
                 if metadata and draw(st.booleans()):
                     metadata = draw(st.sampled_from(["a", "bb", "\u00e9"]))
                 for p in partitions:
-                    records.append(CoordinatorRecord(OffsetCommitKey(g, topic, p), OffsetCommitValue(
-                        draw(st.integers(0, 2**40)), draw(st.integers(-1, 9)), metadata,
-                        draw(st.integers(T0, T0 + 10**6)))))
+                    value = OffsetCommitValue(draw(st.integers(0, 2**40)),
+                                              draw(st.integers(-1, 9)), metadata,
+                                              draw(st.integers(T0, T0 + 10**6)))
+                    records.append(CoordinatorRecord(OffsetCommitKey(g, topic, p), value))
             batches.append(records)
         elif kind == "odd":
             _, topic, partitions, _ = draw(st.sampled_from(assigned[group]))

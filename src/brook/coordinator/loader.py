@@ -3,9 +3,9 @@
 The batches are read as stored and decoded by a ``RecordsDecoder``: commits to consecutive
 partitions go to the shard's ``replay_blocks`` (rows as the records' bytes, a batch like one
 read before at once), other runs of plain offset commits to its ``replay_commits`` (rows of
-numbers, no key or value objects), every other record to the same ``replay`` as live records. As in Kafka's coordinator loader, records
-of a type brook does not know (newer Kafka's group types, a left-over of an aborted upgrade) are
-skipped and counted by type.
+numbers, no key or value objects), every other record to the same ``replay`` as live records.
+As in Kafka's coordinator loader, records of a type brook does not know (newer Kafka's group
+types, a left-over of an aborted upgrade) are skipped and counted by type.
 
 A record that cannot be decoded (or that the shard fails to replay) is skipped too, and reported
 with its offset: one bad record must never make its partition unloadable, for its groups would

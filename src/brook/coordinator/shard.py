@@ -33,7 +33,13 @@ from .classic import (
 )
 from .group import ClassicGroup, GroupState
 from .offsets import CommitTopic, FetchedOffset, OffsetCommit, OffsetsConfig, OffsetsManager
-from .result import CommitBlock, CommitRun, CoordinatorRecord, CoordinatorResult, offset_commit_append_error
+from .result import (
+    CommitBlock,
+    CommitRun,
+    CoordinatorRecord,
+    CoordinatorResult,
+    offset_commit_append_error,
+)
 from .schemas import GroupMetadataKey, OffsetCommitKey
 
 __all__ = ["CoordinatorShard", "DescribedGroup", "DescribedMember", "ListedGroup"]
