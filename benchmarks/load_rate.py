@@ -5,11 +5,13 @@
 ``measure_load_rate(records)`` writes a realistic partition into a real log (``storage.Log`` in a
 temporary directory, batches written by the coordinator's batch writer, as a broker writes them),
 then times the broker's own loading path over it: reading the log's batches
-(``offsets_log.read_batches``), decoding them (``RecordsDecoder``: runs of plain commits and
-single records) and replaying them into a coordinator shard (``loader.replay_batches``, the
-replay functions the live path uses). It returns the best of three loads,
-in records per second of CPU time (the process's, which is the wall time of a load on an idle
-machine, and is not stretched when other processes share the CPU); the page cache is warm.
+(``offsets_log.read_batches``), decoding them (``RecordsDecoder`` in bulk: blocks of commits
+to consecutive partitions, batches like ones read before by their templates, runs of plain
+commits and single records) and replaying them into a coordinator shard
+(``loader.replay_batches``, the replay functions the live path uses). It returns the best of
+three loads, in records per second of CPU time (the process's, which is the wall time of a
+load on an idle machine, and is not stretched when other processes share the CPU); the page
+cache is warm.
 
 The partition: consumer groups reading 1 to 3 topics (of 200) with 8 to 48 partitions each,
 committing all their partitions at once in rounds (so each key is committed many times, as in

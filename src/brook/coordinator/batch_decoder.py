@@ -13,18 +13,35 @@ A run is checked in three steps, all of them over whole byte strings: the first 
 framed and decoded as any record is; every later record must have the same bytes as its
 predecessor outside the varying fields (the two records' bytes are XORed as big integers and
 masked); and every offset delta must be a varint of the same length as the first one's.
+
+A ``bulk`` decoder (the loader's) reads more at once. A run whose partitions are consecutive
+(as a consumer commits them: its assigned partitions of a topic, in order) is given as a
+``CommitBlock``: its offsets, leader epochs and commit timestamps are copied out as the bytes
+they are (one ``struct`` call takes them, one ``join`` makes the block's rows, which the offsets
+cache stores as they are); commits with metadata (one metadata for the whole run, up to 39
+bytes) form such blocks too. And a batch made only of blocks is remembered as a template, by
+the bytes of its first record up to the end of its key: the next batch of the same group
+committing the same partitions (every commit of a consumer until its assignment changes) has
+the same bytes but for the offsets, leader epochs, commit timestamps and metadata. One
+``struct`` call a block cuts such a batch into those fields and the bytes between them (the
+formats are shared by every block of the same shape and size); the bytes between them must
+equal the template's (one comparison of the joined bytes), each block's metadata must be the
+same in all its records, and then the blocks are read without framing a single record
+(``known_blocks``). Whichever the path, the records are the same.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from functools import partial
+from operator import itemgetter
 from typing import NamedTuple
 
 from ..records.batch import decode_records
 from ..records.errors import RecordsError
 from ..records.varint import decode_varint
-from .result import CommitRun
+from .result import CommitBlock, CommitRun
 from .schemas import (
     CorruptOffsetsRecordError,
     GroupMetadataKey,
@@ -38,7 +55,7 @@ from .schemas import (
     decode_value,
 )
 
-__all__ = ["DecodedRecord", "RecordsDecoder", "UnreadableRecords"]
+__all__ = ["CommitBlock", "DecodedRecord", "RecordsDecoder", "UnreadableRecords"]
 
 
 class UnreadableRecords(NamedTuple):
@@ -59,21 +76,54 @@ class DecodedRecord(NamedTuple):
     value: OffsetCommitValue | GroupMetadataValue | None
 
 
-#: The value of a run record: version 3, offset, leader epoch, empty metadata, commit time.
-_RUN_VALUE_SIZE = 24
+#: The value of a run record: version 3, offset, leader epoch, metadata, commit time.
+_RUN_VALUE_SIZE = 24  # without metadata
+#: The most records a CommitBlock holds (a longer run is read as several blocks).
+_MAX_BLOCK = 512
+#: About the memory a decoder's templates may take before it forgets them all.
+_TEMPLATE_BYTES = 32 << 20
 # A varint's last byte is below 0x80, the others are not: _HIGH maps the others to ASCII.
 _HIGH = bytes((b ^ 0x80) for b in range(256))
+_new_block = partial(tuple.__new__, CommitBlock)
 
 
 class _Shape(NamedTuple):
     """The layout of the records of a run (all of them the first one's size)."""
 
-    lengths: tuple[int, int, int]  # offset delta position, key position, key size
+    #: offset delta position, key position, key size, metadata size
+    lengths: tuple[int, int, int, int]
     stride: int
     delta_at: int
     delta_size: int
     rows: struct.Struct  # the four numbers of a record
     mask: bytes  # 0xff over the bytes every record of a run shares with the others
+    offset_at: int  # where a record's value's offset starts
+
+
+class _Step(NamedTuple):
+    """A block of a template. Its records are cut into fields by ``fields`` (shared by the
+    blocks of the same shape and size, of every template), four a record: the bytes before its
+    offset (from the header count of the record before, but for the block's first record),
+    its offset and leader epoch, its metadata with the metadata's length before it, its commit
+    timestamp; and a last one, the header count of its last record."""
+
+    at: int  # where the block starts in the batch
+    fields: object  # struct.Struct.unpack_from
+    #: the fields that must be the template's (None: every other one, from the first)
+    fixed_fields: object
+    fixed: bytes  # those fields of the template, joined
+    group: str
+    topic: str
+    first: int
+    count: int
+    #: None without metadata; else the length the metadata field begins with
+    metadata: bytes | None
+
+
+class _Template(NamedTuple):
+    size: int
+    count: int
+    steps: tuple[_Step, ...]
 
 
 class RecordsDecoder:
@@ -87,11 +137,20 @@ class RecordsDecoder:
     def __init__(self) -> None:
         #: key bytes before the partition -> (group, topic), or None for keys no run has.
         self._prefixes: dict[bytes, tuple[str, str] | None] = {}
-        self._shapes: dict[tuple[int, int, int], _Shape] = {}
-        self._masks: dict[tuple[tuple[int, int, int], int], int] = {}
+        self._shapes: dict[tuple[int, int, int, int], _Shape] = {}
+        self._masks: dict[tuple[tuple[int, int, int, int], int], int] = {}
+        #: (shape lengths, records) -> the partitions' and the rows' formats of a block
+        self._blocks: dict[tuple[tuple[int, int, int, int], int],
+                           tuple[struct.Struct, struct.Struct]] = {}
+        #: ``_template_key`` of a batch -> the template of the last such batch made of blocks
+        self._templates: dict[bytes, _Template] = {}
+        #: (shape lengths, records) -> how a template's block is cut (see ``_Step``)
+        self._fields: dict[tuple[tuple[int, int, int, int], int], tuple] = {}
+        self._template_bytes = 0
 
-    def decode(self, body: bytes, count: int, tolerant: bool = False
-               ) -> Iterator[CommitRun | DecodedRecord | UnreadableRecords]:
+    def decode(self, body: bytes, count: int, tolerant: bool = False, bulk: bool = False,
+               templates: bool = True
+               ) -> Iterator[CommitRun | CommitBlock | DecodedRecord | UnreadableRecords]:
         """The ``count`` records of a batch's uncompressed records section, as runs of plain
         offset commits and single decoded records, in order. Raises
         ``CorruptOffsetsRecordError`` at bytes that cannot be read (after yielding what came
@@ -99,16 +158,24 @@ class RecordsDecoder:
         would fail; a ``tolerant`` decoder yields ``UnreadableRecords`` for them instead and
         goes on: after a record whose key or value cannot be decoded, with the next record;
         after a record that cannot even be framed, with nothing (the rest of the batch is
-        unreadable)."""
+        unreadable). A ``bulk`` decoder also yields ``CommitBlock``s, and looks the batch up
+        among its templates first unless told not to (see the module's description)."""
         if type(body) is not bytes:
             body = _bytes_of(body)
+        if bulk and templates:
+            blocks = self.known_blocks(body, count)
+            if blocks is not None:
+                yield from blocks
+                return
         end = len(body)
+        #: the blocks so far, while the batch is nothing else: (shape, block)
+        steps: list[tuple[_Shape, CommitBlock]] | None = [] if bulk else None
         pos = 0
         index = 0
         from_bytes = int.from_bytes
         while index < count:
             try:
-                rec_end, delta_at, key_at, key_len, value_at, value_len, plain = _frame(
+                rec_end, delta_at, key_at, key_len, value_at, value_len, plain, bare = _frame(
                     body, pos, end
                 )
             except (_Corrupt, RecordsError, IndexError) as e:
@@ -117,11 +184,24 @@ class RecordsDecoder:
                     return
                 raise CorruptOffsetsRecordError(f"record {index} of the batch: {e}") from None
             shape = None
-            if plain and value_len == _RUN_VALUE_SIZE and key_len >= 10:
-                shape = self._run_shape(body, pos, delta_at, key_at, key_len, value_at, rec_end)
+            metadata = ""
+            if plain and key_len >= 10 and (
+                value_len == _RUN_VALUE_SIZE or (bulk and value_len > _RUN_VALUE_SIZE)
+            ):
+                shape = self._run_shape(body, pos, delta_at, key_at, key_len, value_at,
+                                        value_len, rec_end)
+                if shape is not None and shape.lengths[3]:
+                    try:
+                        metadata = body[value_at + 16 : value_at + value_len - 8].decode()
+                    except UnicodeDecodeError:
+                        shape = None
             if shape is None:
+                steps = None
                 try:
-                    yield self._single(body, index, pos, rec_end)
+                    if bare:  # framed already: its key and value are where _frame found them
+                        yield self._bare(body, index, key_at, key_len, value_at, value_len)
+                    else:
+                        yield self._single(body, index, pos, rec_end)
                 except CorruptOffsetsRecordError as e:
                     if not tolerant:
                         raise
@@ -131,6 +211,8 @@ class RecordsDecoder:
                 continue
             stride = shape.stride
             n = min(count - index, (end - pos) // stride)
+            if bulk and n > _MAX_BLOCK:
+                n = _MAX_BLOCK
             prefix = body[key_at : key_at + key_len - 4]
             if n > 1:
                 n = _run_bound(body, key_at, stride, prefix, n)
@@ -144,11 +226,139 @@ class RecordsDecoder:
                 if n * stride != len(run):
                     run = run[: n * stride]
             group, topic = self._prefixes[prefix]  # type: ignore[misc]
+            if bulk:
+                partitions, fields = self._block_structs(shape, n)
+                first = partitions.unpack_from(run)
+                first = first[0] if first == tuple(range(first[0], first[0] + n)) else -1
+                if first >= 0:
+                    block = _new_block((group, topic, first, n,
+                                        b"".join(fields.unpack_from(run)), metadata))
+                    yield block
+                    if steps is not None:
+                        steps.append((shape, block))
+                    pos += n * stride
+                    index += n
+                    continue
+                steps = None
+                if metadata:  # partitions out of order: each record on its own
+                    for _ in range(n):
+                        try:
+                            yield self._single(body, index, pos, pos + stride)
+                        except CorruptOffsetsRecordError as e:
+                            if not tolerant:
+                                raise
+                            yield UnreadableRecords(index, 1, str(e))
+                        pos += stride
+                        index += 1
+                    continue
             yield CommitRun(group, topic, shape.rows.iter_unpack(run))
             pos += n * stride
             index += n
-        if pos != end and not tolerant:  # every record was read: a tolerant decoder is done
-            raise CorruptOffsetsRecordError(f"{end - pos} bytes after the last record of a batch")
+        if pos != end:
+            if not tolerant:  # every record was read: a tolerant decoder is done
+                raise CorruptOffsetsRecordError(
+                    f"{end - pos} bytes after the last record of a batch")
+        elif steps:
+            self._remember(body, count, steps)
+
+    def known_blocks(self, body: bytes, count: int, start: int = 0, size: int = -1
+                     ) -> list[CommitBlock] | None:
+        """The blocks of a batch of ``count`` records like one this decoder read before (see
+        the module's description), or None when there is no such template or the batch
+        differs from it where it must not. The batch's records are ``body``, or its ``size``
+        bytes from ``start`` when given (a batch in a buffer of batches, not copied out)."""
+        if size < 0:
+            size = len(body) - start
+        template = self._templates.get(_template_key(body, start))
+        if template is None or template.size != size or template.count != count:
+            return None
+        blocks = []
+        join = b"".join
+        for at, cut, fixed_fields, fixed, group, topic, first, n, size_bytes in template.steps:
+            fields = cut(body, start + at)  # type: ignore[operator]
+            if join(fields[0::2] if fixed_fields is None
+                    else fixed_fields(fields)) != fixed:  # type: ignore[operator]
+                return None
+            metadata = ""
+            if size_bytes is not None:
+                values = fields[2::4]
+                value = values[0]
+                if values.count(value) != n or not value.startswith(size_bytes):
+                    return None  # the records of the block differ in their metadata
+                try:
+                    metadata = value[2:].decode()
+                except UnicodeDecodeError:
+                    return None
+            blocks.append(_new_block((group, topic, first, n, join(fields[1::2]), metadata)))
+        return blocks
+
+    def _remember(self, body: bytes, count: int, steps: list[tuple[_Shape, CommitBlock]]
+                  ) -> None:
+        """Keep a batch made only of blocks as a template (see ``_Step``)."""
+        join = b"".join
+        template_steps = []
+        at = 0
+        for shape, block in steps:
+            n = block.count
+            cut, fixed_fields = self._block_fields(shape, n)
+            fields = cut(body, at)  # type: ignore[operator]
+            fixed = join(fields[0::2] if fixed_fields is None else fixed_fields(fields))
+            size = shape.lengths[3]
+            template_steps.append(_Step(at, cut, fixed_fields, fixed, block.group, block.topic,
+                                        block.first, n, size.to_bytes(2, "big") if size else None))
+            at += n * shape.stride
+        self._template_bytes += len(body) + 200 * len(steps)
+        if self._template_bytes > _TEMPLATE_BYTES:
+            self._templates.clear()
+            self._fields.clear()
+            self._template_bytes = 0
+            return
+        self._templates[_template_key(body)] = _Template(len(body), count, tuple(template_steps))
+
+    def _block_fields(self, shape: _Shape, n: int) -> tuple[object, object]:
+        """``_Step.fields`` and ``_Step.fixed_fields`` of ``n`` records of the shape."""
+        k = (shape.lengths, n)
+        found = self._fields.get(k)
+        if found is None:
+            size = shape.lengths[3]
+            record = f"{shape.offset_at}s12s{2 + size}s8s"
+            later = f"{shape.offset_at + 1}s12s{2 + size}s8s"
+            cut = struct.Struct(">" + record + later * (n - 1) + "s").unpack_from
+            fixed_fields = None
+            if size:  # the metadata fields are not the template's
+                fixed_fields = itemgetter(*range(0, 4 * n, 4), 4 * n)
+            found = self._fields[k] = (cut, fixed_fields)
+            self._template_bytes += 40 * (4 * n + 1)  # the format's compiled fields
+        return found
+
+    def _block_structs(self, shape: _Shape, n: int) -> tuple[struct.Struct, struct.Struct]:
+        """The formats of the partitions and of the rows' fields (offset and leader epoch,
+        commit timestamp) of ``n`` records of the shape."""
+        k = (shape.lengths, n)
+        found = self._blocks.get(k)
+        if found is None:
+            key_at, key_len, meta = shape.lengths[1:]
+            partition_at = key_at + key_len - 4
+            found = self._blocks[k] = (
+                struct.Struct(">" + f"{partition_at}xi{shape.stride - partition_at - 4}x" * n),
+                struct.Struct(">" + f"{shape.offset_at}x12s{2 + meta}x8sx" * n),
+            )
+        return found
+
+    def _bare(self, body: bytes, index: int, key_at: int, key_len: int, value_at: int,
+              value_len: int) -> DecodedRecord:
+        """``_single`` of a record without headers, framed by ``_frame``."""
+        try:
+            if key_len < 0:
+                raise CorruptOffsetsRecordError("a record without a key")
+            key = decode_key(body[key_at : key_at + key_len])
+            if type(key) is UnknownKey:
+                return DecodedRecord(index, key, None)
+            value = None if value_len < 0 else decode_value(
+                key, body[value_at : value_at + value_len])
+        except CorruptOffsetsRecordError as e:
+            raise CorruptOffsetsRecordError(f"record {index} of the batch: {e}") from None
+        return DecodedRecord(index, key, value)
 
     def _single(self, body: bytes, index: int, pos: int, rec_end: int) -> DecodedRecord:
         """The record at ``pos`` on its own, framed by ``brook.records`` as any record is."""
@@ -175,14 +385,17 @@ class RecordsDecoder:
         key_at: int,
         key_len: int,
         value_at: int,
+        value_len: int,
         rec_end: int,
     ) -> _Shape | None:
         """The shape of a run that starts with this record, or None when none can: the key must
-        be an offset commit key ending with its partition, the value version 3 with empty
-        metadata and nothing after the commit timestamp (``_frame`` checked the rest)."""
+        be an offset commit key ending with its partition, the value version 3 with its
+        metadata (empty unless the caller allows more) and nothing after the commit timestamp
+        (``_frame`` checked the rest)."""
         if body[value_at : value_at + 2] != b"\x00\x03":
             return None
-        if body[value_at + 14 : value_at + 16] != b"\x00\x00":
+        meta = value_len - _RUN_VALUE_SIZE
+        if body[value_at + 14 : value_at + 16] != meta.to_bytes(2, "big"):
             return None
         prefix = body[key_at : key_at + key_len - 4]
         names = self._prefixes.get(prefix, False)
@@ -190,7 +403,7 @@ class RecordsDecoder:
             names = self._prefixes[prefix] = _run_key_names(body[key_at : key_at + key_len])
         if names is None:
             return None
-        lengths = (delta_at - pos, key_at - pos, key_len)
+        lengths = (delta_at - pos, key_at - pos, key_len, meta)
         shape = self._shapes.get(lengths)
         if shape is None:
             shape = self._shapes[lengths] = _new_shape(
@@ -199,7 +412,8 @@ class RecordsDecoder:
         return shape
 
     def _mask(self, shape: _Shape, n: int) -> int:
-        """The mask of ``n`` records of the shape, as a big-endian integer."""
+        """The mask of ``n`` records of the shape (all but the first of a run), as a big-endian
+        integer."""
         k = (shape.lengths, n)
         mask = self._masks.get(k)
         if mask is None:
@@ -207,19 +421,21 @@ class RecordsDecoder:
         return mask
 
 
-def _new_shape(lengths: tuple[int, int, int], stride: int, delta_size: int) -> _Shape:
+def _new_shape(lengths: tuple[int, int, int, int], stride: int, delta_size: int) -> _Shape:
     # Record layout: length varint, attributes, timestamp delta varint, offset delta varint,
     # key length varint, key (its partition last), value length (one byte), value, header count.
-    delta_at, key_at, key_len = lengths
+    # The value: version, offset, leader epoch, metadata length, metadata, commit timestamp.
+    delta_at, key_at, key_len, meta = lengths
     partition_at = key_at + key_len - 4
     value_at = key_at + key_len + 1
+    commit_at = value_at + 16 + meta
     mask = bytearray(b"\xff" * stride)
     mask[delta_at : delta_at + delta_size] = bytes(delta_size)
     mask[partition_at : partition_at + 4] = bytes(4)
     mask[value_at + 2 : value_at + 14] = bytes(12)  # offset, leader epoch
-    mask[value_at + 16 : value_at + 24] = bytes(8)  # commit timestamp
-    rows = struct.Struct(f">{partition_at}xi3xqi2xqx")
-    return _Shape(lengths, stride, delta_at, delta_size, rows, bytes(mask))
+    mask[commit_at : commit_at + 8] = bytes(8)  # commit timestamp
+    rows = struct.Struct(f">{partition_at}xi3xqi{2 + meta}xqx")
+    return _Shape(lengths, stride, delta_at, delta_size, rows, bytes(mask), value_at + 2)
 
 
 def _run_bound(body: bytes, key_at: int, stride: int, prefix: bytes, n: int) -> int:
@@ -270,6 +486,21 @@ def _run_key_names(key: bytes) -> tuple[str, str] | None:
     return k.group, k.topic
 
 
+def _template_key(body: bytes, start: int = 0) -> bytes:
+    """The bytes of the first record from ``start`` up to the end of its key, when its
+    attributes, timestamp delta and offset delta take a byte each (as in every batch made of
+    blocks); for other batches, some other bytes at their start (a key of no template, or of
+    one the batch is then checked against)."""
+    try:
+        p = start + (4 if body[start] < 0x80 else 5 if body[start + 1] < 0x80 else 6)
+        b = body[p]
+        if b < 0x80:
+            return body[start : p + 1 + (b >> 1)]
+        return body[start : p + 2 + (((b & 0x7F) | body[p + 1] << 7) >> 1)]
+    except IndexError:
+        return body[start : start + 8]
+
+
 def _varint_size_at(data: bytes, p: int) -> int:
     size = 1
     while data[p] & 0x80:
@@ -278,11 +509,13 @@ def _varint_size_at(data: bytes, p: int) -> int:
     return size
 
 
-def _frame(body: bytes, pos: int, end: int) -> tuple[int, int, int, int, int, int, bool]:
+def _frame(body: bytes, pos: int, end: int
+           ) -> tuple[int, int, int, int, int, int, bool, bool]:
     """The framing of the v2 record at ``pos``: (its end, offset delta position, key position,
-    key length, value position, value length, plain), lengths -1 for null. ``plain`` says that
-    the record could be in a run: a one-byte value length and no headers. One-byte varints, the
-    common case, are read inline."""
+    key length, value position, value length, plain, bare), lengths -1 for null. ``bare``
+    says that the record has no headers (and nothing after its value); ``plain`` that it could
+    be in a run: bare, with a one-byte value length. One-byte varints, the common case, are
+    read inline."""
     b = body[pos]
     if b < 0x80:
         length, p = (b >> 1) ^ -(b & 1), pos + 1
@@ -327,6 +560,5 @@ def _frame(body: bytes, pos: int, end: int) -> tuple[int, int, int, int, int, in
         raise _Corrupt(f"invalid value length {value_len}")
     if p >= rec_end:
         raise _Corrupt("record fields run past its length")
-    return rec_end, delta_at, key_at, key_len, value_at, value_len, (
-        plain and p + 1 == rec_end and not body[p]
-    )
+    bare = p + 1 == rec_end and not body[p]
+    return rec_end, delta_at, key_at, key_len, value_at, value_len, plain and bare, bare

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -250,6 +250,15 @@ class ClassicGroupCoordinator:
         in runs): for this coordinator, that the group exists."""
         if rows and group not in self.groups:
             self.groups[group] = ClassicGroup(group, now)
+
+    def replay_blocks(self, blocks: Iterable[tuple], now: int) -> None:
+        """``replay`` of ``CommitBlock``s (offset commits of a group, read in bulk): for this
+        coordinator, that their groups exist."""
+        groups = self.groups
+        for block in blocks:
+            group = block[0]
+            if group not in groups:
+                groups[group] = ClassicGroup(group, now)
 
     def loaded(self, now: int) -> CoordinatorResult:
         """After a partition is loaded: every member of a loaded group gets a session

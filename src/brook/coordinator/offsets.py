@@ -30,7 +30,7 @@ from kio.serial import entity_reader
 from .group import ClassicGroup, GroupState
 from .expiry import CONSUMER_PROTOCOL_TYPE, expiry_base
 from .offsets_cache import OffsetsCache
-from .result import CommitRun, CoordinatorRecord, CoordinatorResult
+from .result import CommitBlock, CommitRun, CoordinatorRecord, CoordinatorResult
 from .schemas import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
 
 __all__ = [
@@ -255,6 +255,11 @@ class OffsetsManager:
         ``OffsetCommitKey(group, topic, partition)`` with
         ``OffsetCommitValue(offset, leader_epoch, "", commit_timestamp)``, applied in order."""
         self.cache.put_rows(group, topic, rows)
+
+    def replay_blocks(self, blocks: Iterable[CommitBlock], now: int | None = None) -> None:
+        """``replay`` of the records of ``CommitBlock``s (offset commits to consecutive
+        partitions of one group and topic, the loader's bulk reading), in order."""
+        self.cache.put_blocks(blocks)
 
     def loaded(self) -> None:
         """The partition is loaded: give back the memory the cache grew with."""

@@ -1,15 +1,17 @@
 """The committed offsets of one ``__consumer_offsets`` partition, kept compact in memory.
 
 A broker may hold millions of committed offsets; a dict of value objects per partition costs
-several hundred bytes each. Here the offsets of one (group, topic) live in one ``bytearray`` of
-fixed-size rows indexed by partition number::
+several hundred bytes each. Here the offsets of one (group, topic) live in two ``bytearray``s
+indexed by partition number: fixed-size rows of the value's numbers as an offset commit record
+stores them (big-endian, so that the loader copies them from the log's bytes as they are)::
 
-    flags (uint8) | offset (int64) | leader epoch (int32) | commit timestamp (int64)
+    offset (int64) | leader epoch (int32) | commit timestamp (int64)
 
-21 bytes a partition. The flags say whether the row holds an offset and whether it has extras:
-metadata (non-empty) and an explicit expire timestamp (OffsetCommit v1) are rare and kept in a
-per-topic dict only for the rows that have them. Topic names are interned, so thousands of groups
-consuming the same topics share one string.
+20 bytes a partition, and a byte of flags a partition, in the other array. The flags say
+whether the row holds an offset and whether it has extras: metadata (non-empty) and an explicit
+expire timestamp (OffsetCommit v1) are rare and kept in a per-topic dict only for the rows that
+have them. Topic names are interned, so thousands of groups consuming the same topics share one
+string.
 
 Partitions that would make the row array absurdly large (negative, or far beyond the rows the
 topic has so far), and values that do not fit the row's fields, go to a small per-topic dict of
@@ -28,15 +30,18 @@ from collections.abc import Iterable, Iterator
 from brook.coordinator.expiry import offset_expires_at
 from brook.coordinator.schemas import OffsetCommitValue
 
-__all__ = ["OffsetsCache"]
+__all__ = ["OffsetsCache", "ROW", "TopicOffsets"]
 
-_ROW = struct.Struct("<Bqiq")
-_ROW_SIZE = _ROW.size  # 21
-_pack_row = _ROW.pack_into
-_unpack_row = _ROW.unpack_from
+#: A row: offset, leader epoch, commit timestamp, big-endian (as in an offset commit value).
+ROW = struct.Struct(">qiq")
+_ROW_SIZE = ROW.size  # 20
+_pack_row = ROW.pack_into
+_unpack_row = ROW.unpack_from
 
 _PRESENT = 1
 _EXTRAS = 2  # metadata and/or expire timestamp in TopicOffsets.extras
+_PLAIN_FLAGS = bytes([_PRESENT])
+_EXTRAS_FLAGS = bytes([_PRESENT | _EXTRAS])
 
 # A partition is stored in a row when it is below twice the rows the topic has plus this slack,
 # so that committing partition 100000 of a topic does not allocate two megabytes for one offset.
@@ -48,20 +53,23 @@ _intern = sys.intern
 class TopicOffsets:
     """The offsets of one group for one topic."""
 
-    __slots__ = ("rows", "extras", "sparse")
+    __slots__ = ("rows", "flags", "extras", "sparse")
 
     def __init__(self) -> None:
+        #: a row per partition (``ROW``), as many as ``flags`` has bytes
         self.rows = bytearray()
+        #: a byte per partition: 0 (no offset in the row), _PRESENT, _PRESENT | _EXTRAS
+        self.flags = bytearray()
         #: partition -> (metadata, expire timestamp), for rows flagged _EXTRAS.
         self.extras: dict[int, tuple[str, int]] | None = None
         #: partition -> value, for partitions (or values) that do not fit a row.
         self.sparse: dict[int, OffsetCommitValue] | None = None
 
     def get(self, partition: int) -> OffsetCommitValue | None:
-        p = partition * _ROW_SIZE
-        if 0 <= p < len(self.rows):
-            flags, offset, epoch, commit = _unpack_row(self.rows, p)
+        if 0 <= partition < len(self.flags):
+            flags = self.flags[partition]
             if flags:
+                offset, epoch, commit = _unpack_row(self.rows, partition * _ROW_SIZE)
                 metadata, expire = "", -1
                 if flags & _EXTRAS:
                     metadata, expire = self.extras[partition]  # type: ignore[index]
@@ -70,16 +78,21 @@ class TopicOffsets:
             return self.sparse.get(partition)
         return None
 
+    def _grow(self, partition: int) -> bool:
+        """Make ``partition`` a row if it may be one (see _DENSE_SLACK); whether it is."""
+        n = len(self.flags)
+        if partition < n:
+            return partition >= 0
+        if 0 <= partition < 2 * n + _DENSE_SLACK:
+            self.rows.extend(bytes((partition + 1 - n) * _ROW_SIZE))
+            self.flags.extend(bytes(partition + 1 - n))
+            return True
+        return False
+
     def put(self, partition: int, value: OffsetCommitValue) -> bool:
         """Store ``value``; True when the partition had no offset before."""
-        rows = self.rows
-        p = partition * _ROW_SIZE
-        n = len(rows)
-        if p >= n and 0 <= partition < 2 * (n // _ROW_SIZE) + _DENSE_SLACK:
-            rows.extend(bytes(p + _ROW_SIZE - n))
-            n = len(rows)
-        if 0 <= p < n:
-            old = rows[p]
+        if self._grow(partition):
+            old = self.flags[partition]
             if old & _EXTRAS:
                 del self.extras[partition]  # type: ignore[union-attr]
             metadata = value.metadata
@@ -88,10 +101,12 @@ class TopicOffsets:
             if metadata or expire != -1:
                 flags |= _EXTRAS
             try:
-                _pack_row(rows, p, flags, value.offset, value.leader_epoch, value.commit_timestamp)
+                _pack_row(self.rows, partition * _ROW_SIZE, value.offset, value.leader_epoch,
+                          value.commit_timestamp)
             except struct.error:
-                rows[p] = 0  # a field out of range: the whole value goes to the sparse dict
+                self.flags[partition] = 0  # a field out of range: the value goes to ``sparse``
             else:
+                self.flags[partition] = flags
                 if flags & _EXTRAS:
                     if self.extras is None:
                         self.extras = {}
@@ -112,55 +127,89 @@ class TopicOffsets:
     def put_rows(self, values: Iterable[tuple[int, int, int, int]]) -> int:
         """``put`` of ``OffsetCommitValue(offset, leader_epoch, "", commit_timestamp)`` for each
         ``(partition, offset, leader_epoch, commit_timestamp)`` (int64, int32, int64 values, as
-        decoded), in order; returns how many partitions had no offset before. The loader's path:
-        a row that exists, or one inside the rows of a topic without sparse values, is written
-        in place; anything else goes through ``put``."""
-        rows = self.rows
-        n = len(rows)
+        decoded), in order; returns how many partitions had no offset before. The live path of
+        plain commits: a row that exists, or one inside the rows of a topic without sparse
+        values, is written in place; anything else goes through ``put``."""
+        rows, flags = self.rows, self.flags
+        n = len(flags)
         new = 0
         pack, size, present = _pack_row, _ROW_SIZE, _PRESENT
         dense = self.sparse is None
         for partition, offset, epoch, commit in values:
-            p = partition * size
-            if 0 <= p < n:
-                flags = rows[p]
-                if flags == present:
-                    pack(rows, p, present, offset, epoch, commit)
+            if 0 <= partition < n:
+                old = flags[partition]
+                if old == present or (not old and dense):
+                    pack(rows, partition * size, offset, epoch, commit)
+                    if not old:
+                        flags[partition] = present
+                        new += 1
                     continue
-                if not flags and dense:
-                    pack(rows, p, present, offset, epoch, commit)
-                    new += 1
-                    continue
-            elif dense and 0 <= partition < 2 * (n // size) + _DENSE_SLACK:
-                rows.extend(bytes(p + size - n))
-                n = p + size
-                pack(rows, p, present, offset, epoch, commit)
+            elif dense and 0 <= partition < 2 * n + _DENSE_SLACK:
+                rows.extend(bytes((partition + 1 - n) * size))
+                flags.extend(bytes(partition + 1 - n))
+                n = partition + 1
+                pack(rows, partition * size, offset, epoch, commit)
+                flags[partition] = present
                 new += 1
                 continue
             new += self.put(partition, OffsetCommitValue(offset, epoch, "", commit))
-            rows = self.rows
-            n = len(rows)
+            n = len(flags)
             dense = self.sparse is None
         return new
+
+    def put_block(self, first: int, count: int, rows: bytes, metadata: str) -> int:
+        """``put`` of ``OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp)``
+        for partitions ``first`` to ``first + count - 1``, ``rows`` holding their ``ROW``s in
+        turn (a ``CommitBlock``); returns how many partitions had no offset before. The
+        loader's bulk path: when the partitions are rows (or would become rows one by one), the
+        block's rows are copied in as they are and its flags set with one slice; anything else
+        goes through ``put_rows`` or ``put``."""
+        flags = self.flags
+        n = len(flags)
+        end = first + count
+        # Partitions from ``first`` on would become rows one by one (see ``_grow``) when the
+        # first one would.
+        if (self.sparse is None and 0 <= first < 2 * n + _DENSE_SLACK
+                and len(rows) == count * _ROW_SIZE):
+            old = flags[first:end]  # the flags of the block's partitions that are rows
+            if metadata or not old.count(_PRESENT | _EXTRAS):
+                if first > n:
+                    self.rows.extend(bytes((first - n) * _ROW_SIZE))
+                    flags.extend(bytes(first - n))
+                self.rows[first * _ROW_SIZE:end * _ROW_SIZE] = rows
+                if metadata:
+                    flags[first:end] = _EXTRAS_FLAGS * count
+                    extras = self.extras
+                    if extras is None:
+                        extras = self.extras = {}
+                    extras.update(dict.fromkeys(range(first, end), (metadata, -1)))
+                else:
+                    flags[first:end] = _PLAIN_FLAGS * count
+                return old.count(0) + count - len(old)
+        values = ROW.iter_unpack(rows)
+        if not metadata:
+            return self.put_rows((p, *v) for p, v in zip(range(first, end), values))
+        return sum(self.put(p, OffsetCommitValue(offset, epoch, metadata, commit))
+                   for p, (offset, epoch, commit) in zip(range(first, end), values))
 
     def delete(self, partition: int) -> bool:
         """Remove the partition's offset; True when there was one."""
         found = False
-        p = partition * _ROW_SIZE
-        rows = self.rows
-        if 0 <= p < len(rows) and rows[p]:
-            if rows[p] & _EXTRAS:
+        flags = self.flags
+        if 0 <= partition < len(flags) and flags[partition]:
+            if flags[partition] & _EXTRAS:
                 del self.extras[partition]  # type: ignore[union-attr]
                 if not self.extras:
                     self.extras = None
-            rows[p] = 0
+            flags[partition] = 0
             found = True
             # Keep the rows no longer than the last present one.
-            end = len(rows)
-            while end and not rows[end - _ROW_SIZE]:
-                end -= _ROW_SIZE
-            if end < len(rows):
-                del rows[end:]
+            end = len(flags)
+            while end and not flags[end - 1]:
+                end -= 1
+            if end < len(flags):
+                del flags[end:]
+                del self.rows[end * _ROW_SIZE:]
         if self.sparse is not None and self.sparse.pop(partition, None) is not None:
             self._drop_empty_sparse()
             found = True
@@ -171,15 +220,14 @@ class TopicOffsets:
             self.sparse = None
 
     def __bool__(self) -> bool:
-        return bool(self.rows) or bool(self.sparse)
+        return bool(self.flags) or bool(self.sparse)
 
     def items(self) -> Iterator[tuple[int, OffsetCommitValue]]:
         """(partition, value) for every offset, in partition order."""
         found: list[tuple[int, OffsetCommitValue]] = []
-        rows = self.rows
         extras = self.extras
-        for partition, p in enumerate(range(0, len(rows), _ROW_SIZE)):
-            flags, offset, epoch, commit = _unpack_row(rows, p)
+        for partition, (flags, (offset, epoch, commit)) in enumerate(
+                zip(self.flags, ROW.iter_unpack(self.rows))):
             if flags:
                 metadata, expire = "", -1
                 if flags & _EXTRAS:
@@ -203,7 +251,7 @@ class TopicOffsets:
         extras = self.extras
         expires_at = offset_expires_at
         partition = -1
-        for flags, _offset, _epoch, commit in _ROW.iter_unpack(self.rows):
+        for flags, (_offset, _epoch, commit) in zip(self.flags, ROW.iter_unpack(self.rows)):
             partition += 1
             if not flags:
                 continue
@@ -281,6 +329,19 @@ class OffsetsCache:
             if not topics:
                 del self._groups[group]
 
+    def put_blocks(self, blocks: Iterable[tuple[str, str, int, int, bytes, str]]) -> None:
+        """``TopicOffsets.put_block`` for each ``CommitBlock`` (group, topic, first, count,
+        rows, metadata), in order."""
+        groups = self._groups
+        for group, topic, first, count, rows, metadata in blocks:
+            topics = groups.get(group)
+            if topics is None:
+                topics = groups[_intern(group)] = {}
+            offsets = topics.get(topic)
+            if offsets is None:
+                offsets = topics[_intern(topic)] = TopicOffsets()
+            self._count += offsets.put_block(first, count, rows, metadata)
+
     def delete(self, group: str, topic: str, partition: int) -> bool:
         """Remove one offset (dropping a topic or group left with none); True if it existed."""
         topics = self._groups.get(group)
@@ -329,14 +390,15 @@ class OffsetsCache:
     def committed_offsets(self, group: str, topic: str) -> list[tuple[int, int]]:
         """(partition, offset) of the group's offsets for one topic, in partition order, without
         building a value per offset (the broker's metrics read every one at each scrape). It
-        reads a copy of the row array, so a reader on another thread never holds it; there, a
+        reads a copy of the arrays, so a reader on another thread never holds it; there, a
         partition whose offset moved between the rows and ``sparse`` meanwhile is read once
         (the ``sparse`` copy, taken last, wins)."""
         offsets = self._groups.get(group, {}).get(topic)
         if offsets is None:
             return []
-        found = [(partition, offset) for partition, (flags, offset, _epoch, _commit)
-                 in enumerate(_ROW.iter_unpack(bytes(offsets.rows))) if flags]
+        flags = bytes(offsets.flags)
+        found = [(partition, offset) for partition, (present, (offset, _epoch, _commit))
+                 in enumerate(zip(flags, ROW.iter_unpack(bytes(offsets.rows)))) if present]
         sparse = offsets.sparse
         if sparse:
             apart = dict(sparse)
@@ -354,7 +416,8 @@ class OffsetsCache:
             size += sys.getsizeof(group) + sys.getsizeof(topics)
             for topic, offsets in topics.items():
                 names[id(topic)] = sys.getsizeof(topic)
-                size += _TOPIC_OFFSETS_SIZE + sys.getsizeof(offsets.rows)
+                size += (_TOPIC_OFFSETS_SIZE + sys.getsizeof(offsets.rows)
+                         + sys.getsizeof(offsets.flags))
                 if offsets.extras:
                     size += sys.getsizeof(offsets.extras) + sum(
                         _EXTRA_SIZE + sys.getsizeof(m) for m, _ in offsets.extras.values()
@@ -369,5 +432,6 @@ class OffsetsCache:
         """Give back the spare capacity the row arrays grew with (after loading a partition)."""
         for topics in self._groups.values():
             for offsets in topics.values():
-                if offsets.rows:
+                if offsets.flags:
                     offsets.rows = bytearray(offsets.rows)
+                    offsets.flags = bytearray(offsets.flags)

@@ -16,6 +16,7 @@ reads them).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -25,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from .schemas import OffsetCommitKey, OffsetCommitValue
 
 __all__ = [
+    "CommitBlock",
     "CommitRun",
     "Completion",
     "CoordinatorRecord",
@@ -64,6 +66,33 @@ class CommitRun(NamedTuple):
             (OffsetCommitKey(group, topic, partition), OffsetCommitValue(offset, epoch, "", commit))
             for partition, offset, epoch, commit in self.rows
         ]
+
+
+class CommitBlock(NamedTuple):
+    """Offset commits of one group and topic to consecutive partitions, with one metadata, as
+    the loader reads them in bulk: record ``i`` (of ``count``, at least 1) stands for
+    ``OffsetCommitKey(group, topic, first + i)`` with a version 3 value (no expire timestamp)
+    whose offset, leader epoch and commit timestamp are the ``i``-th 20-byte row of ``rows``:
+    ``>qiq``, as the value's bytes hold them (and as ``OffsetsCache`` stores them)."""
+
+    group: str
+    topic: str
+    first: int
+    count: int
+    rows: bytes
+    metadata: str = ""
+
+    def records(self) -> list[tuple[OffsetCommitKey, OffsetCommitValue]]:
+        """The (key, value) of every record of the block."""
+        group, topic, first, metadata = self.group, self.topic, self.first, self.metadata
+        return [
+            (OffsetCommitKey(group, topic, first + i),
+             OffsetCommitValue(offset, epoch, metadata, commit))
+            for i, (offset, epoch, commit) in enumerate(_BLOCK_ROW.iter_unpack(self.rows))
+        ]
+
+
+_BLOCK_ROW = struct.Struct(">qiq")
 
 
 def record_pairs(records: Iterable) -> Iterator[tuple[object, object | None]]:

@@ -33,7 +33,13 @@ from .classic import (
 )
 from .group import ClassicGroup, GroupState
 from .offsets import CommitTopic, FetchedOffset, OffsetCommit, OffsetsConfig, OffsetsManager
-from .result import CommitRun, CoordinatorRecord, CoordinatorResult, offset_commit_append_error
+from .result import (
+    CommitBlock,
+    CommitRun,
+    CoordinatorRecord,
+    CoordinatorResult,
+    offset_commit_append_error,
+)
 from .schemas import GroupMetadataKey, OffsetCommitKey
 
 __all__ = ["CoordinatorShard", "DescribedGroup", "DescribedMember", "ListedGroup"]
@@ -105,6 +111,12 @@ class CoordinatorShard:
         rows = run.rows if type(run.rows) is list else list(run.rows)
         self.offsets.replay_commits(run.group, run.topic, rows, now)
         self.classic.replay_commits(run.group, run.topic, rows, now)
+
+    def replay_blocks(self, blocks: list[CommitBlock], now: int) -> None:
+        """Apply ``CommitBlock``s (offset commits to consecutive partitions, the loader's bulk
+        reading), in order."""
+        self.offsets.replay_blocks(blocks, now)
+        self.classic.replay_blocks(blocks, now)
 
     def replay_records(self, records: Iterable, now: int) -> None:
         """Apply records just appended (``CoordinatorRecord``s and ``CommitRun``s), in order."""
