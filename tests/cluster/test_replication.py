@@ -412,6 +412,11 @@ def test_a_new_leader_behind_on_the_high_watermark_does_not_tell_consumers_of_a_
             end = w.request(_offset_for_leader_epoch("lagging", epoch=0, current=state["leader_epoch"]))
             answer = end.topics[0].partitions[0]
             assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (ErrorCode.none, 0, 10)
+            # ListOffsets latest: the high watermark for a consumer, the log end for a replica.
+            for replica_id, latest in ((-1, part.high_watermark), (-2, 10)):
+                listed = w.request(_list_latest("lagging", replica_id, state["leader_epoch"]))
+                got = listed.topics[0].partitions[0]
+                assert (got.error_code, got.offset) == (ErrorCode.none, latest), replica_id
     finally:
         brokers[paused].proc.send_signal(signal.SIGCONT)
 
@@ -424,3 +429,14 @@ def _offset_for_leader_epoch(topic: str, epoch: int, current: int):
     return make(cls, replica_id=-1, topics=(make(mod.OffsetForLeaderTopic, topic=topic, partitions=(
         make(mod.OffsetForLeaderPartition, partition=0, current_leader_epoch=current,
              leader_epoch=epoch),)),))
+
+
+def _list_latest(topic: str, replica_id: int, current: int):
+    from tests.support.kafka_wire import request_class
+    from brook.protocol.messages import make
+    cls = request_class(2, 7)
+    mod = __import__(cls.__module__, fromlist=["x"])
+    return make(cls, replica_id=replica_id, isolation_level=0, topics=(make(
+        mod.ListOffsetsTopic, name=topic, partitions=(make(
+            mod.ListOffsetsPartition, partition_index=0, current_leader_epoch=current,
+            timestamp=-1),)),))

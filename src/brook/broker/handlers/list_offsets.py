@@ -44,6 +44,9 @@ async def handle(broker, request, connection):
     for t in body.topics:
         for p in t.partitions:
             seen[t.name, p.partition_index] = seen.get((t.name, p.partition_index), 0) + 1
+    # A consumer's latest is the high watermark; a replica's (or a debugging tool's, replica
+    # id -2) the log end, as Kafka answers them.
+    from_consumer = body.replica_id == CONSUMER_REPLICA_ID
     topics = []
     for t in body.topics:
         parts = []
@@ -62,7 +65,8 @@ async def handle(broker, request, connection):
                 epoch = partition.leader_epoch
                 try:
                     if p.timestamp == LATEST_TIMESTAMP:
-                        offset = partition.high_watermark  # also the last stable offset here
+                        offset = (partition.high_watermark if from_consumer  # also the LSO here
+                                  else partition.log_end_offset)
                     elif p.timestamp == EARLIEST_TIMESTAMP:
                         offset = partition.log_start_offset
                     else:
