@@ -100,20 +100,35 @@ def test_a_topic_whose_partitions_cannot_all_be_made_leaves_no_trace(broker_fact
 API_VERSIONS = frame(make(request_class(18, 3), client_software_name="t", client_software_version="1"), 1)
 
 
+def _loop_cpu_ms(pid: int) -> float:
+    """CPU time used so far by a process's main thread (a broker's event loop), in ms."""
+    with open(f"/proc/{pid}/task/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 def test_creating_10000_partitions_does_not_stall_other_clients(broker_factory):
+    """While CreateTopics makes 10,000 partitions, another client's ApiVersions requests are
+    answered between its turns. What is held to a bound is the CPU the broker's event loop
+    spent before answering each one (a turn that hogs the loop, or a pause of the cycle
+    collector, burns it); the wall time is bounded loosely, since on a machine with more
+    runnable processes than cores it also counts the time the broker waits for a core."""
     broker = broker_factory()
-    latencies: list[float] = []
+    pid = broker.proc.pid
+    latencies: list[float] = []  # wall ms of each request
+    busy: list[float] = []  # CPU ms of the broker's event loop during each request
     done = threading.Event()
 
     def quiet() -> None:
         with socket.create_connection(("127.0.0.1", broker.port)) as s:
             s.settimeout(60)
             while not done.is_set():
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), _loop_cpu_ms(pid)
                 s.sendall(API_VERSIONS)
                 size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
                 s.recv(size, socket.MSG_WAITALL)
                 latencies.append((time.perf_counter() - t0) * 1000)
+                busy.append(_loop_cpu_ms(pid) - c0)
                 time.sleep(0.02)
 
     thread = threading.Thread(target=quiet, daemon=True)
@@ -132,8 +147,11 @@ def test_creating_10000_partitions_does_not_stall_other_clients(broker_factory):
         gc.enable()
     assert answer["wide"].error_code == ErrorCode.none
     print(f"\n10,000 partitions created in {took:.1f} s; ApiVersions meanwhile: "
-          f"max {max(latencies):.0f} ms over {len(latencies)} requests")
-    assert len(latencies) > 10 and max(latencies) < 250, sorted(latencies)[-5:]
+          f"max {max(latencies):.0f} ms wall, {max(busy):.0f} ms of the loop's CPU, over "
+          f"{len(latencies)} requests")
+    assert len(latencies) > 10
+    assert max(busy) < 200, sorted(busy)[-5:]
+    assert max(latencies) < 2000, sorted(latencies)[-5:]
 
 
 def test_the_soft_open_files_limit_is_raised_to_the_hard_one_at_start(broker_factory):
