@@ -45,7 +45,11 @@ class BrokerChannel:
         """Send `body` and return the response entity (ChannelError on any failure)."""
         async with self._lock:
             try:
-                return await asyncio.wait_for(self._exchange(body), timeout_s or self.timeout_s)
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
+                # cancellation that comes as the answer arrives, and the task asked to stop
+                # (a replica fetcher, a controller's sender) then runs on for good.
+                async with asyncio.timeout(timeout_s or self.timeout_s):
+                    return await self._exchange(body)
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
                 self.close()
                 raise ChannelError(f"request to broker {self.broker_id} at {self.host}:{self.port} "

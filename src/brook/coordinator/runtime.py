@@ -388,7 +388,8 @@ class CoordinatorContext(Generic[S]):
             deadline = self.timer_deadline = self.shard.next_deadline()
             timeout = None if deadline is None else max(0, deadline - clock.milliseconds() + 1) / 1000
             try:
-                await asyncio.wait_for(self.wake.wait(), timeout)
+                async with asyncio.timeout(timeout):  # (not wait_for: see cluster/channel.py)
+                    await self.wake.wait()
                 continue
             except TimeoutError:
                 pass

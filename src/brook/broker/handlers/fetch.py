@@ -146,7 +146,8 @@ async def _fetch(broker, body, topics) -> list[TopicResult]:
             for p in partitions:
                 p.on_new_data(wake)
             try:
-                await asyncio.wait_for(woken, remaining)
+                async with asyncio.timeout(remaining):  # (not wait_for: see cluster/channel.py)
+                    await woken
             except asyncio.TimeoutError:
                 pass
             finally:
