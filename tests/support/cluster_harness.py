@@ -158,13 +158,21 @@ class ClusterBrokers:
         return "\n".join(p.stderr_tail() for p in [*self.brokers.values(), *self.extra])
 
     def close(self) -> None:
+        """Stop every broker, even when one fails to stop (its error is raised after the
+        others are stopped: left running, they outlive the test and load the machine)."""
+        failed: BaseException | None = None
         for proc in [*self.brokers.values(), *self.extra]:
             try:
                 if proc.proc is not None and proc.proc.poll() is None:
                     proc.proc.send_signal(signal.SIGCONT)  #: a paused broker must be able to stop
             except OSError:
                 pass
-            proc.close()
+            try:
+                proc.close()
+            except BaseException as exc:  # noqa: BLE001 - raised below
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
 
 @pytest.fixture
