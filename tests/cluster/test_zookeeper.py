@@ -191,8 +191,10 @@ def test_zookeeper_restarted_brokers_stay_or_register_again(own_zookeeper, tmp_p
         for b in (b1, b2):
             log = b.stderr_path.read_text()
             assert "ZooKeeper session expired" in log and "Traceback" not in log
-        assert describe_cluster(b1.bootstrap)[1:] == (view.controller(), {
-            1: ("127.0.0.1", b1.port, None), 2: ("127.0.0.1", b2.port, None)})
+        # The new controller's UpdateMetadata reaches broker 1 in its own time.
+        wait_for(lambda: describe_cluster(b1.bootstrap)[1:] == (view.controller(), {
+            1: ("127.0.0.1", b1.port, None), 2: ("127.0.0.1", b2.port, None)}), 20,
+            "broker 1 naming the new controller", cluster)
     finally:
         view.close()
         cluster.close()
