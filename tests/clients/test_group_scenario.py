@@ -695,9 +695,9 @@ def test_a_mixed_group_carries_on_when_its_coordinator_goes(zk, brokers, tmp_pat
     coordinator before the broker stops: the members see only errors their clients retry (no
     commit fails) and nobody is expelled (the new coordinator restores the group with its
     generation and its members)."""
-    procs = [brokers(i, CLUSTER_GROUP_BROKER) for i in (1, 2, 3)]
-    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "three brokers", brokers)
-    bootstrap = ",".join(p.bootstrap for p in procs)
+    for i in (1, 2, 3):
+        brokers(i, CLUSTER_GROUP_BROKER)
+    bootstrap = brokers.wait_ready(zk, [1, 2, 3])
     run = uuid.uuid4().hex[:8]
     g = Group("confluent", "range", bootstrap, f"mixed-{run}", f"mixed-{run}", str(tmp_path))
     admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -19,9 +19,9 @@ SETTINGS = {"replica.fetch.wait.max.ms": 100, "replica.fetch.backoff.ms": 200,
 
 
 def _start(brokers, zk):
-    procs = [brokers(i, SETTINGS) for i in (1, 2, 3)]
-    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "brokers registered", brokers)
-    return ",".join(p.bootstrap for p in procs)
+    for i in (1, 2, 3):
+        brokers(i, SETTINGS)
+    return brokers.wait_ready(zk, [1, 2, 3])
 
 
 def _coordinator(bootstrap, group):
@@ -122,9 +122,9 @@ def test_a_commit_not_replicated_in_time_is_answered_coordinator_not_available(z
     from tests.support.commit_frames import commit
     settings = {**SETTINGS, "offsets.commit.timeout.ms": 1000, "replica.lag.time.max.ms": 60_000,
                 "zookeeper.session.timeout.ms": 30_000}
-    procs = [brokers(i, settings) for i in (1, 2, 3)]
-    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "brokers registered", brokers)
-    bootstrap = ",".join(p.bootstrap for p in procs)
+    for i in (1, 2, 3):
+        brokers(i, settings)
+    bootstrap = brokers.wait_ready(zk, [1, 2, 3])
     from confluent_kafka.admin import AdminClient, NewTopic
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("t", 1, 3)], operation_timeout=20)["t"].result(30)
@@ -164,9 +164,9 @@ def test_the_new_coordinator_answers_load_in_progress_while_it_loads_then_the_of
     from kio.schema.errors import ErrorCode
     from tests.support.offsets_wire import OffsetsWire
     settings = {**SETTINGS, "offsets.topic.num.partitions": 1}
-    procs = [brokers(i, settings) for i in (1, 2, 3)]
-    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "brokers registered", brokers)
-    bootstrap = ",".join(p.bootstrap for p in procs)
+    for i in (1, 2, 3):
+        brokers(i, settings)
+    bootstrap = brokers.wait_ready(zk, [1, 2, 3])
     code, node = wait_for(lambda: (r := _coordinator(bootstrap, "big-000"))[0] == 0 and r, 30,
                           "a coordinator", brokers)
     expected = {g: {("wide", p): (i * 10_000 + p, 3, "") for p in range(LOADING_PARTITIONS)}
@@ -235,9 +235,9 @@ def test_commits_of_100_partitions_are_all_or_nothing_across_coordinator_kills(z
     from tests.support.offsets_wire import OffsetsWire
     rng = random.Random(18)
     partitions, kills, group = 100, 5, "atomic"
-    procs = [brokers(i, SETTINGS) for i in (1, 2, 3)]
-    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "brokers registered", brokers)
-    bootstrap = ",".join(p.bootstrap for p in procs)
+    for i in (1, 2, 3):
+        brokers(i, SETTINGS)
+    bootstrap = brokers.wait_ready(zk, [1, 2, 3])
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("atomic", partitions, 3)], operation_timeout=20)["atomic"].result(30)
     n = 0
@@ -258,9 +258,12 @@ def test_commits_of_100_partitions_are_all_or_nothing_across_coordinator_kills(z
                         codes = {p.error_code for p in answer.topics[0].partitions}
                         if codes == {ErrorCode.none}:
                             acked = n
-                        else:  # the topic not yet known to a new coordinator: retried
+                        else:  # retried, as clients do: the topic not yet known to a new
+                            # coordinator, or the commit not replicated within
+                            # offsets.commit.timeout.ms on a busy machine (it may land later)
                             assert codes <= {ErrorCode.unknown_topic_or_partition,
-                                             ErrorCode.coordinator_load_in_progress}, codes
+                                             ErrorCode.coordinator_load_in_progress,
+                                             ErrorCode.coordinator_not_available}, codes
             except (OSError, EOFError, ConnectionError):
                 return  # the broker was killed
 

@@ -19,7 +19,7 @@ FAST = {"replica.lag.time.max.ms": 3000, "replica.fetch.wait.max.ms": 100,
 
 def _three(brokers, zk, extra=None):
     procs = [brokers(i, {**FAST, **(extra or {})}) for i in (1, 2, 3)]
-    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "three brokers registered", brokers)
+    brokers.wait_ready(zk, [1, 2, 3])
     return procs
 
 

@@ -23,9 +23,9 @@ def _admin(bootstrap):
 
 
 def _start(brokers, zk, n=3):
-    procs = [brokers(i, FAST) for i in range(1, n + 1)]
-    wait_for(lambda: zk.broker_ids() == list(range(1, n + 1)), 30, "brokers registered", brokers)
-    return ",".join(p.bootstrap for p in procs)
+    for i in range(1, n + 1):
+        brokers(i, FAST)
+    return brokers.wait_ready(zk, list(range(1, n + 1)))
 
 
 def _logs(brokers, topic):
@@ -135,9 +135,9 @@ def test_preferred_leaders_are_elected_on_request_and_by_the_cli(zk, brokers):
     import sys
     from confluent_kafka import ElectionType, TopicPartition
     from confluent_kafka.admin import NewTopic
-    procs = [brokers(i, {**FAST, "auto.leader.rebalance.enable": "false"}) for i in (1, 2, 3)]
-    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "brokers registered", brokers)
-    bootstrap = ",".join(p.bootstrap for p in procs)
+    for i in (1, 2, 3):
+        brokers(i, {**FAST, "auto.leader.rebalance.enable": "false"})
+    bootstrap = brokers.wait_ready(zk, [1, 2, 3])
     admin = _admin(bootstrap)
     admin.create_topics([NewTopic("pref", 1, 3)], operation_timeout=20)["pref"].result(30)
     preferred, leader = wait_for(lambda: _preferred_and_leader(zk, "pref", 0), 20, "a leader", brokers)
@@ -162,9 +162,9 @@ def test_preferred_leaders_are_elected_on_request_and_by_the_cli(zk, brokers):
 def test_leadership_goes_back_to_the_preferred_replica_by_itself(zk, brokers):
     from confluent_kafka.admin import NewTopic
     settings = {**FAST, "leader.imbalance.check.interval.seconds": "1"}
-    procs = [brokers(i, settings) for i in (1, 2, 3)]
-    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "brokers registered", brokers)
-    admin = _admin(",".join(p.bootstrap for p in procs))
+    for i in (1, 2, 3):
+        brokers(i, settings)
+    admin = _admin(brokers.wait_ready(zk, [1, 2, 3]))
     admin.create_topics([NewTopic("auto", 3, 3)], operation_timeout=20)["auto"].result(30)
     preferred, _ = wait_for(lambda: _preferred_and_leader(zk, "auto", 0), 20, "a leader", brokers)
     brokers[preferred].stop()

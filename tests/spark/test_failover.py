@@ -48,10 +48,9 @@ class _Cluster:
 
 
 def test_a_streaming_query_carries_on_through_a_coordinator_failover(spark, zk, brokers, tmp_path):
-    procs = [brokers(i, SETTINGS) for i in (1, 2, 3)]
-    wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "three brokers", brokers)
-    wait_for(lambda: zk.controller() is not None, 30, "a controller", brokers)
-    cluster = _Cluster(",".join(p.bootstrap for p in procs))
+    for i in (1, 2, 3):
+        brokers(i, SETTINGS)
+    cluster = _Cluster(brokers.wait_ready(zk, [1, 2, 3]))
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("clicks", 3, 3)], operation_timeout=60)["clicks"].result(90)
     records = make_records(2000, seed=18)

@@ -154,6 +154,17 @@ class ClusterBrokers:
     def __getitem__(self, broker_id: int) -> BrokerProcess:
         return self.brokers[broker_id]
 
+    def wait_ready(self, zk: "ZkView", ids: list[int], timeout: float = 30) -> str:
+        """Wait until brokers `ids` are registered and each one's Metadata answer names a
+        controller and lists them all; return their bootstrap string. ZooKeeper can name the
+        controller before a broker's own view does, and librdkafka's admin client, told "no
+        controller" once, waits for a broker state change that may never come (then times out
+        after socket.timeout.ms)."""
+        wait_for(lambda: zk.broker_ids() == sorted(ids), timeout, f"brokers {ids} registered", self)
+        wait_for(lambda: all(_names_controller(self.brokers[i].bootstrap, ids) for i in ids),
+                 timeout, f"brokers {ids} naming a controller in their Metadata", self)
+        return ",".join(self.brokers[i].bootstrap for i in ids)
+
     def tails(self) -> str:
         return "\n".join(p.stderr_tail() for p in [*self.brokers.values(), *self.extra])
 
@@ -173,6 +184,19 @@ class ClusterBrokers:
                 failed = failed or exc
         if failed is not None:
             raise failed
+
+
+def _names_controller(bootstrap: str, ids: list[int]) -> bool:
+    from brook.protocol.messages import make
+    from tests.support.kafka_wire import WireClient, request_class
+
+    try:
+        with WireClient(bootstrap, 5) as w:
+            md = w.request(make(request_class(3, 12), topics=(), allow_auto_topic_creation=False,
+                                include_topic_authorized_operations=False))
+    except OSError:
+        return False
+    return md.controller_id in ids and sorted(b.node_id for b in md.brokers) == sorted(ids)
 
 
 @pytest.fixture
