@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from datetime import timedelta
 
 import pytest
@@ -232,6 +233,61 @@ def test_pipelined_requests_on_one_connection_share_fsyncs_and_are_answered_in_o
         assert fetched.offset == 16
 
     run_broker(tmp_path, {"log.flush.before.ack": "true"}, test)
+
+
+def test_requests_read_after_a_deferred_answer_are_handled_while_it_waits_for_its_fsync(
+        tmp_path, monkeypatch):
+    """A client that sends its next commit after the broker has read the first (another read
+    of the socket) has it appended while the first still waits for its fsync, not after: the
+    two share fsyncs instead of waiting for one round each."""
+    import threading
+
+    from tests.support.socketpair_broker import run_broker
+    from tests.support.commit_frames import answers, commit
+
+    from tests.support.kafka_wire import frame
+
+    slow = threading.Event()
+    real = os.fsync
+
+    def fsync(fd):
+        if slow.is_set():
+            time.sleep(1.0)
+        real(fd)
+
+    monkeypatch.setattr(group_commit.os, "fsync", fsync)
+
+    async def test(broker, conn, ours, theirs):
+        broker.create_topic("t", 1)
+        loop = asyncio.get_running_loop()
+        await roundtrip(theirs, commit("g", 0), 8, 9)  # creates __consumer_offsets
+        offsets = broker.partition("__consumer_offsets", 0).log
+        start = offsets.log_end_offset
+        slow.set()
+        try:
+            await loop.sock_sendall(theirs, frame(commit("g", 1), 1))
+            await _until(lambda: offsets.log_end_offset == start + 1, 0.5)
+            sent = time.monotonic()
+            await loop.sock_sendall(theirs, frame(commit("g", 2), 2))  # a read of its own
+            await _until(lambda: offsets.log_end_offset == start + 2, 0.5)
+            assert time.monotonic() - sent < 0.5  # the first commit's fsync still sleeps
+            data = b""
+            while len(answers(data)) < 2 if _whole(data) else True:
+                data += await loop.sock_recv(theirs, 65536)
+        finally:
+            slow.clear()
+        got = answers(data)
+        assert [c for c, _ in got] == [1, 2]
+        assert all(a.topics[0].partitions[0].error_code == ErrorCode.none for _, a in got)
+
+    run_broker(tmp_path, {"log.flush.before.ack": "true"}, test)
+
+
+async def _until(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time"
+        await asyncio.sleep(0.005)
 
 
 def _whole(data: bytes) -> bool:

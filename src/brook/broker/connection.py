@@ -15,8 +15,8 @@ costs the broker about as much as handling a small request, and a pipelining cli
 commits in flight) gets its answers in one.
 
 A handler may answer `Deferred` (with log.flush.before.ack: a write answered once on disk). Its
-place in the queue is kept and the connection goes on with the next requests, whose writes then
-share the same fsyncs; answers are sent in order, each once the ones before it are ready. At
+place in the queue is kept and the connection goes on with the next requests (those of later
+reads too), whose writes then share the same fsyncs; answers are sent in order, each once the ones before it are ready. At
 most MAX_DEFERRED wait at a time.
 """
 
@@ -126,6 +126,7 @@ class Connection:
                     turn = perf_counter()
                     continue
                 if n == 0:
+                    await self._drain()  # the deferred answers to what it sent before
                     return
                 self.last_active = self.loop.time()
                 received = perf_counter()  # the time of the requests this read completes
@@ -140,10 +141,12 @@ class Connection:
                     if self._out_bytes > MAX_QUEUED_BYTES:
                         await self._drain()
                     if handled % YIELD_EVERY == 0 or perf_counter() - turn > TURN_SECONDS:
-                        await self._drain()
+                        await self._drain(deferred=False)
                         await asyncio.sleep(0)  # let other connections in
                         turn = perf_counter()
-                await self._drain()
+                # Deferred answers are not waited for: the next requests are read and handled
+                # meanwhile (their fsyncs shared), up to MAX_DEFERRED of them.
+                await self._drain(deferred=False)
         except FrameTooLargeError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
         except InvalidFrameError as exc:
@@ -336,9 +339,10 @@ class Connection:
                     metrics.request_done(api_key, received)
             self._answered.clear()
 
-    async def _drain(self) -> None:
-        """Send every queued answer ready (deferred ones: once ready), waiting for room in the
-        socket as long as it takes."""
+    async def _drain(self, deferred: bool = True) -> None:
+        """Send every queued answer ready, waiting for room in the socket as long as it takes;
+        deferred ones once ready, or (``deferred=False``) up to the first that is not, the
+        rest left to the callback that sends it when it is."""
         while True:
             if self._write_error is not None:
                 raise self._write_error
@@ -346,6 +350,8 @@ class Connection:
                 self._disarm_writer()
                 return
             if type(self._out[0]) is _Pending:
+                if not deferred:
+                    return
                 await asyncio.wait((self._out[0].waiting,))
                 await asyncio.sleep(0)  # its done-callback puts its bytes in place
                 continue
