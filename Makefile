@@ -48,9 +48,10 @@ test: venv tools
 	$(PYTEST) -q $(PARALLEL)
 
 # The tests that start no broker process, no Spark and run for no set time (the markers broker,
-# spark and timeboxed, which tests/conftest.py sets): under a minute.
+# spark and timeboxed, which tests/conftest.py sets), property tests with a quarter of their
+# examples (tests/support/examples.py): under a minute.
 test-fast: venv
-	$(PYTEST) -q $(PARALLEL) -m "not broker and not spark and not timeboxed"
+	BROOK_EXAMPLE_SCALE=0.25 $(PYTEST) -q $(PARALLEL) -m "not broker and not spark and not timeboxed"
 
 # The main job end to end: the broker with real clients, then a Spark streaming pipeline.
 demo: venv

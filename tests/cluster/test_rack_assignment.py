@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from tests.support.examples import examples
 
 from brook.cluster.assignment import (ReplicationFactorError, assign_replicas_rack_aware,
                                       rack_alternated)
@@ -21,7 +22,7 @@ def clusters(draw):
     return dict(zip(ids, racks))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(clusters(), st.integers(1, 40), st.integers(1, 4), st.integers(0, 2**32))
 def test_replicas_span_as_many_racks_as_they_can_and_leaders_spread(racks, partitions, rf, seed):
     if rf > len(racks):

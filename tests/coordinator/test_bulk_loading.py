@@ -10,6 +10,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.examples import examples
 
 from brook.coordinator.batch_decoder import DecodedRecord, RecordsDecoder, UnreadableRecords
 from brook.coordinator.batch_writer import encode_records
@@ -135,7 +136,7 @@ def commits_of(layout, draw, same_metadata=True):
     return pairs
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(st.lists(layouts(), min_size=1, max_size=3), st.data())
 def test_bulk_decoding_reads_what_record_by_record_decoding_reads(layouts_, data):
     """Several batches of a few layouts through one decoder, so that later ones are read by
@@ -148,7 +149,7 @@ def test_bulk_decoding_reads_what_record_by_record_decoding_reads(layouts_, data
         assert bulk(body, count, decoder) == general(body, count)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(layouts(), st.data())
 def test_a_damaged_batch_like_a_template_reads_the_same_or_fails_alike(layout, data):
     decoder = RecordsDecoder()
@@ -259,7 +260,7 @@ cache_operations = st.lists(st.one_of(
 ), max_size=25)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(cache_operations)
 def test_put_block_stores_what_put_stores(operations):
     fast, slow = TopicOffsets(), TopicOffsets()
@@ -406,7 +407,7 @@ def encoded(batches):
     return out
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(consumer_partitions())
 def test_loading_in_bulk_gives_the_state_of_replaying_record_by_record(batches):
     data = encoded(batches)

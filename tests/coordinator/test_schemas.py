@@ -9,6 +9,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.examples import examples
 
 from brook.coordinator.partitioner import java_abs, java_string_hash, partition_for
 from brook.coordinator.schemas import (
@@ -734,7 +735,7 @@ def _decode_or_corrupt(key, data):
         return None
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(st.binary(max_size=80))
 def test_fuzz_random_bytes(data):
     try:
@@ -775,7 +776,7 @@ key_vectors = st.sampled_from(
 )
 
 
-@settings(max_examples=1000)
+@settings(max_examples=examples(1000))
 @given(mutated(value_vectors), mutated(key_vectors))
 def test_fuzz_mutated_records(value, key):
     for k in (OC_KEY, GM_KEY):
@@ -943,7 +944,7 @@ def test_runs_read_what_record_by_record_decoding_reads(batch):
     assert fast(body, count) == general(body, count)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(commit_batches(), st.data())
 def test_damaged_batches_read_the_same_or_fail_with_corrupt_offsets_record_error(batch, data):
     pairs, timestamps = batch

@@ -9,6 +9,7 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.examples import examples
 from kio.serial import entity_writer
 from kio.static.primitive import Records
 
@@ -22,7 +23,7 @@ st.register_type_strategy(Records, st.binary(max_size=256))
 APIS = sorted((key, version) for key, api in registry().items()
               for version in range(api.min_version, api.max_version + 1))
 SUPPORTED = {key: (api.min_version, api.max_version) for key, api in registry().items()}
-SETTINGS = settings(max_examples=300, deadline=None, database=None,
+SETTINGS = settings(max_examples=examples(300), deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))
 
 

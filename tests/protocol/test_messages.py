@@ -7,6 +7,7 @@ import struct
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from tests.support.examples import examples
 
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
@@ -66,7 +67,7 @@ def test_short_frame_is_malformed():
         parse_request(b"\x00\x03\x00", SUPPORTED)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(key=st.sampled_from(sorted(SUPPORTED)), version=st.integers(0, 17), rest=st.binary(max_size=120))
 def test_garbage_raises_only_protocol_errors(key, version, rest):
     frame = struct.pack(">hhi", key, version, 5) + rest
@@ -76,7 +77,7 @@ def test_garbage_raises_only_protocol_errors(key, version, rest):
         pass
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(data=st.data())
 def test_truncated_valid_requests_raise_only_protocol_errors(data):
     cls = request_class(3, data.draw(st.integers(1, 12)))

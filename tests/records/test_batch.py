@@ -9,6 +9,7 @@ import pytest
 from brook.records.crc import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.examples import examples
 
 from brook.records import (
     CREATE_TIME,
@@ -355,13 +356,13 @@ def _with_valid_crc(header_fields: tuple, body: bytes) -> bytes:
     return struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc32c(after_crc)) + after_crc
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=200))
 def test_random_bytes_raise_only_records_errors(buf):
     _assert_only_records_errors(buf)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=120))
 def test_random_bytes_after_a_plausible_prefix(tail):
     # Random bytes rarely pass the magic check; start them with a believable prefix.
@@ -405,7 +406,7 @@ record_ish_bytes = st.lists(
 ).map(b"".join)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     count=st.integers(0, 5),
     attributes=st.one_of(st.sampled_from([0, 0x08, 0x10, 0x30]), INT16),

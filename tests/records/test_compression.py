@@ -9,6 +9,7 @@ import cramjam
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.examples import examples
 
 from brook.records import Codec, CorruptRecordError, UnsupportedCompressionError
 from brook.records.compression import codec_of, compress, decompress
@@ -172,7 +173,7 @@ def test_garbage_is_corrupt(codec, garbage):
 
 
 @pytest.mark.parametrize("codec", list(Codec))
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(garbage=st.binary(max_size=300))
 def test_random_bytes_decompress_or_raise_corrupt(codec, garbage):
     try:

@@ -10,6 +10,7 @@ import cramjam
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.examples import examples
 
 from brook.records import (
     CREATE_TIME,
@@ -478,13 +479,13 @@ record_ish_bytes = st.lists(
 ).map(b"".join)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=200))
 def test_random_bytes_raise_only_records_errors(buf):
     _assert_only_records_errors(buf)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     offset=st.integers(-(2**63), 2**63 - 1),
     magic=st.integers(0, 3),
@@ -514,7 +515,7 @@ def inner_sets(draw, magic: int) -> bytes:
     return b"".join(parts)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     magic=st.integers(0, 1),
     codec=st.sampled_from(LEGACY_CODECS[1:]),

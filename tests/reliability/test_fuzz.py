@@ -14,6 +14,7 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.examples import examples
 from kio.static.primitive import Records
 
 from brook.broker.handlers import registry
@@ -107,7 +108,7 @@ def mutated_requests(draw, apis=APIS):
     return frame(bytes(data))
 
 
-FUZZ = settings(max_examples=100, deadline=None, derandomize=True,
+FUZZ = settings(max_examples=examples(100), deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow, HealthCheck.data_too_large])
 

@@ -14,6 +14,7 @@ import os
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from tests.support.examples import examples
 
 from brook.clock import FakeClock
 from brook.records import Record, encode_batch
@@ -123,7 +124,7 @@ def directory_bytes(path: str) -> dict[str, bytes]:
     return out
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(config=configs, ops=appends)
 def test_short_path_and_general_path_leave_the_same_log(tmp_path_factory, config, ops):
     root = tmp_path_factory.mktemp("paths")

@@ -7,6 +7,7 @@ import shutil
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from tests.support.examples import examples
 
 from brook.clock import FakeClock
 from brook.records import Codec, Record, decode_batch, encode_batch
@@ -120,7 +121,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(ops=ops, reopen=st.sampled_from([True, False]))
 def test_compaction_keeps_the_latest_value_of_every_key(tmp_path_factory, ops, reopen):
     path = tmp_path_factory.mktemp("prop")

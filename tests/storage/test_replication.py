@@ -8,6 +8,7 @@ import os
 import time
 
 from hypothesis import given, settings, strategies as st
+from tests.support.examples import examples
 
 from brook.records import Record, encode_batch
 from brook.storage.config import LogConfig
@@ -101,7 +102,7 @@ _ops = st.lists(st.one_of(
 ), max_size=40)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_ops, st.integers(-1, 25))
 def test_epoch_cache_answers_as_a_list_of_epoch_starts_would(ops, asked):
     cache = LeaderEpochCache(None)
