@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv tools test test-fast demo demo-cluster bench broker clean
+.PHONY: venv tools sarama-check test test-fast demo demo-cluster bench broker clean
 
 venv: $(STAMP)
 
@@ -31,6 +31,26 @@ tools:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; }
+	@$(MAKE) --no-print-directory sarama-check
+
+# sarama, the Go client (Debian's golang-go and golang-github-shopify-sarama-dev), built in
+# GOPATH mode against the source the package installs into tests' sarama-check program. Where
+# the packages cannot be installed, the sarama tests are skipped and make goes on.
+SARAMA_SRC := /usr/share/gocode/src/github.com/Shopify/sarama
+SARAMA_CHECK := .tools/sarama-check
+sarama-check: $(SARAMA_CHECK)
+$(SARAMA_CHECK): tests/clients/sarama/main.go
+	@if ! command -v go >/dev/null 2>&1 || [ ! -d $(SARAMA_SRC) ]; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go \
+	    golang-github-shopify-sarama-dev >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -qq >/dev/null 2>&1 && $$SUDO env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq golang-go golang-github-shopify-sarama-dev >/dev/null 2>&1; } || \
+	  echo "make: golang-go and golang-github-shopify-sarama-dev could not be installed; the sarama tests will be skipped"; \
+	fi
+	@if command -v go >/dev/null 2>&1 && [ -d $(SARAMA_SRC) ]; then \
+	  mkdir -p .tools && GOPATH=/usr/share/gocode GO111MODULE=off go build -o $@ $< 2>/dev/null \
+	  || echo "make: building sarama-check failed; the sarama tests will be skipped"; fi
 
 # The suite on TEST_WORKERS pytest-xdist workers. Most broker tests wait on sockets and timers,
 # so more workers than cores pays (4 on 2 cores: about 5 minutes where 1 took 14, and 40 s for
