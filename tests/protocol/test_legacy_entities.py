@@ -12,11 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i32, i64
+from kio.static.primitive import Records, i32, i64
 
 from brook.protocol import legacy
 from brook.protocol.messages import encode_response, parse_request, request_class, response_class
 from tests.support import kafka_wire
+
+st.register_type_strategy(Records, st.binary(max_size=256))  # Produce and Fetch carry record bytes
 
 LEGACY = sorted((key, v) for key, (_, versions) in legacy.VERSIONS.items() for v in versions)
 SUPPORTED = {key: (0, 9) for key, _ in LEGACY}

@@ -11,6 +11,8 @@ from kio.static.constants import EntityType
 
 #: api key -> (kio's name of the API, the versions below Kafka 4.0's minimum brook has here)
 VERSIONS: dict[int, tuple[str, tuple[int, ...]]] = {
+    0: ("produce", (0, 1, 2)),
+    1: ("fetch", (0, 1, 2, 3)),
     2: ("list_offsets", (0,)),
     8: ("offset_commit", (0, 1)),
     9: ("offset_fetch", (0,)),
