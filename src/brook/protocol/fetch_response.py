@@ -2,8 +2,9 @@
 
 The result is a list of pieces: `bytes` for the framing, and file regions (anything with
 `fd`, `position`, `length`) for record batches, which the connection hands to `sendfile`.
-Versions 4 to 16 are covered: compact encodings and tagged fields from 12, topic ids in
-place of names from 13.
+Versions 0 to 16 are covered: a throttle time from 1, the last stable offset and aborted
+transactions from 4, compact encodings and tagged fields from 12, topic ids in place of names
+from 13. (Versions 0 to 3 carry legacy message sets, down-converted by the handler.)
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from typing import Any, Sequence
 
 from ..records.varint import encode_uvarint as _uvarint
 
-MIN_VERSION = 4
+MIN_VERSION = 0
 MAX_VERSION = 16
 FLEXIBLE_FROM = 12
 TOPIC_IDS_FROM = 13
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_PARTITION_HEAD = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
+_PARTITION_HEAD = struct.Struct(">ihq")  # index, error, high watermark
 _I64 = struct.Struct(">q")
 _ABORTED = struct.Struct(">qq")
 
@@ -99,7 +100,8 @@ def encode_fetch_response(version: int, correlation_id: int, topics: list[TopicR
     w(_I32.pack(correlation_id))
     if flexible:
         w(b"\0")  # response header tagged fields
-    w(_I32.pack(throttle_time_ms))
+    if version >= 1:
+        w(_I32.pack(throttle_time_ms))
     if version >= 7:
         w(_I16.pack(error_code))
         w(_I32.pack(session_id))
@@ -113,10 +115,14 @@ def encode_fetch_response(version: int, correlation_id: int, topics: list[TopicR
             w(name)
         array_len(len(t.partitions))
         for p in t.partitions:
-            w(_PARTITION_HEAD.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset))
+            w(_PARTITION_HEAD.pack(p.partition, p.error_code, p.high_watermark))
+            if version >= 4:
+                w(_I64.pack(p.last_stable_offset))
             if version >= 5:
                 w(_I64.pack(p.log_start_offset))
-            if p.aborted_transactions is None:
+            if version < 4:
+                pass
+            elif p.aborted_transactions is None:
                 w(b"\0" if flexible else _I32.pack(-1))
             else:
                 array_len(len(p.aborted_transactions))

@@ -15,3 +15,8 @@ class TruncatedBatchError(RecordsError):
 
 class UnsupportedCompressionError(CorruptRecordError):
     """The attributes name a compression codec brook does not know."""
+
+
+class InvalidRecordError(RecordsError):
+    """Well-formed bytes that break a rule of what a producer may send (Kafka's
+    INVALID_RECORD): legacy messages of mixed magic, or more than one compressed wrapper."""

@@ -27,7 +27,12 @@ from dataclasses import dataclass, replace
 
 from .batch import CREATE_TIME, LOG_APPEND_TIME, Record, encode_batch
 from .compression import CODEC_MASK, Codec, codec_of, compress, decompress
-from .errors import CorruptRecordError, TruncatedBatchError, UnsupportedCompressionError
+from .errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    TruncatedBatchError,
+    UnsupportedCompressionError,
+)
 
 MAGIC_V0 = 0
 MAGIC_V1 = 1
@@ -113,6 +118,42 @@ def to_v2_batches(buf: bytes | bytearray | memoryview) -> list[bytes]:
         )
         batches.append(encode_batch(records, codec=entry.codec, timestamp_type=ts_type))
     return batches
+
+
+def produced_to_v2(buf: bytes | bytearray | memoryview) -> tuple[bytes, int]:
+    """The v2 batch a Produce v0-v2 message set is stored as, and its number of records.
+
+    As Kafka validates a producer's legacy messages: every entry whole and its CRC right
+    (inner messages of a wrapper included), one magic throughout, either plain messages or a
+    single compressed wrapper, and no codec a magic below 2 cannot carry. All of it becomes
+    one batch at offsets 0..n-1 (the producer's offsets are ignored, as Kafka ignores them),
+    compressed with the wrapper's codec, in CreateTime with the messages' timestamps (-1 for
+    magic 0); a LogAppendTime topic stamps it on append, as it stamps any batch.
+    """
+    view = memoryview(buf)
+    entries = []
+    consumed = 0
+    for entry in _iter_entries(view, top_level=True):
+        entries.append(entry)
+        # (a message is exactly as long as its fields: _parse_message holds it to that)
+        consumed += LOG_OVERHEAD + MESSAGE_OVERHEAD[entry.message.magic] \
+            + len(entry.message.key or b"") + len(entry.message.value or b"")
+    if consumed != len(view):
+        raise CorruptRecordError(f"message set of {len(view)} bytes ends inside a message")
+    if not entries:
+        raise InvalidRecordError("a produced message set holds no message")
+    magic = entries[0].message.magic
+    if any(e.message.magic != magic for e in entries):
+        raise InvalidRecordError(f"messages of magic {magic} and others in one message set")
+    codec = entries[0].codec
+    if len(entries) > 1 and any(e.codec != Codec.NONE for e in entries):
+        raise InvalidRecordError("a compressed message set must be one wrapper message alone")
+    messages = [m for e in entries for m in _flatten(e)]
+    records = [Record(i, m.timestamp, m.key, m.value) for i, m in enumerate(messages)]
+    stamped = [r.timestamp for r in records if r.timestamp >= 0]
+    # The base timestamp is the earliest, so the log's check of it covers every record.
+    base_ts = min(stamped) if stamped else -1
+    return encode_batch(records, base_offset=0, codec=codec, base_timestamp=base_ts), len(records)
 
 
 def _check_fits_v2(messages: list[LegacyMessage]) -> None:

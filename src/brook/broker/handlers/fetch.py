@@ -7,6 +7,12 @@ goes through the broker's `FetchSessionCache` (KIP-227, `brook.broker.fetch_sess
 request may open a session, an incremental one reads every partition of its session (and
 its long-poll is woken by any of them, not only those it names) and is answered with the
 partitions that changed.
+
+Fetch v0-v3 come from consumers that cannot read v2 batches: their data is read into memory
+(no more than the request's byte limits allow, plus at most one first batch over them) and
+down-converted (`brook.records.down_convert`) to magic 0 for v0-v1 and magic 1 for v2-v3, as
+Kafka does; the cost is a decode and re-encode (and with a codec, a decompression and
+recompression) of every record sent, counted in the metrics as fetch message conversions.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from ...protocol.fetch_response import (
     TopicResult,
     encode_fetch_response,
 )
+from ...records.down_convert import down_convert
+from ...records.errors import UnsupportedCompressionError
 from ...storage.errors import OffsetOutOfRangeError
 from ..errors import error_code_for
 from ..fetch_session import FINAL_EPOCH, INVALID_SESSION_ID
@@ -34,10 +42,19 @@ log = logging.getLogger(__name__)
 
 API_KEY = 1
 READ_COMMITTED = 1
+_MAGIC_0_BEFORE = 2  # Fetch v0-v1 read magic 0 ...
+_MAGIC_1_BEFORE = 4  # ... and v2-v3 magic 1; v4 and later read the stored v2 batches as they are
+
+
+def legacy_magic(version: int) -> int | None:
+    """The message format a Fetch version's consumer reads, when it is not the stored v2."""
+    if version < _MAGIC_0_BEFORE:
+        return 0
+    return 1 if version < _MAGIC_1_BEFORE else None
 
 
 def _read(broker, topics, max_bytes: int, read_committed: bool,
-          replica_id: int = -1) -> tuple[list[TopicResult], int]:
+          replica_id: int = -1, magic: int | None = None) -> tuple[list[TopicResult], int]:
     remaining = max_bytes
     total = 0
     first = True
@@ -74,6 +91,9 @@ def _read(broker, topics, max_bytes: int, read_committed: bool,
                         info = partition.log.read(fp.fetch_offset, limit,
                                                   max_offset=hw if replica_id < 0 else None,
                                                   min_one_message=True)
+                        if magic is not None and info.regions:
+                            info = _down_converted(broker, name, info, magic, fp.fetch_offset,
+                                                   limit)
                         size = info.size
                         if info.regions and (first or size <= limit):
                             pr.records = info.regions
@@ -82,6 +102,9 @@ def _read(broker, topics, max_bytes: int, read_committed: bool,
                             first = False
                 except OffsetOutOfRangeError:
                     pr.error_code = ErrorCode.offset_out_of_range
+                except UnsupportedCompressionError:  # zstd, for a consumer of magic 0 or 1
+                    pr.error_code = ErrorCode.unsupported_compression_type
+                    pr.high_watermark = pr.last_stable_offset = pr.log_start_offset = -1
                 except Exception as exc:
                     pr.error_code = error_code_for(exc)
                     log.warning("fetch from %s-%d at offset %d failed: %s", name, fp.partition,
@@ -89,6 +112,30 @@ def _read(broker, topics, max_bytes: int, read_committed: bool,
             tr.partitions.append(pr)
         results.append(tr)
     return results, total
+
+
+class _Converted:
+    """A read whose batches were down-converted: one piece of bytes in place of file regions."""
+
+    __slots__ = ("regions", "size")
+
+    def __init__(self, data: bytes) -> None:
+        self.regions = (data,) if data else ()
+        self.size = len(data)
+
+
+def _down_converted(broker, topic: str, info, magic: int, fetch_offset: int, limit: int) -> _Converted:
+    """The batches of a log read as a message set of `magic`, whole messages within `limit`
+    bytes (at least the first). Raises UnsupportedCompressionError for a zstd batch."""
+    try:
+        data = b"".join(r.read() for r in info.regions)
+    finally:
+        for r in info.regions:
+            r.release()
+    converted = down_convert(data, magic, fetch_offset, limit)
+    if broker.metrics is not None and converted.records:
+        broker.metrics.fetch_converted(topic, converted.records)
+    return _Converted(converted.data)
 
 
 def _topics(broker, body, version):
@@ -113,7 +160,7 @@ async def handle(broker, request, connection):
     session_id = getattr(body, "session_id", INVALID_SESSION_ID)  # v7+
     epoch = getattr(body, "session_epoch", FINAL_EPOCH)
     if session_id == INVALID_SESSION_ID and epoch == FINAL_EPOCH:
-        results = await _fetch(broker, body, _topics(broker, body, version))
+        results = await _fetch(broker, body, _topics(broker, body, version), legacy_magic(version))
         if broker.metrics is not None:
             broker.metrics.fetched(results)
         pieces, size = encode_fetch_response(version, request.correlation_id, results)
@@ -121,13 +168,13 @@ async def handle(broker, request, connection):
     return await _handle_in_session(broker, request, session_id, epoch)
 
 
-async def _fetch(broker, body, topics) -> list[TopicResult]:
+async def _fetch(broker, body, topics, magic: int | None = None) -> list[TopicResult]:
     """Read `topics`, waiting as the request allows for `min_bytes` to be there."""
     max_bytes = min(getattr(body, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes)
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     max_wait_ms = ms(body.max_wait)
     replica_id = _replica_id(body)
-    results, total = _read(broker, topics, max_bytes, read_committed, replica_id)
+    results, total = _read(broker, topics, max_bytes, read_committed, replica_id, magic)
     if total < body.min_bytes and max_wait_ms > 0 and not _has_error(results):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
@@ -153,7 +200,7 @@ async def _fetch(broker, body, topics) -> list[TopicResult]:
             finally:
                 for p in partitions:
                     p.remove_listener(wake)
-            results, total = _read(broker, topics, max_bytes, read_committed, replica_id)
+            results, total = _read(broker, topics, max_bytes, read_committed, replica_id, magic)
             if _has_error(results):
                 break
     return results

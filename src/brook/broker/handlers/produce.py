@@ -2,8 +2,11 @@
 request is still applied. acks=0 gets no response; if any partition failed, the
 connection is closed instead, which is how Kafka tells such a producer to refresh.
 
-As in Kafka, a partition's records must be exactly one v2 batch (INVALID_RECORD), and zstd
-needs Produce v7+ (UNSUPPORTED_COMPRESSION_TYPE)."""
+As in Kafka, a partition's records must be exactly one v2 batch from Produce v3 on
+(INVALID_RECORD), and zstd needs Produce v7+ (UNSUPPORTED_COMPRESSION_TYPE). Produce v0-v2
+carry legacy message sets (magic 0 from v0-v1 clients, magic 1 from v2 ones): they are validated
+and up-converted into one v2 batch (`brook.records.legacy.produced_to_v2`) before the log sees
+them, and counted as conversions in the metrics, as Kafka counts them."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol.messages import make, response_class, response_module
 from ...records.batch import ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 from ...records.compression import CODEC_MASK, Codec
+from ...records.legacy import produced_to_v2
 from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from . import Api, Deferred
@@ -27,6 +31,8 @@ log = logging.getLogger(__name__)
 
 API_KEY = 0
 _FIRST_ZSTD_VERSION = 7
+_FIRST_BATCH_ONLY_VERSION = 3  # before it, legacy message sets (magic 0 and 1) too
+_LEGACY_MAGICS = (0, 1)
 _LENGTH = struct.Struct(">i")
 _LOGGED_CODES = {ErrorCode.corrupt_message, ErrorCode.kafka_storage_error, ErrorCode.unknown_server_error}
 
@@ -40,6 +46,7 @@ async def handle(broker, request, connection):
     version = request.api_version
     mod = response_module(API_KEY, version)
     acks = body.acks
+    transactional = getattr(body, "transactional_id", None) is not None  # v3+
     any_error = False
     topics = []
     appended = []  # the logs written, when they must be on disk before the answer
@@ -71,7 +78,7 @@ async def handle(broker, request, connection):
                 code = ErrorCode.unknown_topic_or_partition
             elif replicas is not None and (code := _leader_refusal(broker, replicas, partition, acks)):
                 pass
-            elif body.transactional_id is not None:
+            elif transactional:
                 code = ErrorCode.transactional_id_authorization_failed  # no transactions yet
             elif pd.records is None:
                 code = ErrorCode.invalid_record
@@ -79,7 +86,10 @@ async def handle(broker, request, connection):
                 code, detail = refusal
             else:
                 try:
-                    info = partition.append(pd.records)
+                    records, converted = pd.records, 0
+                    if version < _FIRST_BATCH_ONLY_VERSION and records[MAGIC_OFFSET] != MAGIC_V2:
+                        records, converted = produced_to_v2(records)
+                    info = partition.append(records)
                     base_offset, append_time = info.first_offset, info.log_append_time
                 except Exception as exc:
                     code = error_code_for(exc)
@@ -89,7 +99,7 @@ async def handle(broker, request, connection):
                                     connection.peer, code.name.upper(), exc)
                 else:
                     if broker.metrics is not None:
-                        broker.metrics.produced(name, len(pd.records), info.record_count)
+                        broker.metrics.produced(name, len(pd.records), info.record_count, converted)
                     if durable:
                         appended.append((len(topics), len(parts), partition.log))
                     if acks == -1 and partition.tracker is not None \
@@ -198,11 +208,13 @@ def _replicated_answer(done, version: int, topics: list, waiting: list):
 
 
 def refuse_records(records: bytes, version: int) -> tuple[ErrorCode, str] | None:
-    """Kafka's checks of one partition's records before the log sees them (Produce v3+):
-    one batch, of magic 2, not zstd before v7. A torn or corrupt batch is the log's to
-    refuse (CORRUPT_MESSAGE)."""
+    """Kafka's checks of one partition's records before the log sees them: one batch, of
+    magic 2, not zstd before v7; before v3, a legacy message set instead (checked as it is
+    converted). A torn or corrupt batch is the log's to refuse (CORRUPT_MESSAGE)."""
     if len(records) <= MAGIC_OFFSET:
         return ErrorCode.invalid_record, f"Produce v{version} needs one record batch per partition"
+    if version < _FIRST_BATCH_ONLY_VERSION and records[MAGIC_OFFSET] in _LEGACY_MAGICS:
+        return None
     if records[MAGIC_OFFSET] != MAGIC_V2:
         return (ErrorCode.invalid_record,
                 f"Produce v{version} takes record batches of magic 2, not {records[MAGIC_OFFSET]}")
@@ -216,4 +228,4 @@ def refuse_records(records: bytes, version: int) -> tuple[ErrorCode, str] | None
     return None
 
 
-APIS = [Api(API_KEY, "Produce", 3, 9, handle)]
+APIS = [Api(API_KEY, "Produce", 0, 9, handle)]

@@ -55,10 +55,17 @@ class BrokerMetrics:
         stats.time_sum += elapsed
         stats.buckets[bisect_left(REQUEST_TIME_BUCKETS, elapsed)] += 1
 
-    def produced(self, topic: str, nbytes: int, messages: int) -> None:
+    def produced(self, topic: str, nbytes: int, messages: int, converted: int = 0) -> None:
+        """Count an append; `converted` records of it came as legacy messages (Produce v0-v2)."""
         stats = self.topics.get(topic) or self._topic(topic)
         stats.bytes_in += nbytes
         stats.messages_in += messages
+        if converted:
+            stats.produce_conversions += converted
+
+    def fetch_converted(self, topic: str, records: int) -> None:
+        """Count records down-converted for an old consumer (Fetch v0-v3)."""
+        (self.topics.get(topic) or self._topic(topic)).fetch_conversions += records
 
     def fetched(self, results) -> None:
         """Count the record bytes of a Fetch response's partitions (`TopicResult`s)."""

@@ -51,11 +51,19 @@ class BrokerCollector:
                                           "Records appended by Produce requests.", labels=labels)
         bytes_out = CounterMetricFamily("brook_topic_bytes_out",
                                         "Record bytes sent in Fetch responses.", labels=labels)
-        for topic, nbytes_in, nmessages_in, nbytes_out in counts:
+        produce_conversions = CounterMetricFamily(
+            "brook_topic_produce_message_conversions",
+            "Records of Produce v0-v2 up-converted from legacy messages to v2 batches.", labels=labels)
+        fetch_conversions = CounterMetricFamily(
+            "brook_topic_fetch_message_conversions",
+            "Records down-converted to legacy messages for Fetch v0-v3.", labels=labels)
+        for topic, nbytes_in, nmessages_in, nbytes_out, nproduce_conv, nfetch_conv in counts:
             bytes_in.add_metric([topic], nbytes_in)
             messages_in.add_metric([topic], nmessages_in)
             bytes_out.add_metric([topic], nbytes_out)
-        return bytes_in, messages_in, bytes_out
+            produce_conversions.add_metric([topic], nproduce_conv)
+            fetch_conversions.add_metric([topic], nfetch_conv)
+        return bytes_in, messages_in, bytes_out, produce_conversions, fetch_conversions
 
     def _requests(self, counts):
         labels = ["request"]
@@ -130,7 +138,7 @@ def _registry_figures(broker, metrics: BrokerMetrics):
     return found
 
 
-def _topic_counts(broker, metrics: BrokerMetrics) -> list[tuple[str, int, int, int]]:
+def _topic_counts(broker, metrics: BrokerMetrics) -> list[tuple[str, int, int, int, int, int]]:
     """(topic, bytes in, messages in, bytes out) of each topic; a deleted topic's counts go,
     as Kafka removes a deleted topic's metrics."""
     topics = metrics.topics
@@ -140,7 +148,8 @@ def _topic_counts(broker, metrics: BrokerMetrics) -> list[tuple[str, int, int, i
         if metadata.get(topic) is None:
             del topics[topic]
         else:
-            counts.append((topic, stats.bytes_in, stats.messages_in, stats.bytes_out))
+            counts.append((topic, stats.bytes_in, stats.messages_in, stats.bytes_out,
+                           stats.produce_conversions, stats.fetch_conversions))
     return counts
 
 

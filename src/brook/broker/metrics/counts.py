@@ -32,7 +32,8 @@ class RequestStats:
 
 
 class TopicStats:
-    __slots__ = ("bytes_in", "messages_in", "bytes_out")
+    __slots__ = ("bytes_in", "messages_in", "bytes_out", "produce_conversions", "fetch_conversions")
 
     def __init__(self) -> None:
         self.bytes_in = self.messages_in = self.bytes_out = 0
+        self.produce_conversions = self.fetch_conversions = 0
