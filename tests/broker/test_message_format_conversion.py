@@ -267,3 +267,11 @@ def test_old_fetch_of_unknown_partition_and_bad_offset(client):
     assert fetch_old(client, "errs", 0, {0: 99})[0].error_code == ErrorCode.offset_out_of_range
     assert fetch_old(client, "errs", 1, {3: 0})[3].error_code == ErrorCode.unknown_topic_or_partition
 
+
+
+def test_fetch_old_versions_refused_where_down_conversion_is_off(client):
+    create_topic(client, "noconv", configs=[("message.downconversion.enable", "false")])
+    produce(client, "noconv", {0: stored_batch(Codec.NONE)})
+    for version in range(4):
+        assert fetch_old(client, "noconv", version, {0: 0})[0].error_code == ErrorCode.unsupported_version
+    assert len(fetch_current(client, "noconv")) == 4

@@ -75,6 +75,8 @@ def _read(broker, topics, max_bytes: int, read_committed: bool,
             elif replicas is not None and (code := replicas.leader_error(
                     partition, getattr(fp, "current_leader_epoch", -1))):
                 pr.error_code = code
+            elif magic is not None and not _down_conversion_enabled(broker, name):
+                pr.error_code = ErrorCode.unsupported_version  # Kafka's answer when it is off
             else:
                 if replica_id >= 0:
                     partition.on_follower_fetch(replica_id, fp.fetch_offset, now)
@@ -122,6 +124,16 @@ class _Converted:
     def __init__(self, data: bytes) -> None:
         self.regions = (data,) if data else ()
         self.size = len(data)
+
+
+def _down_conversion_enabled(broker, topic: str) -> bool:
+    """The topic's message.downconversion.enable, else the broker's
+    log.message.downconversion.enable (true by default, as in Kafka)."""
+    tm = broker.metadata.get(topic)
+    value = (tm.configs if tm else {}).get("message.downconversion.enable")
+    if value is None:
+        value = broker.config.props.get("log.message.downconversion.enable", "true")
+    return value.strip().lower() != "false"
 
 
 def _down_converted(broker, topic: str, info, magic: int, fetch_offset: int, limit: int) -> _Converted:
