@@ -1,14 +1,16 @@
 """kafka-python told to speak to an older broker (``api_version``) against a real broker: the
 versions Kafka 4.0 dropped that it then sends (ListOffsets v0, OffsetCommit v0-v2, OffsetFetch
-v0-v1, Metadata v0-v1, FindCoordinator v0) are answered. Its Produce below v3 and Fetch below v4
-(message-format conversion, for api_version below 0.11) are not served yet: records are
-produced and consumed here at current versions or with api_version (0, 11)."""
+v0-v1, Metadata v0-v1, FindCoordinator v0) are answered, and below api_version 0.11 it produces
+legacy message sets (Produce v0-v2) and consumes them (Fetch v0-v3), which brook converts to
+and from its v2 log: what it produces with each codec is read back whole, in a group with
+commits, and across formats with a current confluent-kafka client both ways."""
 
 from __future__ import annotations
 
 import io
 import logging
 import re
+import time
 import uuid
 from contextlib import contextmanager
 
@@ -99,3 +101,113 @@ def test_offsets_and_commits_at_old_versions(broker, api_version, expected):
     current = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group)
     assert current.committed(tp) == 7
     current.close()
+
+
+# --- message format conversion (api_version below 0.11) --------------------------------------
+
+# (api_version, the Produce and Fetch versions kafka-python then sends)
+LEGACY_FORMATS = [((0, 9), 1, 1), ((0, 10, 0), 2, 2), ((0, 10, 1), 2, 3)]
+LEGACY_CODECS = [None, "gzip", "snappy", "lz4"]  # zstd needs api_version 2.1
+
+
+def codecs_for(api_version) -> list:
+    """kafka-python writes lz4 for 0.8/0.9 brokers only with the xxhash package, which brook's
+    dev dependencies lack; magic-0 lz4 is produced here by confluent-kafka (fallback 0.9.0)."""
+    if api_version < (0, 10):
+        try:
+            import xxhash  # noqa: F401
+        except ImportError:
+            return [c for c in LEGACY_CODECS if c != "lz4"]
+    return LEGACY_CODECS
+
+
+@pytest.mark.parametrize("api_version, produce_version, fetch_version", LEGACY_FORMATS,
+                         ids=[".".join(map(str, v)) for v, _, _ in LEGACY_FORMATS])
+def test_legacy_formats_produce_each_codec_and_consume_in_a_group(broker, api_version,
+                                                                  produce_version, fetch_version):
+    topic, group = f"kl-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    sent = []
+    with requests_sent() as requests:
+        for codec in codecs_for(api_version):
+            producer = KafkaProducer(bootstrap_servers=broker.bootstrap, api_version=api_version,
+                                     compression_type=codec, linger_ms=20)
+            for i in range(15):
+                key, value = b"%s-%d" % (str(codec).encode(), i), b"value %d " % i * (i + 1)
+                producer.send(topic, value, key=key, partition=0)
+                sent.append((key, value))
+            producer.flush()
+            producer.close()
+        consumer = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
+                                 api_version=api_version, auto_offset_reset="earliest",
+                                 enable_auto_commit=False, consumer_timeout_ms=15_000)
+        got = []
+        for message in consumer:
+            got.append(message)
+            if len(got) == len(sent):
+                break
+        consumer.commit()
+        consumer.close()
+    assert [(m.key, m.value) for m in got] == sent
+    assert [m.offset for m in got] == list(range(len(sent)))
+    if api_version >= (0, 10):  # magic 1 carries the producer's timestamps
+        assert all(m.timestamp > 0 for m in got)
+    assert {("Produce", produce_version), ("Fetch", fetch_version)} <= requests, requests
+    again = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, api_version=api_version)
+    assert again.committed(TopicPartition(topic, 0)) == len(sent)
+    again.close()
+
+
+def test_produced_as_v0_read_by_a_current_client_and_the_reverse(broker):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    old_topic, new_topic = f"kx-{uuid.uuid4().hex[:6]}", f"kx-{uuid.uuid4().hex[:6]}"
+    sent = [(b"k%d" % i, b"v%d" % i) for i in range(30)]
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, api_version=(0, 9),
+                             compression_type="gzip")
+    for key, value in sent:
+        producer.send(old_topic, value, key=key, partition=0)
+    producer.flush()
+    producer.close()
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cx",
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition(old_topic, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(sent) and time.monotonic() < deadline:
+        m = consumer.poll(1.0)
+        if m is not None and m.error() is None:
+            got.append((m.key(), m.value()))
+    consumer.close()
+    assert got == sent
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                         "compression.type": "snappy", "linger.ms": 20})
+    for key, value in sent:
+        producer.produce(new_topic, value, key=key, partition=0)
+    assert producer.flush(30) == 0
+    old = KafkaConsumer(bootstrap_servers=broker.bootstrap, api_version=(0, 9),
+                        auto_offset_reset="earliest", consumer_timeout_ms=15_000)
+    old.assign([TopicPartition(new_topic, 0)])
+    got = []
+    for message in old:
+        got.append((message.key, message.value))
+        if len(got) == len(sent):
+            break
+    old.close()
+    assert got == sent
+
+
+def test_zstd_written_by_a_current_client_is_refused_to_a_legacy_consumer(broker):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    topic = f"kz-{uuid.uuid4().hex[:6]}"
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                         "compression.type": "zstd", "linger.ms": 50})
+    for _ in range(20):  # (librdkafka sends a batch plain when compression would not shrink it)
+        producer.produce(topic, b"x" * 1000, partition=0)
+    assert producer.flush(30) == 0
+    old = KafkaConsumer(bootstrap_servers=broker.bootstrap, api_version=(0, 10, 1),
+                        auto_offset_reset="earliest")
+    old.assign([TopicPartition(topic, 0)])
+    with pytest.raises(kafka.errors.UnsupportedCompressionTypeError):
+        for _ in range(20):
+            old.poll(500)
+    old.close()

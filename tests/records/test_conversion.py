@@ -83,6 +83,15 @@ def test_produced_message_sets_become_one_batch_of_the_same_messages(data, magic
     assert batch.base_timestamp == min(m.timestamp for m in sent)  # the log checks the earliest
 
 
+def test_produced_wrapper_offsets_are_ignored():
+    """kafka-python writes a magic-1 wrapper at offset 0, below its inner relative offsets."""
+    sent = [LegacyMessage(i, 1, timestamp=5 + i, value=b"v%d" % i) for i in range(3)]
+    wire = bytearray(encode_message_set(sent, 1, Codec.GZIP))
+    wire[:8] = bytes(8)  # the wrapper's offset: outside the CRC
+    batch = decode_batch(produced_to_v2(bytes(wire))[0])
+    assert [(r.offset, r.timestamp, r.value) for r in batch.records] == [(0, 5, b"v0"), (1, 6, b"v1"), (2, 7, b"v2")]
+
+
 def test_produced_refusals():
     m1 = [LegacyMessage(0, 1, timestamp=5, value=b"a"), LegacyMessage(1, 1, timestamp=6, value=b"b")]
     gz = encode_message_set(m1, 1, Codec.GZIP)

@@ -148,7 +148,7 @@ def produced_to_v2(buf: bytes | bytearray | memoryview) -> tuple[bytes, int]:
     codec = entries[0].codec
     if len(entries) > 1 and any(e.codec != Codec.NONE for e in entries):
         raise InvalidRecordError("a compressed message set must be one wrapper message alone")
-    messages = [m for e in entries for m in _flatten(e)]
+    messages = [m for e in entries for m in _flatten(e, offsets=False)]
     records = [Record(i, m.timestamp, m.key, m.value) for i, m in enumerate(messages)]
     stamped = [r.timestamp for r in records if r.timestamp >= 0]
     # The base timestamp is the earliest, so the log's check of it covers every record.
@@ -236,8 +236,11 @@ def _read_bytes(msg: memoryview, pos: int) -> tuple[bytes | None, int]:
     return bytes(msg[pos : pos + length]), pos + length
 
 
-def _flatten(entry: _Entry) -> list[LegacyMessage]:
-    """The messages an entry stands for: itself, or the inner messages of a wrapper."""
+def _flatten(entry: _Entry, offsets: bool = True) -> list[LegacyMessage]:
+    """The messages an entry stands for: itself, or the inner messages of a wrapper.
+
+    With `offsets` false the wrapper's offset is not used (a producer's, which Kafka ignores:
+    kafka-python leaves it 0), and magic-1 inner messages keep their relative offsets."""
     wrapper = entry.message
     if entry.codec == Codec.NONE:
         return [wrapper]
@@ -256,7 +259,7 @@ def _flatten(entry: _Entry) -> list[LegacyMessage]:
         raise CorruptRecordError("compressed messages must not be nested")
     if wrapper.magic == MAGIC_V0:
         return inner  # inner offsets are already absolute
-    base = wrapper.offset - inner[-1].offset
+    base = wrapper.offset - inner[-1].offset if offsets else 0
     if base < 0:
         raise CorruptRecordError(f"wrapper offset {wrapper.offset} is below its relative offsets")
     log_append = wrapper.timestamp_type == LOG_APPEND_TIME
