@@ -77,6 +77,25 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def test_message_conversions_are_counted_in_records(mbroker, client):
+    """Kafka's ProduceMessageConversionsPerSec and FetchMessageConversionsPerSec: records of
+    Produce v0-v2 up-converted, records down-converted for Fetch v0-v3; current versions none."""
+    from brook.records import Codec, LegacyMessage, encode_message_set
+    topic = unique("conv")
+    create_topic(client, topic, 1)
+    old = encode_message_set([LegacyMessage(i, 1, timestamp=int(time.time() * 1000), value=b"v")
+                              for i in range(3)], 1, Codec.GZIP)
+    assert produce(client, topic, {0: old}, version=2)[0].error_code == ErrorCode.none
+    assert produce(client, topic, {0: batch(2)})[0].error_code == ErrorCode.none
+    client.request(fetch_request(topic, {0: 0}))  # current: no conversion
+    s = scrape(mbroker)
+    assert s.get("brook_topic_produce_message_conversions_total", topic=topic) == 3
+    assert s.get("brook_topic_fetch_message_conversions_total", topic=topic) == 0
+    client.request(fetch_request(topic, {0: 0}, version=3))
+    client.request(fetch_request(topic, {0: 3}, version=0))
+    assert scrape(mbroker).get("brook_topic_fetch_message_conversions_total", topic=topic) == 5 + 2
+
+
 def test_produce_counts_bytes_and_messages_in_exactly(mbroker, client):
     topic = unique("in")
     assert create_topic(client, topic, 2).error_code == ErrorCode.none
