@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from datetime import timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,9 +20,11 @@ from kio.static.primitive import Records
 
 from brook.broker.handlers import registry
 from brook.protocol import legacy
+from brook.protocol.messages import make
 from tests.support.broker_harness import BrokerProcess, peak_rss_bytes
 from tests.support.kafka_wire import WireClient, request_class
-from tests.support.wire_requests import create_topic, fetch_request
+from brook.records import Codec, LegacyMessage, Record, encode_batch, encode_message_set
+from tests.support.wire_requests import create_topic, fetch_request, req_mod
 
 MAX_REQUEST = 1 << 20
 # Requests that create things are fuzzed too, but with sizes that keep the test quick.
@@ -51,6 +54,7 @@ def bystander(broker):
     """A well-behaved client on its own connection for the whole module."""
     with WireClient(broker.bootstrap) as c:
         create_topic(c, "steady", partitions=1)
+        create_topic(c, "conv", partitions=1)  # message format conversion's own
         yield c
 
 
@@ -147,6 +151,60 @@ def test_old_versions_mutated_are_answered_or_closed(broker, bystander, request)
 def test_random_bytes_and_wrong_lengths(broker, bystander, data, length):
     prefix = struct.pack(">i", len(data) if length is None else length)
     exchange(broker, prefix + data, read_timeout=0.2)
+    still_serving(broker, bystander)
+
+
+# --- message format conversion: legacy message sets produced, stored batches fetched old ------
+
+payloads = st.one_of(st.none(), st.binary(max_size=40))
+
+
+@st.composite
+def legacy_produce_requests(draw):
+    """Produce v0-v2 to "conv": legacy message sets, well formed or damaged, or v2 batches of
+    any codec (zstd too, which Fetch v0-v3 then cannot convert)."""
+    version = draw(st.integers(0, 2))
+    n = draw(st.integers(1, 5))
+    if draw(st.integers(0, 4)) == 0:
+        records = encode_batch([Record(i, draw(st.integers(-1, 2**41)), draw(payloads), draw(payloads))
+                                for i in range(n)], codec=draw(st.sampled_from(list(Codec))))
+        version = 9
+    else:
+        magic = draw(st.integers(0, 1))
+        msgs = [LegacyMessage(draw(st.integers(0, 9)), magic, timestamp=draw(st.integers(-1, 2**41)),
+                              key=draw(payloads), value=draw(payloads)) for _ in range(n)]
+        codec = draw(st.sampled_from([Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4]))
+        data = bytearray(b"".join(encode_message_set([m], magic, codec) for m in msgs)
+                         if draw(st.booleans()) else encode_message_set(msgs, magic, codec))
+        for _ in range(draw(st.integers(0, 2))):  # damage, now and then
+            pos = draw(st.integers(0, len(data) - 1))
+            if draw(st.booleans()):
+                data[pos] ^= draw(st.integers(1, 255))
+            else:
+                del data[pos:]
+                data += draw(st.binary(max_size=8))
+        records = bytes(data) or b"\0"
+    m = req_mod(0, version)
+    body = make(m.ProduceRequest, transactional_id=None, acks=1, timeout=timedelta(seconds=5),
+                topic_data=(make(m.TopicProduceData, name="conv", partition_data=(
+                    make(m.PartitionProduceData, index=0, records=records),)),))
+    return valid_frame(0, version, body)
+
+
+@st.composite
+def legacy_fetch_requests(draw):
+    version = draw(st.integers(0, 3))
+    body = fetch_request("conv", {0: draw(st.integers(-1, 40))}, version=version,
+                         partition_max_bytes=draw(st.integers(-1, 3000)),
+                         max_bytes=draw(st.integers(-1, 5000)))
+    return valid_frame(1, version, body)
+
+
+@FUZZ
+@given(requests=st.lists(st.one_of(legacy_produce_requests(), legacy_fetch_requests()),
+                         min_size=1, max_size=4))
+def test_legacy_message_sets_produced_and_fetched_are_answered(broker, bystander, requests):
+    exchange(broker, b"".join(requests))
     still_serving(broker, bystander)
 
 
