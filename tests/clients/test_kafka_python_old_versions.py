@@ -211,3 +211,29 @@ def test_zstd_written_by_a_current_client_is_refused_to_a_legacy_consumer(broker
         for _ in range(20):
             old.poll(500)
     old.close()
+
+
+def test_api_version_0_8_2_produces_v0_and_fetches_v0(broker):
+    """Before consumer groups: Produce v0 and Fetch v0, each codec kafka-python has for magic 0."""
+    topic = f"k8-{uuid.uuid4().hex[:6]}"
+    sent = []
+    with requests_sent() as requests:
+        for codec in codecs_for((0, 8, 2)):
+            producer = KafkaProducer(bootstrap_servers=broker.bootstrap, api_version=(0, 8, 2),
+                                     compression_type=codec, linger_ms=20)
+            for i in range(10):
+                sent.append((b"%s-%d" % (str(codec).encode(), i), b"value %d" % i))
+                producer.send(topic, sent[-1][1], key=sent[-1][0], partition=0)
+            producer.flush()
+            producer.close()
+        consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, api_version=(0, 8, 2),
+                                 auto_offset_reset="earliest", consumer_timeout_ms=15_000)
+        consumer.assign([TopicPartition(topic, 0)])
+        got = []
+        for message in consumer:
+            got.append((message.offset, message.key, message.value))
+            if len(got) == len(sent):
+                break
+        consumer.close()
+    assert got == [(i, k, v) for i, (k, v) in enumerate(sent)]
+    assert {("Produce", 0), ("Fetch", 0)} <= requests, requests
