@@ -4,6 +4,8 @@ property tests that what goes in comes out, Kafka's offsets and timestamps, limi
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -104,6 +106,11 @@ def test_produced_refusals():
         produced_to_v2(encode_message_set([LegacyMessage(0, 0, value=b"x")], 0) + plain)
     with pytest.raises(InvalidRecordError):
         produced_to_v2(b"")
+    zstd = bytearray(encode_message_set(m1[:1], 1))
+    zstd[17] = 4  # the attributes (after offset, size, crc, magic): codec 4, zstd
+    zstd[12:16] = zlib.crc32(zstd[16:]).to_bytes(4, "big")
+    with pytest.raises(InvalidRecordError):  # Kafka: no legacy wrapper is in zstd
+        produced_to_v2(bytes(zstd))
     with pytest.raises(CorruptRecordError):
         produced_to_v2(plain[:-1])  # Produce takes no partial message, unlike a fetch
     with pytest.raises(CorruptRecordError):

@@ -125,7 +125,8 @@ def produced_to_v2(buf: bytes | bytearray | memoryview) -> tuple[bytes, int]:
 
     As Kafka validates a producer's legacy messages: every entry whole and its CRC right
     (inner messages of a wrapper included), one magic throughout, either plain messages or a
-    single compressed wrapper, and no codec a magic below 2 cannot carry. All of it becomes
+    single compressed wrapper, and no codec a magic below 2 cannot carry (all three
+    INVALID_RECORD). All of it becomes
     one batch at offsets 0..n-1 (the producer's offsets are ignored, as Kafka ignores them),
     compressed with the wrapper's codec, in CreateTime with the messages' timestamps (-1 for
     magic 0); a LogAppendTime topic stamps it on append, as it stamps any batch.
@@ -133,11 +134,14 @@ def produced_to_v2(buf: bytes | bytearray | memoryview) -> tuple[bytes, int]:
     view = memoryview(buf)
     entries = []
     consumed = 0
-    for entry in _iter_entries(view, top_level=True):
-        entries.append(entry)
-        # (a message is exactly as long as its fields: _parse_message holds it to that)
-        consumed += LOG_OVERHEAD + MESSAGE_OVERHEAD[entry.message.magic] \
-            + len(entry.message.key or b"") + len(entry.message.value or b"")
+    try:
+        for entry in _iter_entries(view, top_level=True):
+            entries.append(entry)
+            # (a message is exactly as long as its fields: _parse_message holds it to that)
+            consumed += LOG_OVERHEAD + MESSAGE_OVERHEAD[entry.message.magic] \
+                + len(entry.message.key or b"") + len(entry.message.value or b"")
+    except UnsupportedCompressionError as exc:  # zstd in a legacy wrapper: Kafka's INVALID_RECORD
+        raise InvalidRecordError(str(exc)) from None
     if consumed != len(view):
         raise CorruptRecordError(f"message set of {len(view)} bytes ends inside a message")
     if not entries:
