@@ -275,3 +275,25 @@ def test_fetch_old_versions_refused_where_down_conversion_is_off(client):
     for version in range(4):
         assert fetch_old(client, "noconv", version, {0: 0})[0].error_code == ErrorCode.unsupported_version
     assert len(fetch_current(client, "noconv")) == 4
+
+
+def test_a_large_down_conversion_does_not_hold_up_other_connections(broker, client):
+    """Conversion runs off the event loop: another connection is answered meanwhile."""
+    create_topic(client, "big")
+    batch = stored_batch(Codec.NONE, n=5000)
+    for _ in range(40):  # 200,000 records: seconds of conversion
+        assert produce(client, "big", {0: batch})[0].error_code == ErrorCode.none
+    m = req_mod(18, 3)
+    ping = make(m.ApiVersionsRequest, client_software_name="t", client_software_version="1")
+    with WireClient(broker.bootstrap) as other:
+        other.request(ping)
+        started = time.monotonic()
+        corr = client.send(fetch_request("big", {0: 0}, version=1, partition_max_bytes=64 << 20))
+        time.sleep(0.1)  # the conversion is under way
+        t0 = time.monotonic()
+        other.request(ping)
+        waited = time.monotonic() - t0
+        resp = client.recv(1, 1, corr)
+        took = time.monotonic() - started
+    assert len(decode_message_set(resp.responses[0].partitions[0].records)) == 200_000
+    assert waited < took / 3, (waited, took)

@@ -8,11 +8,8 @@ request may open a session, an incremental one reads every partition of its sess
 its long-poll is woken by any of them, not only those it names) and is answered with the
 partitions that changed.
 
-Fetch v0-v3 come from consumers that cannot read v2 batches: their data is read into memory
-(no more than the request's byte limits allow, plus at most one first batch over them) and
-down-converted (`brook.records.down_convert`) to magic 0 for v0-v1 and magic 1 for v2-v3, as
-Kafka does; the cost is a decode and re-encode (and with a codec, a decompression and
-recompression) of every record sent, counted in the metrics as fetch message conversions.
+Fetch v0-v3 come from consumers that cannot read v2 batches: what the read found is
+down-converted before the answer (`fetch_conversion`).
 """
 
 from __future__ import annotations
@@ -30,31 +27,24 @@ from ...protocol.fetch_response import (
     TopicResult,
     encode_fetch_response,
 )
-from ...records.down_convert import down_convert
-from ...records.errors import UnsupportedCompressionError
 from ...storage.errors import OffsetOutOfRangeError
 from ..errors import error_code_for
 from ..fetch_session import FINAL_EPOCH, INVALID_SESSION_ID
 from . import Api, RawResponse
+from .fetch_conversion import Pending, convert, down_conversion_enabled, legacy_magic
 from .common import ms
 
 log = logging.getLogger(__name__)
 
 API_KEY = 1
 READ_COMMITTED = 1
-_MAGIC_0_BEFORE = 2  # Fetch v0-v1 read magic 0 ...
-_MAGIC_1_BEFORE = 4  # ... and v2-v3 magic 1; v4 and later read the stored v2 batches as they are
 
 
-def legacy_magic(version: int) -> int | None:
-    """The message format a Fetch version's consumer reads, when it is not the stored v2."""
-    if version < _MAGIC_0_BEFORE:
-        return 0
-    return 1 if version < _MAGIC_1_BEFORE else None
-
-
-def _read(broker, topics, max_bytes: int, read_committed: bool,
-          replica_id: int = -1, magic: int | None = None) -> tuple[list[TopicResult], int]:
+def _read(broker, topics, max_bytes: int, read_committed: bool, replica_id: int = -1,
+          magic: int | None = None, pending: list[Pending] | None = None,
+          ) -> tuple[list[TopicResult], int]:
+    """Read every partition; with a legacy `magic`, the partitions given records are listed
+    in `pending`, to be converted."""
     remaining = max_bytes
     total = 0
     first = True
@@ -75,7 +65,7 @@ def _read(broker, topics, max_bytes: int, read_committed: bool,
             elif replicas is not None and (code := replicas.leader_error(
                     partition, getattr(fp, "current_leader_epoch", -1))):
                 pr.error_code = code
-            elif magic is not None and not _down_conversion_enabled(broker, name):
+            elif magic is not None and not down_conversion_enabled(broker, name):
                 pr.error_code = ErrorCode.unsupported_version  # Kafka's answer when it is off
             else:
                 if replica_id >= 0:
@@ -93,20 +83,16 @@ def _read(broker, topics, max_bytes: int, read_committed: bool,
                         info = partition.log.read(fp.fetch_offset, limit,
                                                   max_offset=hw if replica_id < 0 else None,
                                                   min_one_message=True)
-                        if magic is not None and info.regions:
-                            info = _down_converted(broker, name, info, magic, fp.fetch_offset,
-                                                   limit)
                         size = info.size
                         if info.regions and (first or size <= limit):
                             pr.records = info.regions
                             total += size
                             remaining -= size
                             first = False
+                            if magic is not None:
+                                pending.append(Pending(pr, name, fp.fetch_offset, limit))
                 except OffsetOutOfRangeError:
                     pr.error_code = ErrorCode.offset_out_of_range
-                except UnsupportedCompressionError:  # zstd, for a consumer of magic 0 or 1
-                    pr.error_code = ErrorCode.unsupported_compression_type
-                    pr.high_watermark = pr.last_stable_offset = pr.log_start_offset = -1
                 except Exception as exc:
                     pr.error_code = error_code_for(exc)
                     log.warning("fetch from %s-%d at offset %d failed: %s", name, fp.partition,
@@ -114,40 +100,6 @@ def _read(broker, topics, max_bytes: int, read_committed: bool,
             tr.partitions.append(pr)
         results.append(tr)
     return results, total
-
-
-class _Converted:
-    """A read whose batches were down-converted: one piece of bytes in place of file regions."""
-
-    __slots__ = ("regions", "size")
-
-    def __init__(self, data: bytes) -> None:
-        self.regions = (data,) if data else ()
-        self.size = len(data)
-
-
-def _down_conversion_enabled(broker, topic: str) -> bool:
-    """The topic's message.downconversion.enable, else the broker's
-    log.message.downconversion.enable (true by default, as in Kafka)."""
-    tm = broker.metadata.get(topic)
-    value = (tm.configs if tm else {}).get("message.downconversion.enable")
-    if value is None:
-        value = broker.config.props.get("log.message.downconversion.enable", "true")
-    return value.strip().lower() != "false"
-
-
-def _down_converted(broker, topic: str, info, magic: int, fetch_offset: int, limit: int) -> _Converted:
-    """The batches of a log read as a message set of `magic`, whole messages within `limit`
-    bytes (at least the first). Raises UnsupportedCompressionError for a zstd batch."""
-    try:
-        data = b"".join(r.read() for r in info.regions)
-    finally:
-        for r in info.regions:
-            r.release()
-    converted = down_convert(data, magic, fetch_offset, limit)
-    if broker.metrics is not None and converted.records:
-        broker.metrics.fetch_converted(topic, converted.records)
-    return _Converted(converted.data)
 
 
 def _topics(broker, body, version):
@@ -186,7 +138,8 @@ async def _fetch(broker, body, topics, magic: int | None = None) -> list[TopicRe
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     max_wait_ms = ms(body.max_wait)
     replica_id = _replica_id(body)
-    results, total = _read(broker, topics, max_bytes, read_committed, replica_id, magic)
+    pending: list[Pending] = []
+    results, total = _read(broker, topics, max_bytes, read_committed, replica_id, magic, pending)
     if total < body.min_bytes and max_wait_ms > 0 and not _has_error(results):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
@@ -212,9 +165,13 @@ async def _fetch(broker, body, topics, magic: int | None = None) -> list[TopicRe
             finally:
                 for p in partitions:
                     p.remove_listener(wake)
-            results, total = _read(broker, topics, max_bytes, read_committed, replica_id, magic)
+            pending = []
+            results, total = _read(broker, topics, max_bytes, read_committed, replica_id, magic,
+                                   pending)
             if _has_error(results):
                 break
+    if pending:
+        await convert(broker, pending, magic)
     return results
 
 
