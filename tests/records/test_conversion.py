@@ -9,6 +9,7 @@ import zlib
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.examples import examples
 
 from brook.records import (
     CREATE_TIME,
@@ -28,7 +29,7 @@ from brook.records.down_convert import down_convert
 from brook.records.errors import InvalidRecordError
 from brook.records.legacy import produced_to_v2
 
-SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SOME = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LEGACY_CODECS = [Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4]
 codecs = st.sampled_from(LEGACY_CODECS)
 payloads = st.one_of(st.none(), st.binary(max_size=30))
@@ -117,7 +118,7 @@ def test_produced_refusals():
         produced_to_v2(plain[:-1] + bytes((plain[-1] ^ 1,)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=200))
 def test_produced_garbage_raises_only_records_errors(buf):
     try:
