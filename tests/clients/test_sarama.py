@@ -1,7 +1,8 @@
 """sarama (Shopify's Go client, as Debian packages it) against a broker process, told the broker
 runs Kafka 2.0: it produces with each codec, reads the records back, commits through
 its offset manager, reads the commits back and asks for the oldest and newest offsets. A
-current confluent-kafka consumer then reads the same records.
+current confluent-kafka consumer then reads the same records. Told a Kafka from before 0.11, it
+produces and consumes legacy message sets, which brook converts.
 
 The program is tests/clients/sarama/main.go; `make tools` installs Go and sarama from Debian
 and builds it into .tools/sarama-check (GOPATH mode, against the source tree the package
@@ -81,3 +82,24 @@ def test_zstd_in_a_produce_below_v7_is_refused(broker, version):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "does not support the compression type" in proc.stderr, proc.stderr
+
+
+# Told a Kafka from before 0.11, sarama produces and fetches legacy message sets (Produce and
+# Fetch v0 for 0.8.2, v1 for 0.9, v2 for 0.10.0, and Fetch v3 for 0.10.1), which brook converts
+# to and from its v2 log. (sarama has lz4 only from 0.10.)
+LEGACY = ([(v, c) for v in ("0.8.2.0", "0.9.0.0") for c in ("none", "gzip", "snappy")]
+          + [(v, c) for v in ("0.10.0.0", "0.10.1.0") for c in ("none", "gzip", "snappy", "lz4")])
+
+
+@pytest.mark.parametrize("version,codec", LEGACY)
+def test_sarama_before_kafka_0_11_through_message_format_conversion(broker, version, codec):
+    topic = f"sarama-{version}-{codec}"
+    create_topic_confluent(broker.bootstrap, topic, PARTITIONS)
+    out = sarama(broker, topic, version, codec, group=f"g-{topic}")
+    produced = sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in out["produced"])
+    consumed = sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in out["consumed"])
+    assert sorted((k, v) for _, _, k, v in produced) == sorted(expected(i) for i in range(RECORDS))
+    assert consumed == produced
+    assert out["committed"] == {str(p): RECORDS // PARTITIONS for p in range(PARTITIONS)}
+    if version.startswith("0.10"):  # magic 1 carries sarama's timestamps
+        assert all(r["timestamp_ms"] > 0 for r in out["consumed"])
