@@ -5,7 +5,7 @@ With fallback 0.9.0 it produces legacy message sets of magic 0 (Produce v1) and 
 (Fetch v1), which brook converts to and from its v2 log: each codec librdkafka has for that
 format is produced, consumed in a group with commits, and read back equal, and what it wrote is
 read by a current client and the reverse; the broker's conversion counts show the old versions
-were used. With fallback 0.10.0 librdkafka asks for API versions all the same (its
+were used. With fallback 0.10.0 or 0.11.0 librdkafka asks for API versions all the same (its
 documentation: any fallback from 0.10 on enables ApiVersionRequest, which 0.10.0 brokers
 answer), so it then speaks current versions and nothing is converted: held here too."""
 
@@ -27,8 +27,8 @@ from tests.support.broker_harness import BrokerProcess, free_port
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
-FALLBACKS = ["0.9.0", "0.10.0"]
-CONVERTED = {"0.9.0": True, "0.10.0": False}  # see the module's docstring
+FALLBACKS = ["0.9.0", "0.10.0", "0.11.0"]
+CONVERTED = {"0.9.0": True, "0.10.0": False, "0.11.0": False}  # see the module's docstring
 CODECS = ["none", "gzip", "snappy", "lz4"]  # zstd needs a 2.1 broker
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
