@@ -165,8 +165,13 @@ class TopicOffsets:
         block's rows are copied in as they are and its flags set with one slice; anything else
         goes through ``put_rows`` or ``put``."""
         flags = self.flags
-        n = len(flags)
         end = first + count
+        if (not metadata and first >= 0 and flags.count(_PRESENT, first, end) == count
+                and len(rows) == count * _ROW_SIZE):
+            # plain offsets over plain ones (a consumer's every commit but its first): rows only
+            self.rows[first * _ROW_SIZE:end * _ROW_SIZE] = rows
+            return 0
+        n = len(flags)
         # Partitions from ``first`` on would become rows one by one (see ``_grow``) when the
         # first one would.
         if (self.sparse is None and 0 <= first < 2 * n + _DENSE_SLACK
