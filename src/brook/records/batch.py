@@ -254,6 +254,8 @@ def _decode_records(
     records: list[Record] = []
     pos = 0
     end = len(data)
+    # A varint of one byte is read in place (the call costs more than the decoding): most
+    # deltas, and key, value and header counts of small records.
     for _ in range(count):
         length, pos = decode_varint(data, pos)
         if length < 1:  # even an empty record has its attributes byte
@@ -262,12 +264,23 @@ def _decode_records(
         if rec_end > end:
             raise CorruptRecordError("record runs past the end of the batch")
         attributes = data[pos]
-        pos += 1
-        ts_delta, pos = decode_varint(data, pos)
-        off_delta, pos = decode_varint(data, pos)
+        b = data[pos + 1] if pos + 1 < rec_end else 0x80
+        if b < 0x80:
+            ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 2
+        else:
+            ts_delta, pos = decode_varint(data, pos + 1)
+        b = data[pos] if pos < rec_end else 0x80
+        if b < 0x80:
+            off_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+        else:
+            off_delta, pos = decode_varint(data, pos)
         key, pos = _read_bytes(data, pos, rec_end)
         value, pos = _read_bytes(data, pos, rec_end)
-        n_headers, pos = decode_varint(data, pos)
+        b = data[pos] if pos < rec_end else 0x80
+        if b < 0x80:
+            n_headers, pos = (b >> 1) ^ -(b & 1), pos + 1
+        else:
+            n_headers, pos = decode_varint(data, pos)
         if n_headers < 0 or n_headers > rec_end - pos:
             raise CorruptRecordError(f"invalid header count {n_headers}")
         headers = []
@@ -291,7 +304,11 @@ def _decode_records(
 
 
 def _read_bytes(data: bytes | memoryview, pos: int, end: int) -> tuple[bytes | None, int]:
-    length, pos = decode_varint(data, pos)
+    b = data[pos] if pos < end else 0x80
+    if b < 0x80:
+        length, pos = (b >> 1) ^ -(b & 1), pos + 1
+    else:
+        length, pos = decode_varint(data, pos)
     if length < 0:
         if length != -1:
             raise CorruptRecordError(f"invalid length {length}")

@@ -23,7 +23,7 @@ from typing import NamedTuple
 from .batch import LOG_APPEND_TIME, decode_batch, read_header
 from .compression import Codec
 from .errors import TruncatedBatchError, UnsupportedCompressionError
-from .legacy import LegacyMessage, encode_message_set
+from .legacy import encode_records
 
 
 class Converted(NamedTuple):
@@ -54,16 +54,13 @@ def down_convert(buf: bytes | bytearray | memoryview, magic: int, fetch_offset: 
                 f"the batch at offset {header.base_offset} is in zstd, which magic {magic} cannot carry")
         batch = decode_batch(view, start, verify=False)
         append_time = batch.max_timestamp if batch.timestamp_type == LOG_APPEND_TIME else None
-        messages = [LegacyMessage(r.offset, magic,
-                                  timestamp=r.timestamp if append_time is None else append_time,
-                                  timestamp_type=batch.timestamp_type, key=r.key, value=r.value)
-                    for r in batch.records]
         if header.compression == Codec.NONE:
-            entries = [encode_message_set([m], magic) for m in messages if m.offset >= fetch_offset]
+            entries = encode_records([r for r in batch.records if r.offset >= fetch_offset],
+                                     magic, Codec.NONE, append_time)
             counts = [1] * len(entries)
-        elif messages:
-            entries = [encode_message_set(messages, magic, header.compression)]
-            counts = [len(messages)]
+        elif batch.records:
+            entries = encode_records(batch.records, magic, header.compression, append_time)
+            counts = [len(batch.records)]
         else:
             continue  # every record compacted away
         for entry, count in zip(entries, counts):

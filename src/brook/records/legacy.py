@@ -23,7 +23,7 @@ import itertools
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .batch import CREATE_TIME, LOG_APPEND_TIME, Record, encode_batch
 from .compression import CODEC_MASK, Codec, codec_of, compress, decompress
@@ -295,47 +295,77 @@ def encode_message_set(
     Each message keeps its attribute bits 4-7; the codec and timestamp-type bits are
     derived from `codec` and `timestamp_type`.
     """
+    _check_format(magic, codec)
+    rows = [(m.offset, _attributes(m.attributes, magic, m.timestamp_type), m.timestamp, m.key,
+             m.value) for m in messages]
+    log_append = any(m.timestamp_type == LOG_APPEND_TIME for m in messages)
+    if codec == Codec.NONE or not rows:
+        return b"".join(pack_message(*row, magic) for row in rows)
+    return _wrapped(rows, magic, codec, log_append)
+
+
+def encode_records(records: Sequence[Record], magic: int, codec: Codec,
+                   append_time: int | None = None) -> list[bytes]:
+    """v2 records (absolute offsets) as legacy messages of `magic`, without a `LegacyMessage`
+    each (down-conversion's path): one entry per record without a codec, else one wrapper
+    holding them all. `append_time`, for records of a LogAppendTime batch, is every message's
+    timestamp."""
+    _check_format(magic, codec)
+    log_append = append_time is not None
+    attributes = TIMESTAMP_TYPE_BIT if log_append and magic == MAGIC_V1 else 0
+    if codec == Codec.NONE:
+        if log_append:
+            return [pack_message(r.offset, attributes, append_time, r.key, r.value, magic)
+                    for r in records]
+        return [pack_message(r.offset, 0, r.timestamp, r.key, r.value, magic) for r in records]
+    if not records:
+        return []
+    rows = [(r.offset, attributes, r.timestamp if append_time is None else append_time, r.key,
+             r.value) for r in records]
+    return [_wrapped(rows, magic, codec, log_append)]
+
+
+def _check_format(magic: int, codec: Codec) -> None:
     if magic not in MESSAGE_OVERHEAD:
         raise ValueError(f"legacy magic must be 0 or 1, not {magic}")
     if codec not in _LEGACY_CODECS:
         raise ValueError(f"{Codec(codec).name} is not available before message format v2")
-    if codec == Codec.NONE or not messages:
-        return b"".join(_encode_entry(m, magic) for m in messages)
-    first = messages[0].offset
-    if magic == MAGIC_V1:
-        inner = [replace(m, offset=m.offset - first) for m in messages]
-    else:
-        inner = list(messages)
-    data = compress(codec, b"".join(_encode_entry(m, magic) for m in inner))
+
+
+def _attributes(attributes: int, magic: int, timestamp_type: int) -> int:
+    """A message's attribute byte without a codec: its own bits 4-7, the timestamp type's."""
+    attributes = attributes & ~(CODEC_MASK | TIMESTAMP_TYPE_BIT) & 0xFF
+    if magic == MAGIC_V1 and timestamp_type == LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_BIT
+    return attributes
+
+
+def _wrapped(rows: list[tuple], magic: int, codec: Codec, log_append: bool) -> bytes:
+    """One compressed wrapper message holding `rows` (offset, attributes, timestamp, key,
+    value), at the last offset, with the largest timestamp."""
+    first = rows[0][0] if magic == MAGIC_V1 else 0  # magic 1: inner offsets relative
+    data = compress(codec, b"".join(pack_message(offset - first, attributes, timestamp, key,
+                                                 value, magic)
+                                    for offset, attributes, timestamp, key, value in rows))
     if codec == Codec.LZ4 and magic == MAGIC_V0:
         data = _lz4_header_checksum_as_kafka_08(data)
-    log_append = any(m.timestamp_type == LOG_APPEND_TIME for m in messages)
-    wrapper = LegacyMessage(
-        offset=messages[-1].offset,
-        magic=magic,
-        timestamp=max(m.timestamp for m in messages),
-        timestamp_type=LOG_APPEND_TIME if log_append else CREATE_TIME,
-        key=None,
-        value=data,
-    )
-    return _encode_entry(wrapper, magic, codec)
+    attributes = int(codec) | (TIMESTAMP_TYPE_BIT if log_append and magic == MAGIC_V1 else 0)
+    return pack_message(rows[-1][0], attributes, max(row[2] for row in rows), None, data, magic)
 
 
-def _encode_entry(m: LegacyMessage, magic: int, codec: Codec = Codec.NONE) -> bytes:
-    attributes = (m.attributes & ~(CODEC_MASK | TIMESTAMP_TYPE_BIT) & 0xFF) | int(codec)
-    if magic == MAGIC_V1 and m.timestamp_type == LOG_APPEND_TIME:
-        attributes |= TIMESTAMP_TYPE_BIT
-    parts = [struct.pack(">bB", magic, attributes)]
-    if magic == MAGIC_V1:
-        parts.append(_INT64.pack(m.timestamp))
-    for field in (m.key, m.value):
-        if field is None:
-            parts.append(_INT32.pack(-1))
-        else:
-            parts.append(_INT32.pack(len(field)))
-            parts.append(bytes(field))
-    body = b"".join(parts)
-    return struct.pack(">qiI", m.offset, 4 + len(body), zlib.crc32(body)) + body
+_ENTRY_HEAD = struct.Struct(">qiI")  # offset, message size, crc
+_V0_HEAD = struct.Struct(">bB")  # magic, attributes
+_V1_HEAD = struct.Struct(">bBq")  # magic, attributes, timestamp
+_NULL = _INT32.pack(-1)
+
+
+def pack_message(offset: int, attributes: int, timestamp: int, key, value, magic: int) -> bytes:
+    """One entry of a message set: offset, size, CRC-32 of the message, the message (magic 0
+    has no timestamp)."""
+    head = _V1_HEAD.pack(1, attributes, timestamp) if magic else _V0_HEAD.pack(0, attributes)
+    body = b"".join((head, _NULL if key is None else _INT32.pack(len(key)), key or b"",
+                     _NULL if value is None else _INT32.pack(len(value)), value or b""))
+    return _ENTRY_HEAD.pack(offset, 4 + len(body), zlib.crc32(body)) + body
 
 
 # ---------------------------------------------------------------- LZ4 framing quirk
