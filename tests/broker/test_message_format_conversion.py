@@ -297,3 +297,43 @@ def test_a_large_down_conversion_does_not_hold_up_other_connections(broker, clie
         took = time.monotonic() - started
     assert len(decode_message_set(resp.responses[0].partitions[0].records)) == 200_000
     assert waited < took / 3, (waited, took)
+
+
+@pytest.mark.parametrize("version,expected", [
+    (1, ErrorCode.not_leader_or_follower), (5, ErrorCode.not_leader_or_follower),
+    (6, ErrorCode.kafka_storage_error), (12, ErrorCode.kafka_storage_error)])
+def test_a_storage_error_is_not_leader_or_follower_to_fetch_v5_and_older(tmp_path, version, expected):
+    """Consumers of Fetch v0-v5 may not know KAFKA_STORAGE_ERROR (Kafka tells them
+    NOT_LEADER_OR_FOLLOWER, so that they refresh their metadata and retry)."""
+    import asyncio
+
+    from kio.serial import entity_reader
+
+    from brook.protocol.messages import response_class
+    from tests.support.kafka_wire import frame
+    from tests.support.socketpair_broker import run_broker
+    from tests.support.wire_requests import fetch_request
+
+    async def roundtrip(theirs, request):
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(theirs, frame(request, 7))
+        data = b""
+        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+            data += await loop.sock_recv(theirs, 65536)
+        cls = response_class(1, version)
+        _, offset = entity_reader(cls.__header_schema__)(data[4:], 0)
+        return entity_reader(cls)(data[4:], offset)[0]
+
+    async def test(broker, conn, ours, theirs):
+        broker.create_topic("t", 1)
+        log = broker.partition("t", 0).log
+
+        def read(*args, **kwargs):
+            raise OSError(5, "Input/output error")
+
+        log.read = read  # the disk under this partition fails
+        answer = await roundtrip(theirs, fetch_request("t", {0: 0}, version=version))
+        assert answer.responses[0].partitions[0].error_code == expected
+        await asyncio.sleep(0)
+
+    run_broker(tmp_path, {}, test)

@@ -125,11 +125,26 @@ async def handle(broker, request, connection):
     epoch = getattr(body, "session_epoch", FINAL_EPOCH)
     if session_id == INVALID_SESSION_ID and epoch == FINAL_EPOCH:
         results = await _fetch(broker, body, _topics(broker, body, version), legacy_magic(version))
+        if version <= _LAST_WITHOUT_STORAGE_ERROR:
+            _storage_error_as_not_leader(results)
         if broker.metrics is not None:
             broker.metrics.fetched(results)
         pieces, size = encode_fetch_response(version, request.correlation_id, results)
         return RawResponse(pieces, size)
     return await _handle_in_session(broker, request, session_id, epoch)
+
+
+#: Consumers of Fetch v0-v5 may not know KAFKA_STORAGE_ERROR (they take it for a fatal unknown
+#: error): as Kafka does, they are told NOT_LEADER_OR_FOLLOWER, which makes them refresh their
+#: metadata and retry.
+_LAST_WITHOUT_STORAGE_ERROR = 5
+
+
+def _storage_error_as_not_leader(results: list[TopicResult]) -> None:
+    for tr in results:
+        for pr in tr.partitions:
+            if pr.error_code == ErrorCode.kafka_storage_error:
+                pr.error_code = ErrorCode.not_leader_or_follower
 
 
 async def _fetch(broker, body, topics, magic: int | None = None) -> list[TopicResult]:
