@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 CREATE_TURN_SECONDS = 0.005  # the longest CreateTopics makes partitions before others' turn
 
 
+class ScramInClusterError(Exception):
+    pass
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
@@ -542,6 +546,21 @@ class Broker:
             raise PolicyViolationError(
                 f"max.message.bytes of internal topic {tm.name} cannot be below message.max.bytes "
                 f"({floor}): the group coordinator's records must fit")
+
+    # ------------------------------------------------------------ SCRAM credentials
+
+    def user_scram(self) -> dict[str, dict[str, str]]:
+        """user -> mechanism -> Kafka's text of its SCRAM credential (the metadata's; none
+        yet in a cluster, where they would live in ZooKeeper's /config/users)."""
+        return self.metadata.user_scram if self.cluster is None else {}
+
+    async def set_user_scram(self, changes: dict[str, dict[str, str]]) -> None:
+        """Users' new SCRAM credentials ({} removes a user's), durable before this returns."""
+        if self.cluster is not None:
+            raise ScramInClusterError("SCRAM credentials in a ZooKeeper cluster are not yet supported")
+        with self.metadata.batch():
+            for user, credentials in changes.items():
+                self.metadata.set_user_scram(user, credentials)
 
     # ------------------------------------------------------------ dynamic broker configs
 

@@ -33,7 +33,7 @@ class ZkCluster:
         self.config = config
         self.broker_id: int = config.broker_id
         self.connect = zk_paths.parse_connect(config.zookeeper_connect)
-        self.endpoints = tuple(zk_data.Endpoint(l.name, l.host, l.port) for l in config.advertised)
+        self.endpoints = self._endpoints(config.advertised)
         self.view = ClusterView()
         #: This broker's controller epoch while it is the controller, else None.
         self.controller_epoch: int | None = None
@@ -99,7 +99,15 @@ class ZkCluster:
 
     def use_endpoints(self, listeners) -> None:
         """The advertised listeners as bound (a listener on port 0 has its port only then)."""
-        self.endpoints = tuple(zk_data.Endpoint(l.name, l.host, l.port) for l in listeners)
+        self.endpoints = self._endpoints(listeners)
+
+    def _endpoints(self, listeners) -> tuple:
+        """Each with its security protocol, as Kafka registers them (a name brook does not
+        know the protocol of is PLAINTEXT: advertised.listeners may name one)."""
+        security = self.config.listener_security
+        return tuple(zk_data.Endpoint(l.name, l.host, l.port,
+                                      security[l.name].protocol if l.name in security else "PLAINTEXT")
+                     for l in listeners)
 
     async def join(self) -> None:
         """Register this broker (BrokerIdInUseError if another live broker has its id), run for
