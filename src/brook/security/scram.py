@@ -220,7 +220,9 @@ class ScramServer:
 
     def _client_final(self, message: bytes) -> bytes:
         final = ClientFinal.parse(message)
-        if final.nonce != self._nonce:
+        # Kafka accepts a nonce that ends with the server-first one (librdkafka before 2.1
+        # sends the client nonce twice); the server's part is what makes a replay fail.
+        if not final.nonce.endswith(self._nonce):
             raise ScramError("Invalid client nonce in the final client message.")
         m, cred = self.mechanism, self._credential
         auth_message = f"{self._first.bare},{self._server_first},{final.without_proof}".encode()
