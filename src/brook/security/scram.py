@@ -172,9 +172,10 @@ class ScramServer:
     fails it for good (a replayed or out-of-order message gets an error, never a second
     success). ``lookup(user)`` gives the user's Credential or None."""
 
-    def __init__(self, mechanism: Mechanism, lookup) -> None:
+    def __init__(self, mechanism: Mechanism, lookup, new_nonce=lambda: secrets.token_urlsafe(24)) -> None:
         self.mechanism = mechanism
         self.lookup = lookup
+        self.new_nonce = new_nonce
         self.state = "first"
         self.user: str | None = None
         self._first: ClientFirst | None = None
@@ -212,7 +213,7 @@ class ScramServer:
             raise ScramError(f"Iterations {credential.iterations} is less than the minimum "
                              f"{MIN_ITERATIONS} for {self.mechanism.name}")
         self._first, self._credential = first, credential
-        self._nonce = first.nonce + secrets.token_urlsafe(24)
+        self._nonce = first.nonce + self.new_nonce()
         salt = base64.b64encode(credential.salt).decode()
         self._server_first = f"r={self._nonce},s={salt},i={credential.iterations}"
         self.state = "final"
