@@ -162,8 +162,10 @@ class BrokerServer:
                 await cluster.join()
                 cluster.on_topic_config = self.broker.apply_topic_config
                 cluster.on_broker_config = self.broker.load_cluster_broker_configs
+                cluster.on_user_config = self.broker.load_cluster_user_scram
                 await cluster.watch_configs()
                 await self.broker.load_cluster_broker_configs()
+                await self.broker.load_cluster_user_scram()
                 names = await asyncio.to_thread(cluster.client.topic_names)
                 await self.broker.drop_topics_not_in(set(names))
             if self.listeners_file:

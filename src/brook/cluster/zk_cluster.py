@@ -58,6 +58,8 @@ class ZkCluster:
         self.on_topic_config = None
         #: Called (a coroutine function, no arguments) when dynamic broker configs changed.
         self.on_broker_config = None
+        #: Called with a user's name when its configs (SCRAM credentials) changed.
+        self.on_user_config = None
         self._config_task: asyncio.Task | None = None
         self._configs_again = False
         self._seen_changes: set[str] | None = None
@@ -323,6 +325,8 @@ class ZkCluster:
                         topic = path[len("topics/"):]
                         configs = await asyncio.to_thread(self._client.read_topic_config, topic)
                         self.on_topic_config(topic, configs)
+                    elif path and path.startswith("users/") and self.on_user_config is not None:
+                        await self.on_user_config(zk_paths.desanitize(path[len("users/"):]))
                     elif path and path.startswith("brokers/") and self.on_broker_config is not None:
                         entity = path[len("brokers/"):]
                         if entity in (zk_paths.DEFAULT_ENTITY, str(self.broker_id)):

@@ -7,7 +7,6 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from ...security import credentials as creds
-from ..broker import ScramInClusterError
 from . import Api
 from .common import NO_THROTTLE
 
@@ -38,11 +37,7 @@ async def alter(broker, request, connection):
         [creds.Upsertion(u.name, u.mechanism, u.iterations, u.salt, u.salted_password)
          for u in body.upsertions])
     if changes:
-        try:
-            await broker.set_user_scram(changes)
-        except ScramInClusterError as exc:
-            results = [(user, ErrorCode.unknown_server_error if code == ErrorCode.none else code,
-                        str(exc) if code == ErrorCode.none else msg) for user, code, msg in results]
+        await broker.set_user_scram(changes)
     return make(response_class(ALTER_KEY, v), throttle_time=NO_THROTTLE, results=tuple(
         make(mod.AlterUserScramCredentialsResult, user=user, error_code=code, error_message=msg)
         for user, code, msg in results))
