@@ -24,6 +24,7 @@ from tests.support.sasl_wire import ScramClient, authenticate, handshake
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
         'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
 KCAT = shutil.which("kcat")
+DELAY_MS = 250
 
 
 class SaslBroker:
@@ -34,7 +35,7 @@ class SaslBroker:
             "listeners": f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port},PLAINTEXT://127.0.0.1:{self.plain_port}",
             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-            "connection.failed.authentication.delay.ms": 10,
+            "connection.failed.authentication.delay.ms": DELAY_MS,
         })
 
     @property
@@ -279,10 +280,12 @@ def test_scram_an_unknown_user_gets_the_same_answer_as_a_wrong_password(sasl_bro
     _still_serves(sasl_broker)
 
 
-def test_plain_unknown_user_is_refused(sasl_broker):
+def test_plain_unknown_user_is_refused_after_the_delay(sasl_broker):
     with WireClient(sasl_broker.sasl) as c:
         assert handshake(c, "PLAIN").error_code == ErrorCode.none
+        started = time.monotonic()
         r = authenticate(c, b"\0mallory\0alice-secret")
+        assert time.monotonic() - started >= DELAY_MS / 1000
         assert (r.error_code, r.error_message) == (ErrorCode.sasl_authentication_failed,
                                                    "Authentication failed: Invalid username or password")
         assert c.closed_by_peer()
