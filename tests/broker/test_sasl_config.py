@@ -50,7 +50,15 @@ def test_sasl_plaintext_with_plain_users_and_per_listener_mechanisms():
       "listener.name.sasl_plaintext.plain.sasl.jaas.config": "x.Other required;"}, "is not org.apache"),
     ({"listener.security.protocol.map": "PLAINTEXT:TLS"}, "is not LISTENER:PROTOCOL"),
     ({"listeners": "SASL_PLAINTEXT://:9093,PLAINTEXT://:9092", "sasl.enabled.mechanisms": "SCRAM-SHA-256",
-      "zookeeper.connect": "127.0.0.1:2181", "broker.id": "1"}, "inter-broker listener SASL_PLAINTEXT"),
+      "zookeeper.connect": "127.0.0.1:2181", "broker.id": "1"},
+     r"sasl.mechanism.inter.broker.protocol \(GSSAPI\) must be included in sasl.enabled.mechanisms"),
+    ({"listeners": "SASL_PLAINTEXT://:9093", "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+      "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256", "zookeeper.connect": "127.0.0.1:2181",
+      "broker.id": "1"}, "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config must give"),
+    ({"listeners": "SASL_PLAINTEXT://:9093", "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+      "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256", "zookeeper.connect": "127.0.0.1:2181",
+      "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": "x.Scram required username=a;",
+      "broker.id": "1"}, "username and password are needed"),
 ])
 def test_refused_at_start(props, message):
     with pytest.raises(ConfigError, match=message):
@@ -62,3 +70,17 @@ def test_a_cluster_with_a_plaintext_inter_broker_listener_may_have_sasl_for_clie
         "listeners": "SASL_PLAINTEXT://:9093,PLAINTEXT://:9092", "sasl.enabled.mechanisms": "SCRAM-SHA-256",
         "zookeeper.connect": "127.0.0.1:2181", "broker.id": "1", "inter.broker.listener.name": "PLAINTEXT"})
     assert cfg.listener_security["SASL_PLAINTEXT"].sasl
+
+
+def test_a_sasl_inter_broker_listener_takes_the_brokers_credentials_from_the_jaas_config():
+    cfg = BrokerConfig.from_props({
+        "listeners": "SASL_PLAINTEXT://:9093", "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config":
+            'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="pw";',
+        "zookeeper.connect": "127.0.0.1:2181", "broker.id": "1"})
+    creds = cfg.inter_broker_sasl
+    assert (creds.mechanism, creds.username, creds.password) == ("SCRAM-SHA-512", "broker", "pw")
+    assert "pw" not in repr(cfg.inter_broker_sasl)
+    assert BrokerConfig.from_props({}).inter_broker_sasl is None

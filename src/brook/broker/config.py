@@ -7,14 +7,17 @@ DescribeConfigs) but otherwise ignored, as Kafka ignores keys it does not know.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from ..security.client import ClientCredentials
 from ..security.listeners import (
     DEFAULT_PROTOCOL_MAP,
     ListenerSecurity,
     SecurityConfigError,
+    inter_broker_credentials,
     listener_security,
     parse_protocol_map,
 )
@@ -162,6 +165,8 @@ class BrokerConfig:
     inter_broker_listener_name: str | None = None
     #: Listener name -> its security protocol, SASL mechanisms and PLAIN users.
     listener_security: dict[str, ListenerSecurity] = field(default_factory=dict)
+    #: How this broker authenticates to the others when the inter-broker listener is SASL.
+    inter_broker_sasl: ClientCredentials | None = None
     #: The largest frame a SASL connection may send before it has authenticated (Kafka's
     #: sasl.server.max.receive.size): larger ones close it, unread (CVE-2022-34917).
     sasl_server_max_receive_size: int = 524_288
@@ -303,10 +308,11 @@ class BrokerConfig:
             inter = cfg.inter_broker_listener_name or cfg.advertised[0].name
             security = cfg.listener_security.get(inter)
             if security is not None and security.sasl:
-                # Brokers would have to authenticate to each other (sasl.mechanism.inter.broker.protocol).
-                raise ConfigError(f"the inter-broker listener {inter} is SASL_PLAINTEXT: brokers "
-                                  "authenticating to each other is not yet supported; name a "
-                                  "PLAINTEXT listener in inter.broker.listener.name")
+                try:
+                    credentials = inter_broker_credentials(props, security)
+                except SecurityConfigError as exc:
+                    raise ConfigError(str(exc)) from None
+                cfg = dataclasses.replace(cfg, inter_broker_sasl=credentials)
         if cfg.sasl_server_max_receive_size < 1:
             raise ConfigError("sasl.server.max.receive.size must be at least 1")
         return cfg

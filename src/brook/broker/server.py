@@ -228,7 +228,8 @@ class BrokerServer:
                     log.info("controlled shutdown: no controller known; stopping anyway")
                     return
                 channel = BrokerChannel(controller, *address, client_id=f"broker-{self.broker.broker_id}-shutdown",
-                                        timeout_s=cfg.request_timeout_ms / 1000)
+                                        timeout_s=cfg.request_timeout_ms / 1000,
+                                        sasl=cfg.inter_broker_sasl)
                 try:
                     response = await channel.request(ib.ControlledShutdownRequest(
                         broker_id=self.broker.broker_id, broker_epoch=-1))

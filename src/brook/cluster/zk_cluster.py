@@ -345,7 +345,8 @@ class ZkCluster:
         listener = cfg.inter_broker_listener_name or self.endpoints[0].listener
         self.controller = Controller(self._client, self.broker_id, election.epoch,
                                      election.epoch_zk_version, view, listener=listener,
-                                     unclean=cfg.unclean_leader_election_enable)
+                                     unclean=cfg.unclean_leader_election_enable,
+                                     sasl=cfg.inter_broker_sasl)
         self.controller.start(
             cfg.leader_imbalance_check_interval_seconds if cfg.auto_leader_rebalance_enable else None,
             cfg.leader_imbalance_per_broker_percentage / 100)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import jaas
+from .client import ClientCredentials
 from .scram import MECHANISMS as SCRAM_MECHANISMS
 
 DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
@@ -90,3 +91,28 @@ def listener_security(props: dict[str, str], name: str, protocols: dict[str, str
             raise SecurityConfigError(f"{key}: login module {module.name} is not {PLAIN_LOGIN_MODULE}")
         users = {k[len("user_"):]: v for k, v in module.options.items() if k.startswith("user_")}
     return ListenerSecurity(name, protocol, mechanisms, users)
+
+
+def inter_broker_credentials(props: dict[str, str], security: ListenerSecurity) -> ClientCredentials:
+    """How a broker authenticates to the others on a SASL inter-broker listener: with
+    sasl.mechanism.inter.broker.protocol and the username and password options of that
+    mechanism's JAAS config on the listener (as Kafka's brokers do)."""
+    mechanism = props.get("sasl.mechanism.inter.broker.protocol", "GSSAPI").strip().upper()
+    if mechanism not in security.mechanisms:
+        raise SecurityConfigError(
+            f"sasl.mechanism.inter.broker.protocol ({mechanism}) must be included in "
+            f"sasl.enabled.mechanisms of listener {security.name} when SASL is used for "
+            "inter-broker communication")
+    key = f"listener.name.{security.name.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    text = props.get(key)
+    if text is None:
+        raise SecurityConfigError(f"the inter-broker listener {security.name} is SASL: {key} must "
+                                  "give this broker's username and password")
+    try:
+        options = jaas.parse_one(text).options
+    except jaas.JaasError as exc:
+        raise SecurityConfigError(f"{key}: {exc}") from None
+    if "username" not in options or "password" not in options:
+        raise SecurityConfigError(f"{key}: username and password are needed for inter-broker "
+                                  "authentication")
+    return ClientCredentials(mechanism, options["username"], options["password"])
