@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 import struct
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 from kio.index import load_request_schema
