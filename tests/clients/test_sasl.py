@@ -392,3 +392,14 @@ def test_describe_user_scram_credentials_shows_mechanisms_and_iterations(sasl_br
     unknown = admin.describe_user_scram_credentials(["nobody"])["nobody"]
     with pytest.raises(Exception, match="RESOURCE_NOT_FOUND|does not exist"):
         unknown.result(20)
+
+
+def test_describe_configs_shows_the_mechanisms_and_hides_the_jaas_config(sasl_broker):
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+    admin = AdminClient({"bootstrap.servers": sasl_broker.plain})
+    (future,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, "1")]).values()
+    configs = future.result(20)
+    assert configs["sasl.enabled.mechanisms"].value == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    assert not configs["sasl.enabled.mechanisms"].is_sensitive
+    jaas = configs["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
+    assert jaas.is_sensitive and jaas.value is None
