@@ -5,6 +5,7 @@ refusals get Kafka's errors, one log line, and the broker goes on serving others
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import struct
 import subprocess
@@ -141,6 +142,22 @@ def test_kafka_python_produces_consumes_in_a_group_and_commits(sasl_broker, mech
     c.commit()
     assert sum(c.committed(tp) or 0 for tp in c.assignment()) == 3
     c.close()
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_kafka_python_told_kafka_0_10_2_uses_handshake_v0_and_bare_tokens(sasl_broker, mechanism):
+    from kafka import KafkaProducer
+    user, password = USERS[mechanism]
+    p = KafkaProducer(bootstrap_servers=sasl_broker.sasl, security_protocol="SASL_PLAINTEXT",
+                      sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password,
+                      api_version=(0, 10, 2))
+    try:
+        assert p.send(f"kp-old-{mechanism}", b"v").get(30).offset == 0
+    finally:
+        p.close()
+    _wait_logged(sasl_broker, f"User:{user} from")
+    assert re.search(rf"authenticated User:{user} .* with {mechanism} \(SaslHandshake v0, bare tokens\)",
+                     sasl_broker.log())
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)

@@ -183,8 +183,8 @@ async def _exchange(conn, security) -> bool:
         else:
             await _send(conn, _SIZE.pack(len(reply)) + reply)
     conn.principal = f"User:{server.user}"
-    log.info("authenticated %s from %s on listener %s with %s", conn.principal, conn.peer,
-             conn.listener_name, mechanism)
+    log.info("authenticated %s from %s on listener %s with %s%s", conn.principal, conn.peer,
+             conn.listener_name, mechanism, "" if framed else " (SaslHandshake v0, bare tokens)")
     return True
 
 
