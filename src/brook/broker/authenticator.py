@@ -66,6 +66,12 @@ async def authenticate(conn, security) -> bool:
         log.warning("closing connection from %s on listener %s before authentication: %s",
                     conn.peer, conn.listener_name, exc)
         return False
+    except (OSError, asyncio.CancelledError):
+        raise  # the connection's own end (run() knows these)
+    except Exception:  # a bug here must cost one connection, never the broker
+        log.exception("closing connection from %s on listener %s: authentication failed",
+                      conn.peer, conn.listener_name)
+        return False
 
 
 async def _read_frame(conn) -> bytes | None:
