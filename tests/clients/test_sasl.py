@@ -312,12 +312,12 @@ def test_a_request_other_than_sasl_before_authentication_closes_the_connection(s
     with WireClient(sasl_broker.sasl) as c:  # a PLAINTEXT client on the SASL port
         c.send(metadata)
         assert c.closed_by_peer()
-    _wait_logged(sasl_broker, "unexpected request of type 3 during SASL handshake")
+    _wait_logged(sasl_broker, "unexpected request of type Metadata during SASL handshake")
     with WireClient(sasl_broker.sasl) as c:  # after the handshake, before SaslAuthenticate
         assert handshake(c, "PLAIN").error_code == ErrorCode.none
         c.send(metadata)
         assert c.closed_by_peer()
-    _wait_logged(sasl_broker, "unexpected request of type 3 during SASL authentication")
+    _wait_logged(sasl_broker, "unexpected request of type Metadata during SASL authentication")
     _still_serves(sasl_broker)
 
 

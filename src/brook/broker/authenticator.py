@@ -42,12 +42,15 @@ from .handlers.sasl import AUTHENTICATE_KEY, HANDSHAKE_KEY
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-API_NAMES = {API_VERSIONS_KEY: "ApiVersions", HANDSHAKE_KEY: "SaslHandshake",
-             AUTHENTICATE_KEY: "SaslAuthenticate"}
 
 
 class Refused(Exception):
     """Close the connection, logging this."""
+
+
+def _name(broker, api_key: int) -> str:
+    api = broker.apis.get(api_key)
+    return api.name if api is not None else f"(api key {api_key})"
 
 
 def new_server(broker, mechanism: str, security):
@@ -126,8 +129,8 @@ async def _exchange(conn, security) -> bool:
         except MalformedRequestError as exc:
             raise Refused(str(exc)) from None
         if api_key not in (API_VERSIONS_KEY, HANDSHAKE_KEY) or (api_key == API_VERSIONS_KEY and versions_seen):
-            raise Refused(f"unexpected request of type {API_NAMES.get(api_key, api_key)} during "
-                          "SASL handshake")
+            raise Refused(f"unexpected request of type {_name(broker, api_key)} during SASL "
+                          "handshake")
         try:
             request = parse_request(frame, broker.supported_versions)
         except UnsupportedVersionError as exc:
@@ -165,8 +168,8 @@ async def _exchange(conn, security) -> bool:
             try:
                 api_key, _, _ = peek_header(frame)
                 if api_key != AUTHENTICATE_KEY:
-                    raise Refused(f"unexpected request of type {API_NAMES.get(api_key, api_key)} "
-                                  "during SASL authentication")
+                    raise Refused(f"unexpected request of type {_name(broker, api_key)} during "
+                                  "SASL authentication")
                 request = parse_request(frame, broker.supported_versions)
             except (MalformedRequestError, UnsupportedVersionError) as exc:
                 raise Refused(str(exc)) from None
