@@ -85,7 +85,9 @@ def test_brokers_replicate_over_a_sasl_inter_broker_listener(zk, brokers, mechan
                     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
                     "sasl.mechanism.inter.broker.protocol": mechanism,
                     "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
-                    "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": SCRAM_JAAS})
+                    "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
+                    # the last broker to stop cannot hand its leadership to anyone: not 3 x 5 s
+                    "controlled.shutdown.retry.backoff.ms": 200})
     wait_for(lambda: zk.broker_ids() == [1, 2], 30, "brokers registered", brokers)
     client = {"bootstrap.servers": f"127.0.0.1:{ports[1]}", "security.protocol": "SASL_PLAINTEXT",
               "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin-secret"}
