@@ -7,8 +7,9 @@ from kio.schema.errors import ErrorCode
 
 from brook.broker.metadata import MetadataStore
 from brook.security.credentials import Deletion, Upsertion, alter, describe, lookup
+from brook.security.errors import SaslError
 from brook.security.plain import PlainServer
-from brook.security.scram import SHA_256, SHA_512, ScramError, credential_from_salted, salted_password
+from brook.security.scram import SHA_256, SHA_512, credential_from_salted, salted_password
 
 
 def upsert(user, mechanism=1, iterations=4096, salt=b"salt", password="pw"):
@@ -88,11 +89,11 @@ def test_plain():
                            (b"\0\0s", "username not specified"), (b"\0alice\0", "password not specified"),
                            (b"alice\0s", "expected 3 tokens, got 2"),
                            (b"x\0alice\0s", "authorization id that is different")]:
-        with pytest.raises(ScramError, match=message) as info:
+        with pytest.raises(SaslError, match=message) as info:
             PlainServer({"alice": "s"}).evaluate(token)
         assert info.value.public
     server = PlainServer({"alice": "s"})
     server.evaluate(b"alice\0alice\0s")
     assert server.complete and server.user == "alice"
-    with pytest.raises(ScramError, match="state COMPLETE"):
+    with pytest.raises(SaslError, match="state COMPLETE"):
         server.evaluate(b"\0alice\0s")

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from brook.security import scram
-from brook.security.scram import (SHA_256, SHA_512, ClientFirst, ClientFinal, Credential, ScramError,
+from brook.security.errors import SaslError
+from brook.security.scram import (SHA_256, SHA_512, ClientFirst, ClientFinal, Credential,
                                   ScramServer, new_credential)
 from tests.support.examples import examples
 from tests.support.sasl_wire import ScramClient
@@ -42,41 +43,41 @@ def test_a_message_after_completion_fails():
     server = rfc_server()
     server.evaluate(RFC_CLIENT_FIRST)
     server.evaluate(RFC_CLIENT_FINAL)
-    with pytest.raises(ScramError, match="Unexpected challenge in Sasl server state COMPLETE"):
+    with pytest.raises(SaslError, match="Unexpected challenge in Sasl server state COMPLETE"):
         server.evaluate(RFC_CLIENT_FINAL)
 
 
 def test_the_final_message_first_fails_and_the_exchange_stays_failed():
     server = rfc_server()
-    with pytest.raises(ScramError, match="Invalid SCRAM client first message format"):
+    with pytest.raises(SaslError, match="Invalid SCRAM client first message format"):
         server.evaluate(RFC_CLIENT_FINAL)
-    with pytest.raises(ScramError, match="state FAILED"):
+    with pytest.raises(SaslError, match="state FAILED"):
         server.evaluate(RFC_CLIENT_FIRST)
 
 
 def test_a_final_message_replayed_against_a_new_server_nonce_fails():
     server = ScramServer(SHA_256, {"user": new_credential(SHA_256, "pencil", 4096, RFC_SALT)}.get)
     server.evaluate(RFC_CLIENT_FIRST)
-    with pytest.raises(ScramError, match="Invalid client nonce"):
+    with pytest.raises(SaslError, match="Invalid client nonce"):
         server.evaluate(RFC_CLIENT_FINAL)
 
 
 def test_a_wrong_proof_fails_with_a_private_message():
     server = rfc_server({"user": new_credential(SHA_256, "not-pencil", 4096, RFC_SALT)})
     server.evaluate(RFC_CLIENT_FIRST)
-    with pytest.raises(ScramError, match="Invalid client credentials") as info:
+    with pytest.raises(SaslError, match="Invalid client credentials") as info:
         server.evaluate(RFC_CLIENT_FINAL)
     assert not info.value.public
 
 
 def test_an_unknown_user_fails_at_the_first_message_privately():
-    with pytest.raises(ScramError, match="Invalid user credentials") as info:
+    with pytest.raises(SaslError, match="Invalid user credentials") as info:
         rfc_server({}).evaluate(RFC_CLIENT_FIRST)
     assert not info.value.public
 
 
 def test_an_authorization_id_other_than_the_user_is_refused_publicly():
-    with pytest.raises(ScramError, match="authorization id that is different") as info:
+    with pytest.raises(SaslError, match="authorization id that is different") as info:
         rfc_server().evaluate(b"n,a=admin,n=user,r=abc")
     assert info.value.public
     assert rfc_server().evaluate(b"n,a=user,n=user,r=abc").startswith(b"r=abc")
@@ -84,7 +85,7 @@ def test_an_authorization_id_other_than_the_user_is_refused_publicly():
 
 def test_too_few_iterations_are_refused():
     weak = {"user": new_credential(SHA_256, "pencil", 1000, RFC_SALT)}
-    with pytest.raises(ScramError, match="Iterations 1000 is less than the minimum 4096"):
+    with pytest.raises(SaslError, match="Iterations 1000 is less than the minimum 4096"):
         rfc_server(weak).evaluate(RFC_CLIENT_FIRST)
 
 
@@ -106,13 +107,13 @@ def test_client_first_extensions_and_reserved_mext():
 @pytest.mark.parametrize("message", [b"y,,n=a,r=b", b"n,,n=a", b"n,,n=a=b,r=c", b"p=tls,,n=a,r=b",
                                      b"n,,n=,r=b", b"n,,n=a,r=b c", b"\xff\xfe"])
 def test_malformed_client_first_messages(message):
-    with pytest.raises(ScramError, match="Invalid SCRAM client first message format"):
+    with pytest.raises(SaslError, match="Invalid SCRAM client first message format"):
         ClientFirst.parse(message)
 
 
 @pytest.mark.parametrize("message", [b"c=biws,r=x", b"c=b,r=x,p=AAAA", b"c=biws,r=x,p=A", b"r=x,c=biws,p=AAAA"])
 def test_malformed_client_final_messages(message):
-    with pytest.raises(ScramError, match="Invalid SCRAM client final message format"):
+    with pytest.raises(SaslError, match="Invalid SCRAM client final message format"):
         ClientFinal.parse(message)
 
 
@@ -142,7 +143,7 @@ def test_any_bytes_fail_only_with_scram_error(first, final):
     for message in (first, final):
         try:
             server.evaluate(message)
-        except ScramError:
+        except SaslError:
             return
 
 

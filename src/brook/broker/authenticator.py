@@ -35,7 +35,8 @@ from ..protocol.messages import (
 )
 from ..security import credentials, scram
 from ..security.plain import PlainServer
-from ..security.scram import ScramError, ScramServer
+from ..security.errors import SaslError
+from ..security.scram import ScramServer
 from .handlers.api_versions import build_response as api_versions_response
 from .handlers.sasl import AUTHENTICATE_KEY, HANDSHAKE_KEY
 
@@ -178,7 +179,7 @@ async def _exchange(conn, security) -> bool:
             token = frame
         try:
             reply = server.evaluate(token)
-        except ScramError as exc:
+        except SaslError as exc:
             message = (str(exc) if exc.public else "Authentication failed during authentication due "
                        f"to invalid credentials with SASL mechanism {mechanism}")
             user = getattr(server, "user", None)

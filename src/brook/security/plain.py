@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hmac
 
-from .scram import ScramError as SaslError  # one failure type for every mechanism
+from .errors import SaslError
 
 
 class PlainServer:

@@ -18,6 +18,8 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from .errors import SaslError
+
 MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384  # Kafka's limit for AlterUserScramCredentials
 
@@ -33,16 +35,6 @@ SHA_256 = Mechanism("SCRAM-SHA-256", "sha256", 1)
 SHA_512 = Mechanism("SCRAM-SHA-512", "sha512", 2)
 MECHANISMS = {m.name: m for m in (SHA_256, SHA_512)}
 BY_TYPE = {m.type: m for m in (SHA_256, SHA_512)}
-
-
-class ScramError(Exception):
-    """The exchange failed. ``public`` says whether the message may go to the client (Kafka's
-    SaslAuthenticationException); otherwise the client gets the generic message, so whether a
-    user exists is never revealed."""
-
-    def __init__(self, message: str, public: bool = False) -> None:
-        super().__init__(message)
-        self.public = public
 
 
 def _hmac(m: Mechanism, key: bytes, data: bytes) -> bytes:
@@ -144,7 +136,7 @@ class ClientFirst:
         text = _decode(message)
         m = _CLIENT_FIRST.fullmatch(text)
         if m is None:
-            raise ScramError(f"Invalid SCRAM client first message format: {text}")
+            raise SaslError(f"Invalid SCRAM client first message format: {text}")
         ext = dict(e.split("=", 1) for e in m["extensions"].split(",")[1:])
         bare = text.split(",", 2)[2]  # after the gs2 header ("n,", authzid, ",")
         return cls(m["authzid"] or "", m["saslname"], m["nonce"], ext, bare)
@@ -162,7 +154,7 @@ class ClientFinal:
         text = _decode(message)
         m = _CLIENT_FINAL.fullmatch(text)
         if m is None:
-            raise ScramError(f"Invalid SCRAM client final message format: {text}")
+            raise SaslError(f"Invalid SCRAM client final message format: {text}")
         return cls(base64.b64decode(m["channel"]), m["nonce"], base64.b64decode(m["proof"]),
                    text[:text.rindex(",p=")])
 
@@ -193,8 +185,8 @@ class ScramServer:
                 return self._client_first(message)
             if self.state == "final":
                 return self._client_final(message)
-            raise ScramError(f"Unexpected challenge in Sasl server state {self.state.upper()}")
-        except ScramError:
+            raise SaslError(f"Unexpected challenge in Sasl server state {self.state.upper()}")
+        except SaslError:
             self.state = "failed"
             self._credential = None
             raise
@@ -205,12 +197,12 @@ class ScramServer:
         self.user = user  # who tried (for the log); authenticated only once complete
         credential = self.lookup(user)
         if credential is None:
-            raise ScramError("Authentication failed: Invalid user credentials")
+            raise SaslError("Authentication failed: Invalid user credentials")
         if first.authzid and first.authzid != user:
-            raise ScramError("Authentication failed: Client requested an authorization id that is "
+            raise SaslError("Authentication failed: Client requested an authorization id that is "
                              "different from username", public=True)
         if credential.iterations < MIN_ITERATIONS:
-            raise ScramError(f"Iterations {credential.iterations} is less than the minimum "
+            raise SaslError(f"Iterations {credential.iterations} is less than the minimum "
                              f"{MIN_ITERATIONS} for {self.mechanism.name}")
         self._first, self._credential = first, credential
         self._nonce = first.nonce + self.new_nonce()
@@ -224,15 +216,15 @@ class ScramServer:
         # Kafka accepts a nonce that ends with the server-first one (librdkafka before 2.1
         # sends the client nonce twice); the server's part is what makes a replay fail.
         if not final.nonce.endswith(self._nonce):
-            raise ScramError("Invalid client nonce in the final client message.")
+            raise SaslError("Invalid client nonce in the final client message.")
         m, cred = self.mechanism, self._credential
         auth_message = f"{self._first.bare},{self._server_first},{final.without_proof}".encode()
         signature = _hmac(m, cred.stored_key, auth_message)
         if len(final.proof) != len(signature):
-            raise ScramError("Invalid client credentials")
+            raise SaslError("Invalid client credentials")
         client_key = bytes(a ^ b for a, b in zip(final.proof, signature))
         if not hmac.compare_digest(_h(m, client_key), cred.stored_key):
-            raise ScramError("Invalid client credentials")
+            raise SaslError("Invalid client credentials")
         server_signature = _hmac(m, cred.server_key, auth_message)
         self.state = "complete"
         self._credential = None
