@@ -14,6 +14,7 @@ from ..storage.dir_lock import LogDirLocks
 from ..storage.manager import LogManager
 from .config import BrokerConfig, ConfigError, Listener
 from .config_defs import loggable
+from ..security.scram import MECHANISMS as SCRAM_MECHANISMS
 from .dynamic_config import TOPIC_SYNONYMS, BrokerConfigLayers, DynamicConfigError, check_dynamic_configs, replaced
 from ..coordinator.classic import GroupConfig
 from ..coordinator.offsets import OffsetsConfig
@@ -78,6 +79,7 @@ class Broker:
         #: The cluster on ZooKeeper (a brook.cluster.zk_cluster.ZkCluster) when zookeeper.connect
         #: is set; None for the embedded single node.
         self.cluster = None
+        self._cluster_user_scram: dict[str, dict[str, str]] = {}  # see user_scram()
         #: Replication in a cluster (a brook.broker.replica_manager.ReplicaManager), else None.
         self.replicas = None
         self._creating: dict[str, int] = {}  # topic -> partitions being created (in slices)
@@ -542,6 +544,51 @@ class Broker:
             raise PolicyViolationError(
                 f"max.message.bytes of internal topic {tm.name} cannot be below message.max.bytes "
                 f"({floor}): the group coordinator's records must fit")
+
+    # ------------------------------------------------------------ SCRAM credentials
+
+    def user_scram(self) -> dict[str, dict[str, str]]:
+        """user -> mechanism -> Kafka's text of its SCRAM credential: the metadata's on the
+        single node; in a cluster, ZooKeeper's /config/users as last read."""
+        return self.metadata.user_scram if self.cluster is None else self._cluster_user_scram
+
+    async def set_user_scram(self, changes: dict[str, dict[str, str]]) -> None:
+        """Users' new SCRAM credentials ({} removes a user's), durable before this returns. In
+        a cluster each user's node keeps its other configs (quotas) and the other brokers
+        hear of it through /config/changes."""
+        if self.cluster is None:
+            with self.metadata.batch():
+                for user, credentials in changes.items():
+                    self.metadata.set_user_scram(user, credentials)
+            return
+        zk = self.cluster.client
+
+        def write() -> None:
+            for user, credentials in changes.items():
+                configs = {k: v for k, v in zk.read_user_config(user).items() if k not in SCRAM_MECHANISMS}
+                zk.write_user_config(user, {**configs, **credentials})
+
+        await asyncio.to_thread(write)
+        for user, credentials in changes.items():
+            self._set_cluster_user_scram(user, credentials)
+
+    async def load_cluster_user_scram(self, user: str | None = None) -> None:
+        """In a cluster: the SCRAM credentials in /config/users (one user's, on its change
+        notification; everyone's at start)."""
+        zk = self.cluster.client
+        if user is None:
+            users = await asyncio.to_thread(zk.read_user_configs)
+            self._cluster_user_scram = {}
+        else:
+            users = {user: await asyncio.to_thread(zk.read_user_config, user)}
+        for name, configs in users.items():
+            self._set_cluster_user_scram(name, {k: v for k, v in configs.items() if k in SCRAM_MECHANISMS})
+
+    def _set_cluster_user_scram(self, user: str, credentials: dict[str, str]) -> None:
+        if credentials:
+            self._cluster_user_scram[user] = dict(credentials)
+        else:
+            self._cluster_user_scram.pop(user, None)
 
     # ------------------------------------------------------------ dynamic broker configs
 

@@ -7,10 +7,20 @@ DescribeConfigs) but otherwise ignored, as Kafka ignores keys it does not know.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from ..security.client import ClientCredentials
+from ..security.listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    ListenerSecurity,
+    SecurityConfigError,
+    inter_broker_credentials,
+    listener_security,
+    parse_protocol_map,
+)
 from ..storage.config import LogConfig
 from ..storage.manager import ManagerConfig
 from .producer_id_quota import DEFAULT_PRODUCER_IDS_RATE
@@ -42,6 +52,14 @@ class Listener:
         if port is None:
             raise ConfigError(f"listener {spec!r} has no port")
         return cls(name.upper(), parts.hostname or "", port)
+
+
+def _listener_security(props: dict[str, str], listeners) -> dict[str, ListenerSecurity]:
+    try:
+        protocols = parse_protocol_map(props.get("listener.security.protocol.map", DEFAULT_PROTOCOL_MAP))
+        return {l.name: listener_security(props, l.name, protocols) for l in listeners}
+    except SecurityConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _per_ip_overrides(v: str) -> tuple[tuple[str, int], ...]:
@@ -145,6 +163,15 @@ class BrokerConfig:
     request_timeout_ms: int = 30_000
     unclean_leader_election_enable: bool = False
     inter_broker_listener_name: str | None = None
+    #: Listener name -> its security protocol, SASL mechanisms and PLAIN users.
+    listener_security: dict[str, ListenerSecurity] = field(default_factory=dict)
+    #: How this broker authenticates to the others when the inter-broker listener is SASL.
+    inter_broker_sasl: ClientCredentials | None = None
+    #: The largest frame a SASL connection may send before it has authenticated (Kafka's
+    #: sasl.server.max.receive.size): larger ones close it, unread (CVE-2022-34917).
+    sasl_server_max_receive_size: int = 524_288
+    #: How long a failed authentication waits before its answer and the close.
+    connection_failed_authentication_delay_ms: int = 100
     controlled_shutdown_enable: bool = True
     controlled_shutdown_max_retries: int = 3
     controlled_shutdown_retry_backoff_ms: int = 5_000
@@ -251,6 +278,10 @@ class BrokerConfig:
             leader_imbalance_per_broker_percentage=get("leader.imbalance.per.broker.percentage", 10),
             log_config=log_config,
             manager_config=manager_config,
+            listener_security=_listener_security(props, listeners),
+            sasl_server_max_receive_size=get("sasl.server.max.receive.size", 524_288),
+            connection_failed_authentication_delay_ms=get(
+                "connection.failed.authentication.delay.ms", 100),
         )
         if not cfg.listeners:
             raise ConfigError("listeners is empty")
@@ -274,6 +305,16 @@ class BrokerConfig:
             raise ConfigError(f"metrics.port={cfg.metrics_port} is not a port number (1-65535)")
         if cfg.zookeeper_connect is not None:
             _check_cluster_config(cfg)
+            inter = cfg.inter_broker_listener_name or cfg.advertised[0].name
+            security = cfg.listener_security.get(inter)
+            if security is not None and security.sasl:
+                try:
+                    credentials = inter_broker_credentials(props, security)
+                except SecurityConfigError as exc:
+                    raise ConfigError(str(exc)) from None
+                cfg = dataclasses.replace(cfg, inter_broker_sasl=credentials)
+        if cfg.sasl_server_max_receive_size < 1:
+            raise ConfigError("sasl.server.max.receive.size must be at least 1")
         return cfg
 
     @property

@@ -38,6 +38,7 @@ from ..protocol.messages import (
     encode_response,
     parse_request,
 )
+from .authenticator import authenticate
 from .handlers import Deferred, RawResponse
 from .handlers.api_versions import build_response as api_versions_response
 from .handlers.common import InvalidRequest
@@ -82,6 +83,8 @@ class Connection:
         self.fd = sock.fileno()
         self.peer = peer
         self.listener_name = listener_name
+        #: Who the client is (Kafka's KafkaPrincipal): User:<name> once SASL authenticated it.
+        self.principal = "User:ANONYMOUS"
         self.loop = asyncio.get_running_loop()
         self.closed = False
         self._task: weakref.ref[asyncio.Task] | None = None
@@ -117,6 +120,10 @@ class Connection:
         recv_into = self.sock.recv_into
         turn = perf_counter()  # when this connection's turn of the event loop began
         try:
+            security = self.broker.config.listener_security.get(self.listener_name)
+            if security is not None and security.sasl:
+                if not await authenticate(self, security):
+                    return
             while True:
                 try:
                     n = recv_into(decoder.recv_buffer())

@@ -176,6 +176,9 @@ class MetadataStore:
         #: Dynamic broker configs of the embedded single node: "" (the cluster-wide default)
         #: and this broker's id -> their configs.
         self.broker_configs: dict[str, dict[str, str]] = {}
+        #: SCRAM credentials: user -> mechanism (SCRAM-SHA-256) -> Kafka's text of the
+        #: credential (salt, stored key, server key, iterations), as /config/users/<user> holds.
+        self.user_scram: dict[str, dict[str, str]] = {}
         self._journal_fd = -1
         self._journal_records = 0
         self._pending: list[dict] = []
@@ -199,6 +202,8 @@ class MetadataStore:
             self.producer_id_block_end = int(data.get("producer_id_block_end", 0))
             self.broker_configs = {str(k): {str(a): str(b) for a, b in v.items()}
                                    for k, v in data.get("broker_configs", {}).items()}
+            self.user_scram = {str(k): {str(a): str(b) for a, b in v.items()}
+                               for k, v in data.get("user_scram", {}).items()}
         self._replay_journal()
         # Ids of the block handed out before a restart are never reused.
         self.next_producer_id = self.producer_id_block_end
@@ -248,6 +253,12 @@ class MetadataStore:
                 self.broker_configs[str(record["broker_config"])] = configs
             else:
                 self.broker_configs.pop(str(record["broker_config"]), None)
+        elif "user_scram" in record:
+            credentials = {str(k): str(v) for k, v in record["credentials"].items()}
+            if credentials:
+                self.user_scram[str(record["user_scram"])] = credentials
+            else:
+                self.user_scram.pop(str(record["user_scram"]), None)
         elif "producer_id_block_end" in record:
             self.producer_id_block_end = max(self.producer_id_block_end, int(record["producer_id_block_end"]))
         else:
@@ -328,6 +339,7 @@ class MetadataStore:
             "topics": {name: t.to_json() for name, t in sorted(self.topics.items())},
             "deleting": {name: t.to_json() for name, t in sorted(self.deleting.items())},
             "broker_configs": self.broker_configs,
+            "user_scram": self.user_scram,
         }
         _atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
         os.ftruncate(self._journal_fd, 0)
@@ -407,6 +419,12 @@ class MetadataStore:
         """The dynamic configs of a broker (`entity` its id) or of the cluster-wide default
         (`entity` ""), replacing what was there; {} removes them."""
         self._record({"broker_config": entity, "configs": dict(configs)})
+
+    # -------------------------------------------------------------- SCRAM credentials
+
+    def set_user_scram(self, user: str, credentials: dict[str, str]) -> None:
+        """A user's SCRAM credentials by mechanism, replacing what was there; {} removes them."""
+        self._record({"user_scram": user, "credentials": dict(credentials)})
 
     # -------------------------------------------------------------- producer ids
 

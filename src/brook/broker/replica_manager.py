@@ -266,7 +266,8 @@ class ReplicaManager:
             if ch is not None:
                 ch.close()
             ch = self._controller_channel = BrokerChannel(
-                controller, *address, client_id=f"broker-{self.broker_id}-alter-partition")
+                controller, *address, client_id=f"broker-{self.broker_id}-alter-partition",
+                sasl=self.broker.config.inter_broker_sasl)
         else:
             ch.retarget(*address)
         cls = request_class(ALTER_PARTITION_KEY, ALTER_PARTITION_VERSION)

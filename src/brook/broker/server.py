@@ -162,8 +162,10 @@ class BrokerServer:
                 await cluster.join()
                 cluster.on_topic_config = self.broker.apply_topic_config
                 cluster.on_broker_config = self.broker.load_cluster_broker_configs
+                cluster.on_user_config = self.broker.load_cluster_user_scram
                 await cluster.watch_configs()
                 await self.broker.load_cluster_broker_configs()
+                await self.broker.load_cluster_user_scram()
                 names = await asyncio.to_thread(cluster.client.topic_names)
                 await self.broker.drop_topics_not_in(set(names))
             if self.listeners_file:
@@ -226,7 +228,8 @@ class BrokerServer:
                     log.info("controlled shutdown: no controller known; stopping anyway")
                     return
                 channel = BrokerChannel(controller, *address, client_id=f"broker-{self.broker.broker_id}-shutdown",
-                                        timeout_s=cfg.request_timeout_ms / 1000)
+                                        timeout_s=cfg.request_timeout_ms / 1000,
+                                        sasl=cfg.inter_broker_sasl)
                 try:
                     response = await channel.request(ib.ControlledShutdownRequest(
                         broker_id=self.broker.broker_id, broker_epoch=-1))

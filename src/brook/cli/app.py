@@ -16,7 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from .. import __version__
-from . import cluster, configs, console, dump_log, groups, offsets, options, topics
+from . import cluster, configs, console, dump_log, groups, offsets, options, topics, users
 from .broker import broker
 from .errors import CliError
 
@@ -123,6 +123,7 @@ app.add_typer(topics.app, name="topics")
 app.add_typer(groups.app, name="groups")
 app.add_typer(offsets.app, name="offsets")
 app.add_typer(configs.app, name="configs")
+app.add_typer(users.app, name="users")
 app.command("produce")(console.produce)
 app.command("consume")(console.consume)
 app.command("dump-log")(dump_log.dump_log)

@@ -51,12 +51,13 @@ def topic_id_text(value: uuid.UUID) -> str:
 
 class Controller:
     def __init__(self, zk: ZkClient, broker_id: int, epoch: int, epoch_zk_version: int,
-                 view: ClusterView, *, listener: str, unclean: bool = False) -> None:
+                 view: ClusterView, *, listener: str, unclean: bool = False, sasl=None) -> None:
         self.zk = zk
         self.broker_id = broker_id
         self.epoch = epoch
         self.epoch_zk_version = epoch_zk_version
         self.listener = listener  # the inter-broker listener's name
+        self.sasl = sasl  # ClientCredentials on a SASL inter-broker listener
         self.unclean = unclean
         self.live: dict[int, LiveBroker] = dict(view.brokers)
         self.assignments: dict[str, TopicAssignment] = {}
@@ -594,7 +595,8 @@ class Controller:
                 ch = self._channels.get(broker)
                 if ch is None:
                     ch = self._channels[broker] = BrokerChannel(
-                        broker, ep.host, ep.port, client_id=f"broker-{self.broker_id}-controller")
+                        broker, ep.host, ep.port, client_id=f"broker-{self.broker_id}-controller",
+                        sasl=self.sasl)
                 else:
                     ch.retarget(ep.host, ep.port)
                 try:

@@ -480,6 +480,39 @@ class ZkClient:
         self.kz.create(self.p(f"{zk_paths.CONFIG_CHANGES}/config_change_"),
                        zk_data.encode_config_change(f"brokers/{entity}"), sequence=True)
 
+    # ------------------------------------------------------------ user configs (SCRAM)
+
+    def read_user_config(self, user: str) -> dict[str, str]:
+        path = zk_paths.user_config_path(user)
+        try:
+            data, _ = self.kz.get(self.p(path))
+        except NoNodeError:
+            return {}
+        return zk_data.decode_broker_config(path, data)  # the same {"version":1,"config":{}}
+
+    def read_user_configs(self) -> dict[str, dict[str, str]]:
+        """Every user's configs, by user name."""
+        try:
+            names = self.kz.get_children(self.p(f"{zk_paths.CONFIG}/users"))
+        except NoNodeError:
+            return {}
+        return {zk_paths.desanitize(n): self.read_user_config(zk_paths.desanitize(n)) for n in names}
+
+    def write_user_config(self, user: str, configs: dict[str, str]) -> None:
+        """A user's configs, then a change notification ("users/<user, sanitized>", as Kafka's
+        AdminZkClient.changeUserOrUserClientIdConfig writes it)."""
+        path = self.p(zk_paths.user_config_path(user))
+        data = zk_data.encode_broker_config(configs)
+        try:
+            self.kz.set(path, data)
+        except NoNodeError:
+            try:
+                self.kz.create(path, data, makepath=True)
+            except NodeExistsError:
+                self.kz.set(path, data)
+        self.kz.create(self.p(f"{zk_paths.CONFIG_CHANGES}/config_change_"),
+                       zk_data.encode_config_change(f"users/{zk_paths.sanitize(user)}"), sequence=True)
+
     def watch_config_changes(self) -> list[str]:
         return sorted(self.kz.get_children(self.p(zk_paths.CONFIG_CHANGES),
                                            watch=lambda event: self._notify("configs")))

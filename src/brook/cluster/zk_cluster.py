@@ -33,7 +33,7 @@ class ZkCluster:
         self.config = config
         self.broker_id: int = config.broker_id
         self.connect = zk_paths.parse_connect(config.zookeeper_connect)
-        self.endpoints = tuple(zk_data.Endpoint(l.name, l.host, l.port) for l in config.advertised)
+        self.endpoints = self._endpoints(config.advertised)
         self.view = ClusterView()
         #: This broker's controller epoch while it is the controller, else None.
         self.controller_epoch: int | None = None
@@ -58,6 +58,8 @@ class ZkCluster:
         self.on_topic_config = None
         #: Called (a coroutine function, no arguments) when dynamic broker configs changed.
         self.on_broker_config = None
+        #: Called with a user's name when its configs (SCRAM credentials) changed.
+        self.on_user_config = None
         self._config_task: asyncio.Task | None = None
         self._configs_again = False
         self._seen_changes: set[str] | None = None
@@ -99,7 +101,15 @@ class ZkCluster:
 
     def use_endpoints(self, listeners) -> None:
         """The advertised listeners as bound (a listener on port 0 has its port only then)."""
-        self.endpoints = tuple(zk_data.Endpoint(l.name, l.host, l.port) for l in listeners)
+        self.endpoints = self._endpoints(listeners)
+
+    def _endpoints(self, listeners) -> tuple:
+        """Each with its security protocol, as Kafka registers them (a name brook does not
+        know the protocol of is PLAINTEXT: advertised.listeners may name one)."""
+        security = self.config.listener_security
+        return tuple(zk_data.Endpoint(l.name, l.host, l.port,
+                                      security[l.name].protocol if l.name in security else "PLAINTEXT")
+                     for l in listeners)
 
     async def join(self) -> None:
         """Register this broker (BrokerIdInUseError if another live broker has its id), run for
@@ -315,6 +325,8 @@ class ZkCluster:
                         topic = path[len("topics/"):]
                         configs = await asyncio.to_thread(self._client.read_topic_config, topic)
                         self.on_topic_config(topic, configs)
+                    elif path and path.startswith("users/") and self.on_user_config is not None:
+                        await self.on_user_config(zk_paths.desanitize(path[len("users/"):]))
                     elif path and path.startswith("brokers/") and self.on_broker_config is not None:
                         entity = path[len("brokers/"):]
                         if entity in (zk_paths.DEFAULT_ENTITY, str(self.broker_id)):
@@ -333,7 +345,8 @@ class ZkCluster:
         listener = cfg.inter_broker_listener_name or self.endpoints[0].listener
         self.controller = Controller(self._client, self.broker_id, election.epoch,
                                      election.epoch_zk_version, view, listener=listener,
-                                     unclean=cfg.unclean_leader_election_enable)
+                                     unclean=cfg.unclean_leader_election_enable,
+                                     sasl=cfg.inter_broker_sasl)
         self.controller.start(
             cfg.leader_imbalance_check_interval_seconds if cfg.auto_leader_rebalance_enable else None,
             cfg.leader_imbalance_per_broker_percentage / 100)

@@ -61,6 +61,23 @@ def topic_config_path(topic: str) -> str:
 DEFAULT_ENTITY = "<default>"  # the cluster-wide default of an entity type (ZooKeeperInternals)
 
 
+def sanitize(name: str) -> str:
+    """Kafka's Sanitizer.sanitize for a user name in a ZooKeeper path: URL-encoded, with
+    letters, digits, '.', '-' and '_' kept (and '*' as %2A, a space as %20)."""
+    from urllib.parse import quote
+    return quote(name, safe="-_.").replace("~", "%7E")
+
+
+def desanitize(name: str) -> str:
+    from urllib.parse import unquote
+    return unquote(name)
+
+
+def user_config_path(user: str) -> str:
+    """/config/users/<user, sanitized>: a user's SCRAM credentials (and quotas)."""
+    return f"{CONFIG}/users/{sanitize(user)}"
+
+
 def broker_config_path(broker_id: int | None) -> str:
     """A broker's dynamic configs, or the cluster-wide defaults (None)."""
     return f"{CONFIG}/brokers/{DEFAULT_ENTITY if broker_id is None else broker_id}"

@@ -1,0 +1,99 @@
+"""`brook users`: SCRAM users (kafka-configs.sh --entity-type users --alter --add-config
+'SCRAM-SHA-512=[password=...]'), through AlterUserScramCredentials and
+DescribeUserScramCredentials. The password is salted on this side; the broker never sees it."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from . import output
+from .errors import CliError
+from .options import bootstrap_option, timeout_option
+from .output import Format, output_option
+
+MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+app = typer.Typer(no_args_is_help=True,
+                  help="SCRAM users: list them, set a password (per mechanism), delete them.")
+
+
+def _mechanism(name: str):
+    from confluent_kafka.admin import ScramMechanism
+
+    name = name.upper()
+    if name not in MECHANISMS:
+        raise CliError(f"unknown mechanism {name!r} (use {' or '.join(MECHANISMS)})", code=2)
+    return ScramMechanism[name.replace("-", "_")]
+
+
+def _describe(cluster, users: list[str] | None = None) -> dict:
+    if users:
+        return {u: cluster.wait(f, f"cannot describe user {u}")
+                for u, f in cluster.admin.describe_user_scram_credentials(users).items()}
+    return cluster.wait(cluster.admin.describe_user_scram_credentials(), "cannot list users")
+
+
+@app.command("list")
+def list_users(bootstrap: Optional[str] = bootstrap_option(), timeout: Optional[float] = timeout_option(),
+               fmt: Format = output_option()) -> None:
+    """Every user with SCRAM credentials: its mechanisms and their iterations (never the
+    salts or keys)."""
+    from .client import Cluster
+
+    described = _describe(Cluster(bootstrap, timeout))
+    rows = [(user, info.mechanism.name.replace("_", "-"), info.iterations)
+            for user, d in sorted(described.items()) for info in d.scram_credential_infos]
+    if fmt == Format.json:
+        output.print_json([{"user": u, "mechanism": m, "iterations": i} for u, m, i in rows])
+    else:
+        output.table(["USER", "MECHANISM", "ITERATIONS"], rows)
+
+
+@app.command("set-scram")
+def set_scram(
+    user: str = typer.Argument(..., help="The user name."),
+    mechanism: str = typer.Option("SCRAM-SHA-512", "--mechanism", help=" or ".join(MECHANISMS) + "."),
+    password: str = typer.Option(..., "--password", prompt=True, hide_input=True,
+                                 confirmation_prompt=True, help="Asked for when not given."),
+    iterations: int = typer.Option(4096, "--iterations", min=4096, max=16384,
+                                   help="PBKDF2 iterations (Kafka's range: 4096-16384)."),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
+) -> None:
+    """Create the user, or change its password, for one SCRAM mechanism."""
+    from confluent_kafka.admin import ScramCredentialInfo, UserScramCredentialUpsertion
+
+    from .client import Cluster
+
+    cluster = Cluster(bootstrap, timeout)
+    upsertion = UserScramCredentialUpsertion(user, ScramCredentialInfo(_mechanism(mechanism), iterations),
+                                             password.encode())
+    for u, f in cluster.admin.alter_user_scram_credentials([upsertion]).items():
+        cluster.wait(f, f"cannot set the {mechanism.upper()} credential of {u}")
+    output.note(f"user {user}: {mechanism.upper()} credential set ({iterations} iterations)")
+
+
+@app.command("delete")
+def delete(
+    user: str = typer.Argument(..., help="The user name."),
+    mechanism: Optional[str] = typer.Option(None, "--mechanism",
+                                            help="Only this mechanism's credential (default: all)."),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
+) -> None:
+    """Delete a user's SCRAM credentials (one mechanism's, or all of them)."""
+    from confluent_kafka.admin import UserScramCredentialDeletion
+
+    from .client import Cluster
+
+    cluster = Cluster(bootstrap, timeout)
+    if mechanism is not None:
+        mechanisms = [_mechanism(mechanism)]
+    else:
+        mechanisms = [i.mechanism for i in _describe(cluster, [user])[user].scram_credential_infos]
+    deletions = [UserScramCredentialDeletion(user, m) for m in mechanisms]
+    for u, f in cluster.admin.alter_user_scram_credentials(deletions).items():
+        cluster.wait(f, f"cannot delete the credentials of {u}")
+    output.note(f"user {user}: {', '.join(m.name.replace('_', '-') for m in mechanisms)} deleted")

@@ -1,0 +1,118 @@
+"""The security of each listener, from Kafka's keys: ``listener.security.protocol.map``
+(Kafka's default map names PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL as themselves),
+``sasl.enabled.mechanisms`` (or ``listener.name.<name>.sasl.enabled.mechanisms``) and the
+PLAIN users of ``listener.name.<name>.plain.sasl.jaas.config``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import jaas
+from .client import ClientCredentials
+from .scram import MECHANISMS as SCRAM_MECHANISMS
+
+DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SUPPORTED_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+
+
+class SecurityConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSecurity:
+    name: str
+    protocol: str
+    mechanisms: tuple[str, ...] = ()
+    plain_users: dict[str, str] = field(default_factory=dict, repr=False)  # never logged
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol == "SASL_PLAINTEXT"
+
+
+def parse_protocol_map(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        name, sep, protocol = item.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or not name or protocol not in PROTOCOLS:
+            raise SecurityConfigError(f"listener.security.protocol.map: {item!r} is not "
+                                      f"LISTENER:PROTOCOL with a protocol of {', '.join(PROTOCOLS)}")
+        out[name] = protocol
+    return out
+
+
+def _prop(props: dict[str, str], listener: str, key: str) -> str | None:
+    """A listener's own value of `key` (listener.name.<name lowercased>.<key>), else the
+    broker-wide one."""
+    own = props.get(f"listener.name.{listener.lower()}.{key}")
+    return own if own is not None else props.get(key)
+
+
+def listener_security(props: dict[str, str], name: str, protocols: dict[str, str]) -> ListenerSecurity:
+    protocol = protocols.get(name)
+    if protocol is None:
+        raise SecurityConfigError(f"No security protocol defined for listener {name} (add it to "
+                                  "listener.security.protocol.map)")
+    if protocol in ("SSL", "SASL_SSL"):
+        raise SecurityConfigError(f"listener {name} uses {protocol}: TLS is not yet supported by "
+                                  "brook (PLAINTEXT and SASL_PLAINTEXT are)")
+    if protocol == "PLAINTEXT":
+        return ListenerSecurity(name, protocol)
+    text = _prop(props, name, "sasl.enabled.mechanisms")
+    if text is None:
+        raise SecurityConfigError(
+            f"listener {name} is SASL_PLAINTEXT but sasl.enabled.mechanisms is not set (Kafka's "
+            f"default, GSSAPI, is not supported: use {', '.join(SUPPORTED_MECHANISMS)})")
+    mechanisms = tuple(m.strip().upper() for m in text.split(",") if m.strip())
+    unknown = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
+    if unknown or not mechanisms:
+        raise SecurityConfigError(
+            f"sasl.enabled.mechanisms of listener {name}: {', '.join(unknown) or 'none'} not "
+            f"supported (brook has {', '.join(SUPPORTED_MECHANISMS)})")
+    users: dict[str, str] = {}
+    if "PLAIN" in mechanisms:
+        key = f"listener.name.{name.lower()}.plain.sasl.jaas.config"
+        text = props.get(key)
+        if text is None:
+            raise SecurityConfigError(f"listener {name} enables PLAIN but {key} is not set (its "
+                                      f"{PLAIN_LOGIN_MODULE} options user_<name>=<password> are "
+                                      "the users)")
+        try:
+            module = jaas.parse_one(text)
+        except jaas.JaasError as exc:
+            raise SecurityConfigError(f"{key}: {exc}") from None
+        if module.name != PLAIN_LOGIN_MODULE:
+            raise SecurityConfigError(f"{key}: login module {module.name} is not {PLAIN_LOGIN_MODULE}")
+        users = {k[len("user_"):]: v for k, v in module.options.items() if k.startswith("user_")}
+    return ListenerSecurity(name, protocol, mechanisms, users)
+
+
+def inter_broker_credentials(props: dict[str, str], security: ListenerSecurity) -> ClientCredentials:
+    """How a broker authenticates to the others on a SASL inter-broker listener: with
+    sasl.mechanism.inter.broker.protocol and the username and password options of that
+    mechanism's JAAS config on the listener (as Kafka's brokers do)."""
+    mechanism = props.get("sasl.mechanism.inter.broker.protocol", "GSSAPI").strip().upper()
+    if mechanism not in security.mechanisms:
+        raise SecurityConfigError(
+            f"sasl.mechanism.inter.broker.protocol ({mechanism}) must be included in "
+            f"sasl.enabled.mechanisms of listener {security.name} when SASL is used for "
+            "inter-broker communication")
+    key = f"listener.name.{security.name.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    text = props.get(key)
+    if text is None:
+        raise SecurityConfigError(f"the inter-broker listener {security.name} is SASL: {key} must "
+                                  "give this broker's username and password")
+    try:
+        options = jaas.parse_one(text).options
+    except jaas.JaasError as exc:
+        raise SecurityConfigError(f"{key}: {exc}") from None
+    if "username" not in options or "password" not in options:
+        raise SecurityConfigError(f"{key}: username and password are needed for inter-broker "
+                                  "authentication")
+    return ClientCredentials(mechanism, options["username"], options["password"])
