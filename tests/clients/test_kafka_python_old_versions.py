@@ -110,17 +110,6 @@ LEGACY_FORMATS = [((0, 9), 1, 1), ((0, 10, 0), 2, 2), ((0, 10, 1), 2, 3)]
 LEGACY_CODECS = [None, "gzip", "snappy", "lz4"]  # zstd needs api_version 2.1
 
 
-def codecs_for(api_version) -> list:
-    """kafka-python writes lz4 for 0.8/0.9 brokers only with the xxhash package, which brook's
-    dev dependencies lack; magic-0 lz4 is produced here by confluent-kafka (fallback 0.9.0)."""
-    if api_version < (0, 10):
-        try:
-            import xxhash  # noqa: F401
-        except ImportError:
-            return [c for c in LEGACY_CODECS if c != "lz4"]
-    return LEGACY_CODECS
-
-
 @pytest.mark.parametrize("api_version, produce_version, fetch_version", LEGACY_FORMATS,
                          ids=[".".join(map(str, v)) for v, _, _ in LEGACY_FORMATS])
 def test_legacy_formats_produce_each_codec_and_consume_in_a_group(broker, api_version,
@@ -128,7 +117,7 @@ def test_legacy_formats_produce_each_codec_and_consume_in_a_group(broker, api_ve
     topic, group = f"kl-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
     sent = []
     with requests_sent() as requests:
-        for codec in codecs_for(api_version):
+        for codec in LEGACY_CODECS:
             producer = KafkaProducer(bootstrap_servers=broker.bootstrap, api_version=api_version,
                                      compression_type=codec, linger_ms=20)
             for i in range(15):
@@ -218,7 +207,7 @@ def test_api_version_0_8_2_produces_v0_and_fetches_v0(broker):
     topic = f"k8-{uuid.uuid4().hex[:6]}"
     sent = []
     with requests_sent() as requests:
-        for codec in codecs_for((0, 8, 2)):
+        for codec in LEGACY_CODECS:
             producer = KafkaProducer(bootstrap_servers=broker.bootstrap, api_version=(0, 8, 2),
                                      compression_type=codec, linger_ms=20)
             for i in range(10):
