@@ -467,7 +467,13 @@ class ZkClient:
         """A broker's dynamic configs (None: the cluster-wide defaults), then a change
         notification every broker watches ("brokers/<id>" or "brokers/<default>", as Kafka's
         AdminZkClient.changeBrokerConfig writes them)."""
-        path = self.p(zk_paths.broker_config_path(broker_id))
+        entity = zk_paths.DEFAULT_ENTITY if broker_id is None else str(broker_id)
+        self._write_config(zk_paths.broker_config_path(broker_id), configs, f"brokers/{entity}")
+
+    def _write_config(self, path: str, configs: dict[str, str], entity: str) -> None:
+        """An entity's configs ({"version":1,"config":{}}), then the change notification that
+        names it."""
+        path = self.p(path)
         data = zk_data.encode_broker_config(configs)
         try:
             self.kz.set(path, data)
@@ -476,9 +482,8 @@ class ZkClient:
                 self.kz.create(path, data, makepath=True)
             except NodeExistsError:
                 self.kz.set(path, data)
-        entity = zk_paths.DEFAULT_ENTITY if broker_id is None else str(broker_id)
         self.kz.create(self.p(f"{zk_paths.CONFIG_CHANGES}/config_change_"),
-                       zk_data.encode_config_change(f"brokers/{entity}"), sequence=True)
+                       zk_data.encode_config_change(entity), sequence=True)
 
     # ------------------------------------------------------------ user configs (SCRAM)
 
@@ -501,17 +506,8 @@ class ZkClient:
     def write_user_config(self, user: str, configs: dict[str, str]) -> None:
         """A user's configs, then a change notification ("users/<user, sanitized>", as Kafka's
         AdminZkClient.changeUserOrUserClientIdConfig writes it)."""
-        path = self.p(zk_paths.user_config_path(user))
-        data = zk_data.encode_broker_config(configs)
-        try:
-            self.kz.set(path, data)
-        except NoNodeError:
-            try:
-                self.kz.create(path, data, makepath=True)
-            except NodeExistsError:
-                self.kz.set(path, data)
-        self.kz.create(self.p(f"{zk_paths.CONFIG_CHANGES}/config_change_"),
-                       zk_data.encode_config_change(f"users/{zk_paths.sanitize(user)}"), sequence=True)
+        self._write_config(zk_paths.user_config_path(user), configs,
+                           f"users/{zk_paths.sanitize(user)}")
 
     def watch_config_changes(self) -> list[str]:
         return sorted(self.kz.get_children(self.p(zk_paths.CONFIG_CHANGES),
