@@ -252,7 +252,7 @@ def test_requests_read_after_a_deferred_answer_are_handled_while_it_waits_for_it
 
     def fsync(fd):
         if slow.is_set():
-            time.sleep(1.0)
+            time.sleep(3.0)
         real(fd)
 
     monkeypatch.setattr(group_commit.os, "fsync", fsync)
@@ -266,11 +266,12 @@ def test_requests_read_after_a_deferred_answer_are_handled_while_it_waits_for_it
         slow.set()
         try:
             await loop.sock_sendall(theirs, frame(commit("g", 1), 1))
-            await _until(lambda: offsets.log_end_offset == start + 1, 0.5)
+            await _until(lambda: offsets.log_end_offset == start + 1, 2.0)
             sent = time.monotonic()
             await loop.sock_sendall(theirs, frame(commit("g", 2), 2))  # a read of its own
-            await _until(lambda: offsets.log_end_offset == start + 2, 0.5)
-            assert time.monotonic() - sent < 0.5  # the first commit's fsync still sleeps
+            await _until(lambda: offsets.log_end_offset == start + 2, 2.0)
+            assert time.monotonic() - sent < 2.0  # the first commit's fsync still sleeps (3 s)
+            slow.clear()  # the second commit's round need not sleep
             data = b""
             while len(answers(data)) < 2 if _whole(data) else True:
                 data += await loop.sock_recv(theirs, 65536)
