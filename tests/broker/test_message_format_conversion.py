@@ -296,7 +296,7 @@ def test_a_large_down_conversion_does_not_hold_up_other_connections(broker, clie
         resp = client.recv(1, 1, corr)
         took = time.monotonic() - started
     assert len(decode_message_set(resp.responses[0].partitions[0].records)) == 200_000
-    assert waited < took / 3, (waited, took)
+    assert waited < took / 2, (waited, took)  # blocked, it would wait about took - 0.1 s
 
 
 @pytest.mark.parametrize("version,expected", [
