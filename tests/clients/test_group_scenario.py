@@ -348,7 +348,9 @@ class Group:
         producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
         for i in range(PER_BATCH * PARTITIONS):
             producer.produce(self.topic, value=f"{tag}-{i}".encode(), partition=i % PARTITIONS)
-        assert producer.flush(30) == 0
+        # (60 s: a CI run once saw 30 pass undelivered right after the controller itself went;
+        # Kafka's producer would keep trying for delivery.timeout.ms, 120 s)
+        assert producer.flush(60) == 0
         self.produced.update((p, base + i) for p in range(PARTITIONS) for i in range(PER_BATCH))
 
     def start(self, name: str) -> Worker:
@@ -724,6 +726,10 @@ def test_a_mixed_group_carries_on_when_its_coordinator_goes(zk, brokers, tmp_pat
             assert _coordinator_of(bootstrap, g.group) not in (-1, node)
             brokers[node].start()
             wait_for(lambda: zk.broker_ids() == [1, 2, 3], 30, "the broker back", brokers)
+            # As in a rolling restart: the next broker goes only once none is under-replicated
+            # (else an acks=all produce may wait for the ISR to shrink, replica.lag.time.max.ms).
+            wait_for(lambda: zk.in_sync([g.topic, "__consumer_offsets"]), 90,
+                     "every partition in sync again", brokers)
         g.admin = None
         g.wait_settled(members, timeout=WAIT)
         # Their clean close is the single-node scenario's to test; here what they processed

@@ -104,6 +104,19 @@ class ZkView:
     def broker_ids(self) -> list[int]:
         return sorted(int(c) for c in self.children("/brokers/ids"))
 
+    def in_sync(self, topics: list[str]) -> bool:
+        """Whether every partition of `topics` has all its replicas in its ISR (no partition
+        under-replicated: what an operator waits for between two brokers of a rolling restart)."""
+        for topic in topics:
+            assignment = self.json(f"/brokers/topics/{topic}")
+            if not assignment:
+                return False
+            for p, replicas in assignment["partitions"].items():
+                state = self.json(f"/brokers/topics/{topic}/partitions/{p}/state")
+                if state is None or sorted(state["isr"]) != sorted(replicas):
+                    return False
+        return True
+
     def close(self) -> None:
         try:
             self.kz.stop()
