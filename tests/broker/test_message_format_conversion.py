@@ -305,24 +305,9 @@ def test_a_large_down_conversion_does_not_hold_up_other_connections(broker, clie
 def test_a_storage_error_is_not_leader_or_follower_to_fetch_v5_and_older(tmp_path, version, expected):
     """Consumers of Fetch v0-v5 may not know KAFKA_STORAGE_ERROR (Kafka tells them
     NOT_LEADER_OR_FOLLOWER, so that they refresh their metadata and retry)."""
-    import asyncio
-
-    from kio.serial import entity_reader
-
-    from brook.protocol.messages import response_class
-    from tests.support.kafka_wire import frame
+    from tests.broker.test_durable_acks import roundtrip
     from tests.support.socketpair_broker import run_broker
     from tests.support.wire_requests import fetch_request
-
-    async def roundtrip(theirs, request):
-        loop = asyncio.get_running_loop()
-        await loop.sock_sendall(theirs, frame(request, 7))
-        data = b""
-        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
-            data += await loop.sock_recv(theirs, 65536)
-        cls = response_class(1, version)
-        _, offset = entity_reader(cls.__header_schema__)(data[4:], 0)
-        return entity_reader(cls)(data[4:], offset)[0]
 
     async def test(broker, conn, ours, theirs):
         broker.create_topic("t", 1)
@@ -332,8 +317,7 @@ def test_a_storage_error_is_not_leader_or_follower_to_fetch_v5_and_older(tmp_pat
             raise OSError(5, "Input/output error")
 
         log.read = read  # the disk under this partition fails
-        answer = await roundtrip(theirs, fetch_request("t", {0: 0}, version=version))
+        answer = await roundtrip(theirs, fetch_request("t", {0: 0}, version=version), 1, version)
         assert answer.responses[0].partitions[0].error_code == expected
-        await asyncio.sleep(0)
 
     run_broker(tmp_path, {}, test)
