@@ -564,11 +564,12 @@ def test_a_read_waits_for_a_busy_loop_that_keeps_reading():
     """A walk that takes the loop many times LOOP_WAIT_SECONDS, slice after slice, is read on
     the loop to its end: only a loop that stops running slices is given up on."""
     reader = LoopReader()
-    reader.wait_seconds = 0.05
+    # 0.25 s: a loaded CI machine once left the loop unscheduled past 0.05 s between slices
+    reader.wait_seconds = 0.25
     ran_on: set[int] = set()
 
     def walk():
-        for _ in range(1500):  # 0.15 s of work, 0.3 s or more with the pauses
+        for _ in range(5000):  # 0.5 s of work, 1 s or more with the pauses
             busy(100e-6)
             ran_on.add(threading.get_ident())
             yield
