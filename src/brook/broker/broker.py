@@ -40,6 +40,7 @@ from .metadata import (
 )
 from .partition import Partition
 from .producer_id_quota import ProducerIdQuota
+from .quotas import ClientQuotas, Entity
 from .response_cache import EncodedResponseCache
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.log_manager: LogManager | None = None
         self.producer_id_quota = ProducerIdQuota(config.producer_ids_rate)
+        #: Client quotas (brook.broker.quotas): what is set, and the clients' measured rates.
+        self.quotas = ClientQuotas()
         #: log.flush.before.ack: what makes appends durable before they are answered
         self.group_commit = GroupCommitter() if config.log_flush_before_ack else None
         self.metadata_responses = EncodedResponseCache()
@@ -117,6 +120,8 @@ class Broker:
         if cluster_id is None:  # in a cluster they are ZooKeeper's (load_cluster_broker_configs)
             stored = self.metadata.broker_configs
             self.use_dynamic_configs(stored.get("", {}), stored.get(str(self.broker_id), {}))
+            self.quotas.replace_all({Entity.from_path(path): values
+                                     for path, values in self.metadata.client_quotas.items()})
         self.log_manager = LogManager(self.config.log_dirs, self.config.log_config, clock=self.clock,
                                       manager_config=self.config.manager_config,
                                       topic_config=self.topic_log_config)
@@ -589,6 +594,16 @@ class Broker:
             self._cluster_user_scram[user] = dict(credentials)
         else:
             self._cluster_user_scram.pop(user, None)
+
+    # ------------------------------------------------------------ client quotas
+
+    async def set_client_quotas(self, changes: dict[Entity, dict[str, float]]) -> None:
+        """Entities' new quotas ({} removes an entity's), durable before this returns."""
+        with self.metadata.batch():
+            for entity, values in changes.items():
+                self.metadata.set_client_quota(entity.path(), values)
+        for entity, values in changes.items():
+            self.quotas.replace(entity, values)
 
     # ------------------------------------------------------------ dynamic broker configs
 

@@ -179,6 +179,9 @@ class MetadataStore:
         #: SCRAM credentials: user -> mechanism (SCRAM-SHA-256) -> Kafka's text of the
         #: credential (salt, stored key, server key, iterations), as /config/users/<user> holds.
         self.user_scram: dict[str, dict[str, str]] = {}
+        #: Client quotas: the entity's path under ZooKeeper's /config (users/alice/clients/app,
+        #: brook.broker.quotas.Entity.path) -> quota key -> value.
+        self.client_quotas: dict[str, dict[str, float]] = {}
         self._journal_fd = -1
         self._journal_records = 0
         self._pending: list[dict] = []
@@ -204,6 +207,8 @@ class MetadataStore:
                                    for k, v in data.get("broker_configs", {}).items()}
             self.user_scram = {str(k): {str(a): str(b) for a, b in v.items()}
                                for k, v in data.get("user_scram", {}).items()}
+            self.client_quotas = {str(k): {str(a): float(b) for a, b in v.items()}
+                                  for k, v in data.get("client_quotas", {}).items()}
         self._replay_journal()
         # Ids of the block handed out before a restart are never reused.
         self.next_producer_id = self.producer_id_block_end
@@ -259,6 +264,12 @@ class MetadataStore:
                 self.user_scram[str(record["user_scram"])] = credentials
             else:
                 self.user_scram.pop(str(record["user_scram"]), None)
+        elif "client_quota" in record:
+            values = {str(k): float(v) for k, v in record["values"].items()}
+            if values:
+                self.client_quotas[str(record["client_quota"])] = values
+            else:
+                self.client_quotas.pop(str(record["client_quota"]), None)
         elif "producer_id_block_end" in record:
             self.producer_id_block_end = max(self.producer_id_block_end, int(record["producer_id_block_end"]))
         else:
@@ -340,6 +351,7 @@ class MetadataStore:
             "deleting": {name: t.to_json() for name, t in sorted(self.deleting.items())},
             "broker_configs": self.broker_configs,
             "user_scram": self.user_scram,
+            "client_quotas": self.client_quotas,
         }
         _atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
         os.ftruncate(self._journal_fd, 0)
@@ -425,6 +437,13 @@ class MetadataStore:
     def set_user_scram(self, user: str, credentials: dict[str, str]) -> None:
         """A user's SCRAM credentials by mechanism, replacing what was there; {} removes them."""
         self._record({"user_scram": user, "credentials": dict(credentials)})
+
+    # -------------------------------------------------------------- client quotas
+
+    def set_client_quota(self, entity_path: str, values: dict[str, float]) -> None:
+        """A quota entity's values (`entity_path` as under ZooKeeper's /config), replacing
+        what was there; {} removes them."""
+        self._record({"client_quota": entity_path, "values": dict(values)})
 
     # -------------------------------------------------------------- producer ids
 
