@@ -40,6 +40,7 @@ from .metadata import (
 )
 from .partition import Partition
 from .producer_id_quota import ProducerIdQuota
+from . import throttling
 from .quotas import ClientQuotas, Entity
 from .response_cache import EncodedResponseCache
 
@@ -122,6 +123,7 @@ class Broker:
             self.use_dynamic_configs(stored.get("", {}), stored.get(str(self.broker_id), {}))
             self.quotas.replace_all({Entity.from_path(path): values
                                      for path, values in self.metadata.client_quotas.items()})
+            throttling.install(self)
         self.log_manager = LogManager(self.config.log_dirs, self.config.log_config, clock=self.clock,
                                       manager_config=self.config.manager_config,
                                       topic_config=self.topic_log_config)
@@ -604,6 +606,7 @@ class Broker:
                 self.metadata.set_client_quota(entity.path(), values)
         for entity, values in changes.items():
             self.quotas.replace(entity, values)
+        throttling.install(self)
 
     # ------------------------------------------------------------ dynamic broker configs
 

@@ -102,6 +102,9 @@ class Connection:
         #: time is counted when the queue has gone to the socket (Kafka's TotalTimeMs).
         self._answered: list[tuple[int, float]] = []
         self._pending: list[_Pending] = []  # deferred answers not ready, oldest first
+        #: Over a client quota: nothing more is read from the client until this loop time
+        #: (set by brook.broker.throttling; 0.0: not throttled).
+        self.muted_until = 0.0
 
     @property
     def task(self) -> asyncio.Task | None:
@@ -145,6 +148,8 @@ class Connection:
                         await self._drain()  # the answers to the requests before it
                         return
                     handled += 1
+                    if self.muted_until:
+                        await self._sit_out_throttle()
                     if self._out_bytes > MAX_QUEUED_BYTES:
                         await self._drain()
                     if handled % YIELD_EVERY == 0 or perf_counter() - turn > TURN_SECONDS:
@@ -224,6 +229,16 @@ class Connection:
             else:
                 metrics.request_done(request.api_key, received)
         return True
+
+    async def _sit_out_throttle(self) -> None:
+        """KIP-219: the throttled answer goes out at once, then the client waits (not idle)."""
+        await self._drain()
+        self.busy = True
+        try:
+            await asyncio.sleep(max(0.0, self.muted_until - self.loop.time()))
+        finally:
+            self.busy = False
+            self.muted_until = 0.0
 
     # ------------------------------------------------------------ deferred answers
 

@@ -30,6 +30,7 @@ from ...protocol.fetch_response import (
 from ...storage.errors import OffsetOutOfRangeError
 from ..errors import error_code_for
 from ..fetch_session import FINAL_EPOCH, INVALID_SESSION_ID
+from ..throttling import fetch_throttle, fetch_with_throttle, release
 from . import Api, RawResponse
 from .fetch_conversion import Pending, convert, down_conversion_enabled, legacy_magic
 from .common import ms
@@ -130,8 +131,14 @@ async def handle(broker, request, connection):
         if broker.metrics is not None:
             broker.metrics.fetched(results)
         pieces, size = encode_fetch_response(version, request.correlation_id, results)
+        if broker.quotas.active and _replica_id(body) < 0:
+            throttle = fetch_throttle(broker, request, connection, size)
+            if throttle:  # over consumer_byte_rate: answered empty, as Kafka answers it
+                release(pieces)
+                pieces, size = encode_fetch_response(version, request.correlation_id, [],
+                                                     throttle_time_ms=throttle)
         return RawResponse(pieces, size)
-    return await _handle_in_session(broker, request, session_id, epoch)
+    return await _handle_in_session(broker, request, session_id, epoch, connection)
 
 
 #: Consumers of Fetch v0-v5 may not know KAFKA_STORAGE_ERROR (they take it for a fatal unknown
@@ -200,7 +207,7 @@ def _replica_id(body) -> int:
 
 # ---------------------------------------------------------------- fetch sessions (KIP-227)
 
-async def _handle_in_session(broker, request, session_id: int, epoch: int):
+async def _handle_in_session(broker, request, session_id: int, epoch: int, connection=None):
     body = request.body
     version = request.api_version
     uses_topic_ids = version >= TOPIC_IDS_FROM
@@ -224,6 +231,12 @@ async def _handle_in_session(broker, request, session_id: int, epoch: int):
         broker.metrics.fetched(results)
     pieces, size = encode_fetch_response(version, request.correlation_id, results,
                                          error_code=done.error_code, session_id=done.session_id)
+    if broker.quotas.active and _replica_id(body) < 0:
+        # Over consumer_byte_rate in a session: the data goes (the session has moved on to
+        # it) with the wait, and the connection is muted; the bytes stay counted.
+        throttle = fetch_throttle(broker, request, connection, size, answered_empty=False)
+        if throttle:
+            pieces = fetch_with_throttle(pieces, version, throttle)
     return RawResponse(pieces, size)
 
 

@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 import logging
 import struct
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from kio.schema.errors import ErrorCode
 
@@ -24,6 +24,7 @@ from ...records.compression import CODEC_MASK, Codec
 from ...records.legacy import produced_to_v2
 from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
+from ..throttling import produce_throttle
 from . import Api, Deferred
 from .common import NO_THROTTLE, ms
 
@@ -53,6 +54,9 @@ async def handle(broker, request, connection):
     durable = broker.group_commit is not None and acks != 0
     replicas = broker.replicas  # a cluster: only leaders take records, acks=all waits for the ISR
     waiting = []  # (topic index, partition index, partition, offset the high watermark must reach)
+    # Client quotas (producer_byte_rate): the wait this request earns, the connection muted.
+    throttle = timedelta(milliseconds=produce_throttle(broker, request, connection)) \
+        if broker.quotas.active else NO_THROTTLE
     for td in body.topic_data:
         name = td.name
         if broker.metadata.get(name) is None and broker.config.auto_create_topics_enable \
@@ -121,19 +125,19 @@ async def handle(broker, request, connection):
         return None
     if waiting:  # acks=all in a cluster: answered once every in-sync replica has the records
         return Deferred(_replicated(broker, waiting, ms(body.timeout)),
-                        lambda done: _replicated_answer(done, version, topics, waiting))
+                        lambda done: _replicated_answer(done, version, topics, waiting, throttle))
     if appended:  # log.flush.before.ack: answered once fsynced, with the fsyncs of others
         written = broker.group_commit.durable(lg for _, _, lg in appended)
-        return Deferred(written, lambda done: _durable_answer(done, version, topics, appended))
-    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=NO_THROTTLE)
+        return Deferred(written, lambda done: _durable_answer(done, version, topics, appended, throttle))
+    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle)
 
 
-def _durable_answer(written, version: int, topics: list, appended: list):
+def _durable_answer(written, version: int, topics: list, appended: list, throttle=NO_THROTTLE):
     """The answer once the fsync of what the request appended has ended."""
     exc = written.exception()
     if exc is not None:
         topics = _failed(topics, appended, str(exc))
-    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=NO_THROTTLE)
+    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle)
 
 
 def _failed(topics: list, appended: list, detail: str) -> list:
@@ -187,7 +191,7 @@ def _replicated(broker, waiting: list, timeout_ms: int):
     return done
 
 
-def _replicated_answer(done, version: int, topics: list, waiting: list):
+def _replicated_answer(done, version: int, topics: list, waiting: list, throttle=NO_THROTTLE):
     """The answer once replicated, or REQUEST_TIMED_OUT / NOT_LEADER_OR_FOLLOWER for the
     partitions whose records did not reach the ISR in time (they may still: Kafka's answer
     says the same)."""
@@ -204,7 +208,7 @@ def _replicated_answer(done, version: int, topics: list, waiting: list):
         parts = list(topics[t].partition_responses)
         parts[p] = dataclasses.replace(parts[p], error_code=code, base_offset=-1)
         topics[t] = dataclasses.replace(topics[t], partition_responses=tuple(parts))
-    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=NO_THROTTLE)
+    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle)
 
 
 def refuse_records(records: bytes, version: int) -> tuple[ErrorCode, str] | None:
