@@ -15,6 +15,7 @@ the first byte the client gets its quota within 10%, and no 10 s window gets mor
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from datetime import timedelta
@@ -281,6 +282,52 @@ def test_a_throttled_connection_is_muted(broker):
         assert waited >= throttle - 0.05
         assert second.responses[0].partition_responses[0].error_code == ErrorCode.none
     alter_quotas(broker.bootstrap, [({"client-id": "muted"}, {"producer_byte_rate": None})])
+
+
+def test_request_time_over_request_percentage_is_throttled(broker):
+    """request_percentage 0.01: 1 ms of handler time in the first ten windows; Metadata
+    requests soon pass it, and their answers carry a wait of at most one window (1 s)."""
+    alter_quotas(broker.bootstrap, [({"client-id": "chatty"}, {"request_percentage": 0.01})])
+    m = req_mod(3, 12)
+    body = make(m.MetadataRequest, topics=None, allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False)
+    try:
+        with Client(broker.bootstrap, "chatty") as client:
+            for _ in range(2000):
+                throttle = client.request(body).throttle_time
+                if throttle > timedelta(0):
+                    break
+            assert timedelta(0) < throttle <= timedelta(seconds=1)
+            start = time.monotonic()
+            client.request(body)
+            assert time.monotonic() - start >= throttle.total_seconds() - 0.05  # muted meanwhile
+        with Client(broker.bootstrap, "other") as client:  # another client id has no quota
+            assert all(client.request(body).throttle_time == timedelta(0) for _ in range(200))
+    finally:
+        alter_quotas(broker.bootstrap, [({"client-id": "chatty"}, {"request_percentage": None})])
+
+
+def test_a_fetch_in_a_session_over_its_quota_keeps_its_data_and_gets_the_wait(broker):
+    """A Fetch that opens a session (KIP-227) is answered with its records and the wait: the
+    session has moved on to them."""
+    from tests.support.wire_requests import batch, fetch_request, produce
+    with WireClient(broker.bootstrap) as c:
+        create_topic(c, "quota-session")
+        produce(c, "quota-session", {0: batch(600, value=VALUE)})
+    alter_quotas(broker.bootstrap, [({"client-id": "session-reader"}, {"consumer_byte_rate": 10_000})])
+    try:
+        request = dataclasses.replace(fetch_request("quota-session", {0: 0}), session_epoch=0)
+        with Client(broker.bootstrap, "session-reader") as client:
+            response = client.request(request)
+        assert response.session_id != 0
+        assert response.throttle_time > timedelta(seconds=1)  # 600 kB over 10 s against 10 kB/s
+        assert len(response.responses[0].partitions[0].records) > 500_000
+        with Client(broker.bootstrap, "session-reader") as client:  # sessionless: answered empty
+            response = client.request(fetch_request("quota-session", {0: 0}))
+        assert response.throttle_time > timedelta(seconds=1)
+        assert response.responses == ()
+    finally:
+        alter_quotas(broker.bootstrap, [({"client-id": "session-reader"}, {"consumer_byte_rate": None})])
 
 
 def test_quotas_survive_a_restart(broker):

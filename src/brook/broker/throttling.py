@@ -17,12 +17,15 @@ import dataclasses
 import struct
 from datetime import timedelta
 from time import perf_counter
+from functools import cache
 from types import coroutine
+
+from ..protocol.messages import API_VERSIONS_KEY, response_class
+from .handlers import RawResponse
 
 from .quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 
 _I32 = struct.Struct(">i")
-_FETCH_FLEXIBLE_FROM = 12
 #: APIs whose time is not the client's to pay for (Kafka's exempt requests): what brokers send
 #: each other, and authentication.
 _EXEMPT = frozenset({4, 5, 6, 7, 17, 36, 56})
@@ -84,12 +87,27 @@ def fetch_throttle(broker, request, connection, size: int, answered_empty: bool 
 
 
 def fetch_with_throttle(pieces: list, version: int, throttle_ms: int) -> list:
-    """An encoded Fetch answer's pieces with `throttle_time_ms` set (the first piece holds the
-    header: size, correlation id, header tags from v12, then the throttle time from v1)."""
-    if version < 1 or throttle_ms <= 0:
+    """An encoded Fetch answer's pieces with `throttle_time_ms` set."""
+    return _patched(pieces, 1, version, throttle_ms)
+
+
+@cache
+def _throttle_offset(api_key: int, version: int) -> int | None:
+    """Where an encoded answer's frame holds throttle_time_ms, when it is the body's first field
+    (as in most answers): after the size, the correlation id and, flexible, the header's tags."""
+    cls = response_class(api_key, version)
+    first = dataclasses.fields(cls)[0].name if dataclasses.is_dataclass(cls) else None
+    if first != "throttle_time":
+        return None
+    return 9 if cls.__flexible__ and api_key != API_VERSIONS_KEY else 8
+
+
+def _patched(pieces: list, api_key: int, version: int, throttle_ms: int) -> list:
+    offset = _throttle_offset(api_key, version)
+    if offset is None or throttle_ms <= 0 or not isinstance(pieces[0], bytes) or len(pieces[0]) < offset + 4:
         return pieces
     head = bytearray(pieces[0])
-    _I32.pack_into(head, 9 if version >= _FETCH_FLEXIBLE_FROM else 8, throttle_ms)
+    _I32.pack_into(head, offset, throttle_ms)
     return [bytes(head), *pieces[1:]]
 
 
@@ -160,13 +178,17 @@ async def timed_handle(api, broker, request, connection):
     if throttle > 0:
         mute(connection, throttle)
         _metric(broker, REQUEST_PERCENTAGE, throttle)
-        response = _with_throttle(response, throttle)
+        response = _with_throttle(response, request, throttle)
     return response
 
 
-def _with_throttle(response, throttle_ms: int):
-    """The answer with the larger of its own throttle time and `throttle_ms` (answers encoded
-    by their handlers keep theirs; the connection is muted all the same)."""
+def _with_throttle(response, request, throttle_ms: int):
+    """The answer with the larger of its own throttle time and `throttle_ms` (one encoded by
+    its handler gets it in its bytes; a deferred one keeps its own, the connection is muted
+    all the same)."""
+    if isinstance(response, RawResponse):
+        pieces = _patched(response.pieces, request.api_key, request.api_version, throttle_ms)
+        return RawResponse(pieces, response.size) if pieces is not response.pieces else response
     current = getattr(response, "throttle_time", None)
     if isinstance(current, timedelta) and current < timedelta(milliseconds=throttle_ms):
         return dataclasses.replace(response, throttle_time=timedelta(milliseconds=throttle_ms))
