@@ -17,6 +17,7 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from . import cluster, configs, console, dump_log, groups, offsets, options, topics, users
+from . import quotas
 from .broker import broker
 from .errors import CliError
 
@@ -124,6 +125,7 @@ app.add_typer(groups.app, name="groups")
 app.add_typer(offsets.app, name="offsets")
 app.add_typer(configs.app, name="configs")
 app.add_typer(users.app, name="users")
+app.add_typer(quotas.app, name="quotas")
 app.command("produce")(console.produce)
 app.command("consume")(console.consume)
 app.command("dump-log")(dump_log.dump_log)
