@@ -225,8 +225,8 @@ class ClientQuotas:
         #: (key, user tag, client-id tag) -> its rate: one per entity whose quota applies
         self._rates: dict[tuple[str, str, str], Rate] = {}
         self._next_expiry = 0
-        #: key -> total ms of throttling given (for the metrics)
-        self.throttled_ms: dict[str, int] = {}
+        #: key -> (throttled answers, their total wait in ms), for the metrics
+        self.throttled: dict[str, tuple[int, int]] = {}
 
     # ------------------------------------------------------------ configuration
 

@@ -50,8 +50,11 @@ def mute(connection, throttle_ms: int) -> None:
 
 
 def _metric(broker, key: str, throttle_ms: int) -> None:
+    """Counted for the metrics: throttled answers and their waits, by quota."""
     if throttle_ms > 0:
-        broker.quotas.throttled_ms[key] = broker.quotas.throttled_ms.get(key, 0) + throttle_ms
+        counts = broker.quotas.throttled
+        count, total = counts.get(key, (0, 0))
+        counts[key] = (count + 1, total + throttle_ms)
 
 
 # ---------------------------------------------------------------- byte rates

@@ -99,6 +99,10 @@ def request_module(api_key: int, version: int):
     return load_payload_module(api_key, version, EntityType.request)
 
 
+def _number(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(value)
+
+
 def _name(value) -> str:
     return "<default>" if value is None else value
 
@@ -147,7 +151,7 @@ def describe(
         output.print_json(rows)
         return
     output.table(("USER", "CLIENT-ID", "QUOTA", "VALUE"),
-                 [(r["user"] or "", r["client-id"] or "", r["quota"], f"{r['value']:g}") for r in rows])
+                 [(r["user"] or "", r["client-id"] or "", r["quota"], _number(r["value"])) for r in rows])
 
 
 @app.command("alter")
@@ -197,6 +201,6 @@ def alter(
                        + (f": {result.error_message}" if result.error_message else ""))
     verb = "Would set" if validate_only else "Set"
     for k, v in to_set.items():
-        output.line(f"{verb} {k}={v:g} for {what}.")
+        output.line(f"{verb} {k}={_number(v)} for {what}.")
     for k in to_delete:
         output.line(f"{'Would remove' if validate_only else 'Removed'} {k} from {what}.")

@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__package__)
 
+#: quota key -> Kafka's quota type (its throttle-time metrics' type= name)
+_QUOTA_TYPES = {"producer_byte_rate": "Produce", "consumer_byte_rate": "Fetch",
+                "request_percentage": "Request"}
+
 
 class BrokerCollector:
     """The registry's figures: per topic and per API counts, and the coordinator's few gauges
@@ -31,7 +35,7 @@ class BrokerCollector:
     def collect(self):
         figures = self.metrics.reader.read(lambda: _registry_figures(self.broker, self.metrics))
         for name, section in (("topic", self._topics), ("request", self._requests),
-                              ("groups", self._groups)):
+                              ("groups", self._groups), ("quota", self._quotas)):
             try:
                 read = figures.pop(name)  # let go once used: fewer objects alive at a time
                 if isinstance(read, Exception):
@@ -83,6 +87,20 @@ class BrokerCollector:
             total_time.add_metric([name], buckets, time_sum)
         return count, total_time
 
+    def _quotas(self, throttled):
+        """Client quotas' throttling (brook.broker.quotas), by quota type as Kafka names it."""
+        labels = ["quota_type"]
+        count = CounterMetricFamily("brook_quota_throttled_responses",
+                                    "Responses throttled for a client quota, by quota type.", labels=labels)
+        seconds = CounterMetricFamily("brook_quota_throttle_time_seconds",
+                                      "Throttle time given to clients over a quota, by quota type.",
+                                      labels=labels)
+        for key, name in _QUOTA_TYPES.items():
+            n, ms = throttled.get(key, (0, 0))
+            count.add_metric([name], n)
+            seconds.add_metric([name], ms / 1000)
+        return count, seconds
+
     def _groups(self, figures):
         states, rebalances, offsets, cache_bytes, loads = figures
         per_state = GaugeMetricFamily("brook_coordinator_groups",
@@ -125,7 +143,8 @@ def _registry_figures(broker, metrics: BrokerMetrics):
     stopped it} for the sections "topic" and "request" (one step: the counts as the event loop
     left them) and "groups" (a step per ``__consumer_offsets`` partition)."""
     found: dict[str, object] = {}
-    for name, read in (("topic", _topic_counts), ("request", _request_counts)):
+    for name, read in (("topic", _topic_counts), ("request", _request_counts),
+                       ("quota", lambda broker, _: dict(broker.quotas.throttled))):
         try:
             found[name] = read(broker, metrics)
         except Exception as exc:  # noqa: BLE001 - logged by the collector
