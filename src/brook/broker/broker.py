@@ -41,7 +41,8 @@ from .metadata import (
 from .partition import Partition
 from .producer_id_quota import ProducerIdQuota
 from . import throttling
-from .quotas import ClientQuotas, Entity
+from .quotas import KEYS as QUOTA_KEYS
+from .quotas import ClientQuotas, Entity, quota_text, quota_values
 from .response_cache import EncodedResponseCache
 
 log = logging.getLogger(__name__)
@@ -584,6 +585,10 @@ class Broker:
         notification; everyone's at start)."""
         zk = self.cluster.client
         if user is None:
+            # The server reads the users at start: their quotas (and client ids') come with
+            # them, and so do the quota entities' change notifications from now on.
+            self.cluster.on_quota_config = self.load_cluster_quotas
+            await self.load_cluster_quotas()
             users = await asyncio.to_thread(zk.read_user_configs)
             self._cluster_user_scram = {}
         else:
@@ -600,12 +605,46 @@ class Broker:
     # ------------------------------------------------------------ client quotas
 
     async def set_client_quotas(self, changes: dict[Entity, dict[str, float]]) -> None:
-        """Entities' new quotas ({} removes an entity's), durable before this returns."""
-        with self.metadata.batch():
-            for entity, values in changes.items():
-                self.metadata.set_client_quota(entity.path(), values)
+        """Entities' new quotas ({} removes an entity's), durable before this returns. In a
+        cluster they go to ZooKeeper's /config/users/..., /config/clients/... (a user's node
+        keeps its SCRAM credentials) and the other brokers hear of them through /config/changes."""
+        if self.cluster is None:
+            with self.metadata.batch():
+                for entity, values in changes.items():
+                    self.metadata.set_client_quota(entity.path(), values)
+        else:
+            zk = self.cluster.client
+
+            def write() -> None:
+                for entity, values in changes.items():
+                    path = entity.path()
+                    others = {k: v for k, v in zk.read_entity_config(path).items() if k not in QUOTA_KEYS}
+                    zk.write_entity_config(path, {**others, **{k: quota_text(k, v) for k, v in values.items()}})
+
+            await asyncio.to_thread(write)
         for entity, values in changes.items():
             self.quotas.replace(entity, values)
+        throttling.install(self)
+
+    async def load_cluster_quotas(self, entity_path: str | None = None) -> None:
+        """In a cluster: the quotas in ZooKeeper's /config (one entity's, on its change
+        notification; everyone's at start)."""
+        zk = self.cluster.client
+        if entity_path is None:
+            found = await asyncio.to_thread(zk.read_quota_entities)
+        else:
+            found = {entity_path: await asyncio.to_thread(zk.read_entity_config, entity_path)}
+        entities = {}
+        for path, configs in found.items():
+            try:
+                entities[Entity.from_path(path)] = quota_values(configs)
+            except ValueError:
+                log.warning("ignoring /config/%s: not a client quota entity", path)
+        if entity_path is None:
+            self.quotas.replace_all(entities)
+        else:
+            for entity, values in entities.items():
+                self.quotas.replace(entity, values)
         throttling.install(self)
 
     # ------------------------------------------------------------ dynamic broker configs

@@ -135,6 +135,24 @@ def validate_value(key: str, value: float) -> str | None:
     return None
 
 
+def quota_text(key: str, value: float) -> str:
+    """A value as ZooKeeper's config nodes hold it ("1048576", "12.5")."""
+    return str(int(value)) if key in LONG_KEYS or value == int(value) else repr(value)
+
+
+def quota_values(configs: dict[str, str]) -> dict[str, float]:
+    """The quotas among a config node's entries (a user's also holds SCRAM credentials);
+    an unreadable value is left out."""
+    out = {}
+    for key, text in configs.items():
+        if key in KEYS:
+            try:
+                out[key] = float(text)
+            except ValueError:
+                pass
+    return out
+
+
 # ---------------------------------------------------------------- the windowed rate
 
 class Rate:

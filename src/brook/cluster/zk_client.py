@@ -509,6 +509,44 @@ class ZkClient:
         self._write_config(zk_paths.user_config_path(user), configs,
                            f"users/{zk_paths.sanitize(user)}")
 
+    # ------------------------------------------------------------ client quotas
+
+    def read_entity_config(self, entity_path: str) -> dict[str, str]:
+        """The configs of /config/<entity_path> ("users/alice/clients/app"); {} if none (a
+        user's node made only as the parent of its client ids' has no data)."""
+        path = f"{zk_paths.CONFIG}/{entity_path}"
+        try:
+            data, _ = self.kz.get(self.p(path))
+        except NoNodeError:
+            return {}
+        return zk_data.decode_broker_config(path, data) if data else {}
+
+    def read_quota_entities(self) -> dict[str, dict[str, str]]:
+        """Every user, user and client id, and client id node's configs, by entity path
+        (names as sanitized in the paths)."""
+        out = {}
+        for kind in ("users", "clients"):
+            try:
+                names = self.kz.get_children(self.p(f"{zk_paths.CONFIG}/{kind}"))
+            except NoNodeError:
+                continue
+            for name in names:
+                out[f"{kind}/{name}"] = self.read_entity_config(f"{kind}/{name}")
+                if kind == "users":
+                    try:
+                        clients = self.kz.get_children(self.p(f"{zk_paths.CONFIG}/users/{name}/clients"))
+                    except NoNodeError:
+                        continue
+                    for client in clients:
+                        path = f"users/{name}/clients/{client}"
+                        out[path] = self.read_entity_config(path)
+        return out
+
+    def write_entity_config(self, entity_path: str, configs: dict[str, str]) -> None:
+        """/config/<entity_path>'s configs, then a change notification naming it, as Kafka's
+        AdminZkClient writes those of users, users' client ids and client ids."""
+        self._write_config(f"{zk_paths.CONFIG}/{entity_path}", configs, entity_path)
+
     def watch_config_changes(self) -> list[str]:
         return sorted(self.kz.get_children(self.p(zk_paths.CONFIG_CHANGES),
                                            watch=lambda event: self._notify("configs")))

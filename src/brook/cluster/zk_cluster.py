@@ -60,6 +60,8 @@ class ZkCluster:
         self.on_broker_config = None
         #: Called with a user's name when its configs (SCRAM credentials) changed.
         self.on_user_config = None
+        #: Called with the entity path of a changed quota entity ("users/alice/clients/app").
+        self.on_quota_config = None
         self._config_task: asyncio.Task | None = None
         self._configs_again = False
         self._seen_changes: set[str] | None = None
@@ -325,7 +327,12 @@ class ZkCluster:
                         topic = path[len("topics/"):]
                         configs = await asyncio.to_thread(self._client.read_topic_config, topic)
                         self.on_topic_config(topic, configs)
+                    elif path and self.on_quota_config is not None and (
+                            path.startswith("clients/") or "/clients/" in path):
+                        await self.on_quota_config(path)  # a client id's or a user's client id's
                     elif path and path.startswith("users/") and self.on_user_config is not None:
+                        if self.on_quota_config is not None:
+                            await self.on_quota_config(path)  # a user's node holds quotas too
                         await self.on_user_config(zk_paths.desanitize(path[len("users/"):]))
                     elif path and path.startswith("brokers/") and self.on_broker_config is not None:
                         entity = path[len("brokers/"):]
