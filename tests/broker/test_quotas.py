@@ -21,6 +21,7 @@ from brook.broker.quotas import (
     validate_value,
 )
 from brook.clock import FakeClock
+from tests.support.examples import examples
 
 # Kafka's eight levels, first wins (user "alice", client id "app").
 LEVELS = [
@@ -142,7 +143,7 @@ def test_clients_under_one_users_quota_share_its_rate_but_a_default_is_per_user(
     assert quotas.record(PRODUCER_BYTE_RATE, "carol", "one", 1000, now) == 0  # carol's own
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.sets(st.integers(0, 7)).filter(bool))
 def test_precedence_property(present):
     quotas = ClientQuotas()
@@ -153,7 +154,7 @@ def test_precedence_property(present):
 
 # ---------------------------------------------------------------- rates and throttling, properties
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 999), st.floats(0, 1e6)), min_size=1, max_size=30))
 def test_rate_within_one_window_is_the_sum_over_ten_windows(events):
     clock = FakeClock()
@@ -166,7 +167,7 @@ def test_rate_within_one_window_is_the_sum_over_ten_windows(events):
     assert rate.measure(start + last) == pytest.approx(sum(v for _, v in events) / (span / 1000))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(quota=st.integers(1_000, 10_000_000), share=st.floats(0.01, 2.0), late=st.integers(0, 50))
 def test_a_client_that_waits_as_told_converges_to_its_quota(quota, share, late):
     """Kafka's throttling is a feedback loop: a client that waits each throttle time it is
@@ -191,7 +192,7 @@ def test_a_client_that_waits_as_told_converges_to_its_quota(quota, share, late):
         assert measured >= quota * 0.9
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.floats(1, 1e9), st.floats(1, 1e9), st.integers(1, 20_000))
 def test_throttle_time_is_zero_at_the_quota_and_grows_with_the_excess(quota, over, window):
     assert throttle_time_ms(quota, quota, window) == 0
@@ -200,7 +201,7 @@ def test_throttle_time_is_zero_at_the_quota_and_grows_with_the_excess(quota, ove
 
 # ---------------------------------------------------------------- entities
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.one_of(st.none(), st.text(min_size=1)), st.one_of(st.none(), st.text(min_size=1)),
        st.sampled_from(["user", "client", "both"]))
 def test_entity_paths_round_trip(user, client, kind):
