@@ -159,3 +159,14 @@ def test_quotas_survive_a_restart(tmp_path):
             assert broker.quotas.quota("consumer_byte_rate", "zed", "c") == (99.0, ("zed", ""))
         finally:
             broker.close()
+
+
+def test_the_quota_window_is_kafkas_broker_config(tmp_path):
+    from brook.broker.config import ConfigError
+    props = {"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:9092"}
+    broker = Broker(BrokerConfig.from_props({**props, "quota.window.num": "3",
+                                             "quota.window.size.seconds": "2"}))
+    assert (broker.quotas.window_num, broker.quotas.window_size_ms) == (3, 2000)
+    assert (Broker(BrokerConfig.from_props(props)).quotas.window_num, 11) == (11, 11)
+    with pytest.raises(ConfigError, match="quota.window.num"):
+        BrokerConfig.from_props({**props, "quota.window.num": "0"})

@@ -71,7 +71,7 @@ class Broker:
         self.log_manager: LogManager | None = None
         self.producer_id_quota = ProducerIdQuota(config.producer_ids_rate)
         #: Client quotas (brook.broker.quotas): what is set, and the clients' measured rates.
-        self.quotas = ClientQuotas()
+        self.quotas = ClientQuotas(config.quota_window_num, config.quota_window_size_seconds * 1000)
         #: log.flush.before.ack: what makes appends durable before they are answered
         self.group_commit = GroupCommitter() if config.log_flush_before_ack else None
         self.metadata_responses = EncodedResponseCache()

@@ -121,6 +121,9 @@ class BrokerConfig:
     producer_id_expiration_ms: int = 86_400_000
     # InitProducerId per second per client id and per address (KIP-936's producer_ids_rate).
     producer_ids_rate: float = DEFAULT_PRODUCER_IDS_RATE
+    # Client quotas' windowed rate (brook.broker.quotas): samples, and each one's seconds.
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
     connections_max_idle_ms: int = 600_000
     max_connections: int = 2**31 - 1
     max_connections_per_ip: int = 2**31 - 1
@@ -234,6 +237,8 @@ class BrokerConfig:
             fetch_max_bytes=get("fetch.max.bytes", 55 * 1024 * 1024),
             producer_id_expiration_ms=get("producer.id.expiration.ms", 86_400_000),
             producer_ids_rate=get("producer.ids.rate", DEFAULT_PRODUCER_IDS_RATE, float),
+            quota_window_num=get("quota.window.num", 11),
+            quota_window_size_seconds=get("quota.window.size.seconds", 1),
             connections_max_idle_ms=get("connections.max.idle.ms", 600_000),
             max_connections=get("max.connections", 2**31 - 1),
             max_connections_per_ip=get("max.connections.per.ip", 2**31 - 1),
@@ -293,6 +298,8 @@ class BrokerConfig:
             raise ConfigError("max.partitions.per.request and max.broker.partitions must be at least 1")
         if cfg.num_partitions < 1:
             raise ConfigError("num.partitions must be at least 1")
+        if cfg.quota_window_num < 1 or cfg.quota_window_size_seconds < 1:
+            raise ConfigError("quota.window.num and quota.window.size.seconds must be at least 1")
         if cfg.offsets_topic_num_partitions < 1:
             raise ConfigError("offsets.topic.num.partitions must be at least 1")
         if cfg.offsets_retention_check_interval_ms < 1:
