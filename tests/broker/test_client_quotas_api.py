@@ -167,6 +167,6 @@ def test_the_quota_window_is_kafkas_broker_config(tmp_path):
     broker = Broker(BrokerConfig.from_props({**props, "quota.window.num": "3",
                                              "quota.window.size.seconds": "2"}))
     assert (broker.quotas.window_num, broker.quotas.window_size_ms) == (3, 2000)
-    assert (Broker(BrokerConfig.from_props(props)).quotas.window_num, 11) == (11, 11)
+    assert Broker(BrokerConfig.from_props(props)).quotas.window_num == 11
     with pytest.raises(ConfigError, match="quota.window.num"):
         BrokerConfig.from_props({**props, "quota.window.num": "0"})
