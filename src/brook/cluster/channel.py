@@ -25,8 +25,10 @@ class ChannelError(Exception):
 
 class BrokerChannel:
     def __init__(self, broker_id: int, host: str, port: int, *, client_id: str,
-                 timeout_s: float = 30.0, sasl=None) -> None:
+                 timeout_s: float = 30.0, sasl=None, tls=None) -> None:
         self.broker_id = broker_id
+        #: An ssl.SSLContext when the inter-broker listener is SSL or SASL_SSL.
+        self.tls = tls
         #: ClientCredentials when the inter-broker listener is SASL: each new connection
         #: authenticates before its first request.
         self.sasl = sasl
@@ -60,7 +62,9 @@ class BrokerChannel:
 
     async def _exchange(self, body):
         if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            self._reader, self._writer = await asyncio.open_connection(
+                self.host, self.port, ssl=self.tls,
+                server_hostname=self.host if self.tls is not None else None)
             if self.sasl is not None:
                 await self._authenticate()
         return await self._send(body)
