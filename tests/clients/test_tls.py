@@ -343,3 +343,75 @@ def test_a_connection_that_never_finishes_its_handshake_holds_up_no_one(tls_brok
     with socket.create_connection(("127.0.0.1", tls_broker.ssl_port)) as silent:
         silent.sendall(b"\x16\x03\x01")  # the start of a ClientHello, and nothing more
         _still_serves(tls_broker)
+
+
+# ------------------------------------------------------------------ brook's own clients
+
+
+def _brook(*args, input=None) -> subprocess.CompletedProcess:
+    import sys
+    return subprocess.run([sys.executable, "-m", "brook", *args], input=input, capture_output=True,
+                          text=True, timeout=90)
+
+
+def test_brook_commands_take_kafkas_client_properties_with_command_config(tls_broker, tmp_path):
+    """A Java client.properties (SASL_SSL, SCRAM, a PEM truststore) after the command's name, as
+    Kafka's tools take it: confluent-kafka's admin calls and brook's own connection (OffsetDelete
+    goes through it) both authenticate over TLS."""
+    f = tls_broker.files
+    config = tmp_path / "client.properties"
+    config.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                      "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+                      'required username="scram512" password="secret-512";\n'
+                      f"ssl.truststore.type=PEM\nssl.truststore.location={f.ca}\n")
+    b = ["-b", tls_broker.sasl_ssl, "--command-config", str(config)]
+    run = _brook("topics", "create", "cli-tls", "--partitions", "2", *b)
+    assert run.returncode == 0, run.stderr
+    run = _brook("produce", "cli-tls", *b, input="a\nb\nc\n")
+    assert run.returncode == 0, run.stderr
+    run = _brook("consume", "cli-tls", "--group", "cli-tls-group", "--from-beginning",
+                 "--max-messages", "3", *b)
+    assert run.returncode == 0, run.stderr
+    assert sorted(run.stdout.split()) == ["a", "b", "c"]
+    run = _brook("groups", "delete-offsets", "cli-tls-group", "--topic", "cli-tls", *b)
+    assert run.returncode == 0, run.stderr
+    tls_broker.wait_logged("with SCRAM-SHA-512")
+    # the same before the command's name, and through the environment; without it, refused
+    run = _brook("--command-config", str(config), "topics", "list", "-b", tls_broker.sasl_ssl)
+    assert run.returncode == 0 and "cli-tls" in run.stdout, run.stderr
+    run = _brook("topics", "list", "-b", tls_broker.sasl_ssl, "--timeout", "3")
+    assert run.returncode != 0
+
+
+def test_brook_commands_with_librdkafka_names_and_a_client_certificate(tls_broker, tmp_path):
+    f = tls_broker.files
+    config = tmp_path / "ssl.properties"
+    config.write_text(f"security.protocol=SSL\nssl.ca.location={f.ca}\n"
+                      f"ssl.certificate.location={f.cert('bob')}\nssl.key.location={f.key('bob')}\n")
+    run = _brook("topics", "list", "-b", tls_broker.ssl, "--command-config", str(config))
+    assert run.returncode == 0, run.stderr
+    tls_broker.wait_logged("authenticated User:bob from")
+
+
+def test_a_command_config_brook_cannot_use_is_an_argument_error(tls_broker, tmp_path):
+    config = tmp_path / "kerberos.properties"
+    config.write_text("security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n")
+    run = _brook("topics", "list", "-b", tls_broker.sasl_ssl, "--command-config", str(config))
+    assert run.returncode == 2
+    assert "sasl.mechanism=GSSAPI" in run.stderr
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_the_spark_connectors_bulk_reader_reads_over_tls_and_sasl(tls_broker, way):
+    from confluent_kafka import Producer
+
+    from brook.client import FetchSettings, RangeReader
+    conf = _ck_conf(tls_broker, way)
+    topic = f"reader-{way}"
+    p = Producer(conf)
+    for i in range(300):
+        p.produce(topic, f"v{i}".encode(), partition=0)
+    assert p.flush(30) == 0
+    with RangeReader(FetchSettings.from_client(conf)) as reader:
+        values = [v for b in reader.read(topic, 0, 0, 300) for v in b.column("value").to_pylist()]
+    assert values == [f"v{i}".encode() for i in range(300)]

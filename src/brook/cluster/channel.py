@@ -70,28 +70,17 @@ class BrokerChannel:
         return await self._send(body)
 
     async def _authenticate(self) -> None:
-        """SaslHandshake v1, then SaslAuthenticate v2 for each of the mechanism's messages."""
-        from kio.index import load_request_schema
+        from ..security.client import SaslClientError, sasl_exchange
 
-        from ..security.client import SaslClientError, client_for
-
-        handshake = await self._send(load_request_schema(17, 1)(mechanism=self.sasl.mechanism))
-        if handshake.error_code.value != 0:
-            raise ValueError(f"SaslHandshake: {handshake.error_code.name} (the broker has "
-                             f"{', '.join(handshake.mechanisms)})")
-        steps = client_for(self.sasl).messages()
-        message = next(steps)
-        while True:
-            answer = await self._send(load_request_schema(36, 2)(auth_bytes=message))
-            if answer.error_code.value != 0:
-                raise ValueError(f"authentication as {self.sasl.username} with {self.sasl.mechanism} "
-                                 f"failed: {answer.error_message}")
-            try:
-                message = steps.send(answer.auth_bytes)
-            except StopIteration:
-                return
-            except SaslClientError as exc:
-                raise ValueError(str(exc)) from None
+        exchange = sasl_exchange(self.sasl)
+        try:
+            request = next(exchange)
+            while True:
+                request = exchange.send(await self._send(request))
+        except StopIteration:
+            return
+        except SaslClientError as exc:
+            raise ValueError(str(exc)) from None
 
     async def _send(self, body):
         cls = type(body)

@@ -192,6 +192,17 @@ def _check_pem_type(props: dict[str, str], listener: str, which: str) -> None:
                              "store with keytool -importkeystore and openssl pkcs12)")
 
 
+def load_inline_chain(context: ssl.SSLContext, key: str, chain: str, password: str | None) -> None:
+    """A private key and certificate chain given as PEM text: `ssl` loads them from files
+    only, so from a private file that lives for the call."""
+    with tempfile.TemporaryDirectory(prefix="brook-tls-") as tmp:
+        path = os.path.join(tmp, "keystore.pem")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(key.strip() + "\n" + chain.strip() + "\n")
+        context.load_cert_chain(path, password=password)
+
+
 def _load_keystore(props: dict[str, str], listener: str, context: ssl.SSLContext, required: bool) -> bool:
     _check_pem_type(props, listener, "keystore")
     location = prop(props, listener, "ssl.keystore.location")
@@ -211,13 +222,7 @@ def _load_keystore(props: dict[str, str], listener: str, context: ssl.SSLContext
         if location is not None:
             context.load_cert_chain(location, password=password)
         else:
-            # `ssl` loads keys from files only: a private file that lives for the call.
-            with tempfile.TemporaryDirectory(prefix="brook-tls-") as tmp:
-                path = os.path.join(tmp, "keystore.pem")
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w", encoding="ascii") as f:
-                    f.write(key.strip() + "\n" + chain.strip() + "\n")
-                context.load_cert_chain(path, password=password)
+            load_inline_chain(context, key, chain, password)
     except (OSError, ssl.SSLError, ValueError) as exc:
         where = f"ssl.keystore.location={location}" if location else "ssl.keystore.key"
         raise TlsConfigError(f"listener {listener}: cannot load the key and certificates of "
