@@ -191,9 +191,9 @@ class Connection:
                 except ssl.SSLWantWriteError:
                     await self._writable()
             self.principal = tls.principal(sock)
-        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-            log.info("connection from %s on listener %s closed during the TLS handshake", self.peer,
-                     self.listener_name)
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):  # port probes, health checks
+            log.debug("connection from %s on listener %s closed during the TLS handshake", self.peer,
+                      self.listener_name)
             return False
         except (ssl.SSLError, NoMatchingRule) as exc:
             log.warning("Failed authentication with %s on listener %s (SSL handshake failed): %s",
