@@ -44,7 +44,7 @@ from .handlers import Deferred, RawResponse
 from .handlers.api_versions import build_response as api_versions_response
 from .handlers.common import InvalidRequest
 from .handlers.produce import CloseConnection
-from .tls_socket import TlsSocket
+from .tls_socket import TlsSocket, WantWrite
 from ..security.tls import NoMatchingRule
 
 log = logging.getLogger(__name__)
@@ -180,16 +180,16 @@ class Connection:
     async def _tls_handshake(self, tls) -> bool:
         """The TLS handshake, then the principal of the client's certificate; False (one log
         line) if the connection is to be closed."""
-        sock = self.sock.ssl
+        sock = self.sock
         try:
             while True:
                 try:
-                    sock.do_handshake()
+                    sock.handshake()
                     break
-                except ssl.SSLWantReadError:
-                    await self._readable()
-                except ssl.SSLWantWriteError:
+                except WantWrite:
                     await self._writable()
+                except BlockingIOError:
+                    await self._readable()
             self.principal = tls.principal(sock)
         except (ssl.SSLZeroReturnError, ssl.SSLEOFError):  # port probes, health checks
             log.debug("connection from %s on listener %s closed during the TLS handshake", self.peer,

@@ -334,8 +334,7 @@ class BrokerServer:
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             security = self.config.listener_security.get(listener.name)
             if security is not None and security.tls is not None:  # the handshake runs in the connection's task
-                client = TlsSocket(security.tls.context.wrap_socket(
-                    client, server_side=True, do_handshake_on_connect=False))
+                client = TlsSocket(client, security.tls.context)
             conn = Connection(self.broker, client, peer, listener.name)
             self.connections.add(conn)
             task = asyncio.create_task(conn.run())

@@ -164,7 +164,7 @@ class TlsServer:
     client_auth: str
     mapper: PrincipalMapper
 
-    def principal(self, sock: ssl.SSLSocket) -> str:
+    def principal(self, sock) -> str:
         """Kafka's principal of a TLS connection: User:<mapped subject> of the client's
         certificate, User:ANONYMOUS without one (NoMatchingRule if no rule maps it)."""
         cert = sock.getpeercert() if self.client_auth != "none" else None
