@@ -368,3 +368,57 @@ def test_the_spark_connectors_bulk_reader_reads_over_tls_and_sasl(tls_broker, wa
     with RangeReader(FetchSettings.from_client(conf)) as reader:
         values = [v for b in reader.read(topic, 0, 0, 300) for v in b.column("value").to_pylist()]
     assert values == [f"v{i}".encode() for i in range(300)]
+
+
+# ------------------------------------------------------------------ certificate rotation
+
+
+def _served_certificate(b: TlsBroker) -> bytes:
+    with socket.create_connection(("127.0.0.1", b.ssl_port)) as raw:
+        with _context(b.files, "alice").wrap_socket(raw, server_hostname="127.0.0.1") as s:
+            return s.getpeercert(binary_form=True)
+
+
+def _der(pem: bytes) -> bytes:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+    return x509.load_pem_x509_certificate(pem).public_bytes(Encoding.DER)
+
+
+def test_a_listeners_certificate_is_rotated_with_alter_configs_without_a_restart(tmp_path, files):
+    """Kafka's dynamic keystore update (KIP-226): new connections get the new certificate,
+    connections already open go on, a keystore that cannot be loaded is refused whole, and the
+    new location survives a restart."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    b = TlsBroker(tmp_path / "rotate", files)
+    b.proc.start()
+    try:
+        assert _served_certificate(b) == _der(files.broker_cert_pem)
+        open_before = WireClient(b.ssl, ssl_context=_context(files, "bob"))
+        admin = AdminClient({"bootstrap.servers": b.plain})
+
+        def alter(value: str):
+            resource = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[ConfigEntry(
+                "listener.name.ssl.ssl.keystore.location", value,
+                incremental_operation=AlterConfigOpType.SET)])
+            return admin.incremental_alter_configs([resource])[resource].result(30)
+
+        with pytest.raises(Exception, match="cannot load the key and certificates"):
+            alter(str(tmp_path / "missing.pem"))
+        assert _served_certificate(b) == _der(files.broker_cert_pem)
+
+        alter(str(files.renewed_keystore))
+        assert _served_certificate(b) == _der(files.renewed_cert_pem)
+        r = open_before.request(load_request_schema(18, 3)(client_software_name="t", client_software_version="1"))
+        assert r.error_code == ErrorCode.none  # the connection made before goes on
+        open_before.close()
+        described = admin.describe_configs([ConfigResource(ResourceType.BROKER, "1")])
+        entries = next(iter(described.values())).result(30)
+        entry = entries["listener.name.ssl.ssl.keystore.location"]
+        assert (entry.value, entry.is_read_only) == (str(files.renewed_keystore), False)
+
+        b.proc.stop()
+        b.proc.start()
+        assert _served_certificate(b) == _der(files.renewed_cert_pem)
+    finally:
+        b.proc.close()

@@ -68,7 +68,7 @@ class Authority:
 
 class TlsFiles:
     """PEM files in `directory`: ca.pem, broker.pem (key and chain, a Kafka PEM keystore),
-    broker-key.pem / broker-cert.pem, and client-<name>-key.pem / -cert.pem for each client
+    broker-renewed.pem (the same subject, a new key and certificate), and client-<name>-key.pem / -cert.pem for each client
     (alice, bob; `stranger` signed by another CA; `expired`)."""
 
     def __init__(self, directory: Path) -> None:
@@ -78,6 +78,9 @@ class TlsFiles:
         broker = ca.issue(_name(O="brook tests", CN="localhost"), server=True)
         self.broker_key_pem, self.broker_cert_pem = broker.key_pem, broker.cert_pem
         self.broker_keystore = self._write("broker.pem", broker.key_pem + broker.cert_pem)
+        renewed = ca.issue(_name(O="brook tests", CN="localhost"), server=True)  # a new key too
+        self.renewed_cert_pem = renewed.cert_pem
+        self.renewed_keystore = self._write("broker-renewed.pem", renewed.key_pem + renewed.cert_pem)
         self.clients: dict[str, tuple[Path, Path]] = {}
         for name, issuer, expired in (("alice", ca, False), ("bob", ca, False),
                                       ("stranger", other, False), ("expired", ca, True)):

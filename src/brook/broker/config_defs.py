@@ -157,16 +157,16 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("connection.failed.authentication.delay.ms", INT, "100",
               "How long a failed authentication waits before its answer and the close."),
     ConfigKey("ssl.keystore.type", STRING, None,
-              "The keystore's format: brook reads PEM (JKS and PKCS12 are refused)."),
+              "The keystore's format: brook reads PEM (JKS and PKCS12 are refused).", dynamic=True),
     ConfigKey("ssl.keystore.location", STRING, None,
-              "A PEM file holding the broker's private key and its certificate chain."),
+              "A PEM file holding the broker's private key and its certificate chain.", dynamic=True),
     ConfigKey("ssl.keystore.key", STRING, None, "The broker's private key, inline PEM."),
     ConfigKey("ssl.keystore.certificate.chain", STRING, None,
               "The broker's certificate chain, inline PEM."),
     ConfigKey("ssl.key.password", STRING, None, "The password of an encrypted private key."),
-    ConfigKey("ssl.truststore.type", STRING, None, "The truststore's format: PEM."),
+    ConfigKey("ssl.truststore.type", STRING, None, "The truststore's format: PEM.", dynamic=True),
     ConfigKey("ssl.truststore.location", STRING, None,
-              "A PEM file of the certificates trusted to sign clients' (and other brokers') certificates."),
+              "A PEM file of the certificates trusted to sign clients' (and other brokers') certificates.", dynamic=True),
     ConfigKey("ssl.truststore.certificates", STRING, None, "Trusted certificates, inline PEM."),
     ConfigKey("ssl.client.auth", STRING, "none",
               "Whether TLS clients must present a certificate: none, requested or required."),
@@ -337,10 +337,19 @@ def synonyms(name: str) -> list[str]:
     return _SYNONYMS.get(name, [name])
 
 
+_LISTENER_PREFIX = re.compile(r"^listener\.name\.[^.]+\.(?=ssl\.)")
+
+
+def key_of(name: str) -> ConfigKey | None:
+    """The key `name` sets: a listener's own TLS setting (listener.name.<l>.ssl.*) is its
+    ssl.* key for one listener."""
+    return KEYS.get(name) or KEYS.get(_LISTENER_PREFIX.sub("", name))
+
+
 def config_type(name: str) -> int:
     if _SECRET.search(name):
         return PASSWORD
-    key = KEYS.get(name)
+    key = key_of(name)
     return key.type if key is not None else UNKNOWN
 
 
@@ -351,7 +360,7 @@ def is_sensitive(name: str) -> bool:
 
 
 def is_dynamic(name: str) -> bool:
-    key = KEYS.get(name)
+    key = key_of(name)
     return key is not None and key.dynamic and not _SECRET.search(name)
 
 
