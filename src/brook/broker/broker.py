@@ -14,6 +14,7 @@ from ..storage.dir_lock import LogDirLocks
 from ..storage.manager import LogManager
 from .config import BrokerConfig, ConfigError, Listener
 from .config_defs import loggable
+from ..security.acls import AclBinding, AclFilter, Authorizer
 from ..security.scram import MECHANISMS as SCRAM_MECHANISMS
 from .dynamic_config import TOPIC_SYNONYMS, BrokerConfigLayers, DynamicConfigError, check_dynamic_configs, replaced
 from ..coordinator.classic import GroupConfig
@@ -80,6 +81,9 @@ class Broker:
         #: is set; None for the embedded single node.
         self.cluster = None
         self._cluster_user_scram: dict[str, dict[str, str]] = {}  # see user_scram()
+        #: The ACL authorizer (brook.security.acls.Authorizer) when authorizer.class.name
+        #: selects it, with the ACLs as stored; None: everything is allowed (see authz.py).
+        self.authorizer: Authorizer | None = None
         #: Replication in a cluster (a brook.broker.replica_manager.ReplicaManager), else None.
         self.replicas = None
         self._creating: dict[str, int] = {}  # topic -> partitions being created (in slices)
@@ -114,6 +118,9 @@ class Broker:
 
     def _load(self, cluster_id: str | None = None) -> None:
         self.metadata.load(cluster_id)
+        if self.config.acl_authorizer:
+            self.authorizer = Authorizer(self.config.super_users, self.config.allow_everyone_if_no_acl_found,
+                                         (AclBinding.from_json(b) for b in self.metadata.acls))
         if cluster_id is None:  # in a cluster they are ZooKeeper's (load_cluster_broker_configs)
             stored = self.metadata.broker_configs
             self.use_dynamic_configs(stored.get("", {}), stored.get(str(self.broker_id), {}))
@@ -589,6 +596,28 @@ class Broker:
             self._cluster_user_scram[user] = dict(credentials)
         else:
             self._cluster_user_scram.pop(user, None)
+
+    # ------------------------------------------------------------ ACLs
+
+    async def create_acls(self, bindings: list[AclBinding]) -> None:
+        """New ACL bindings, durable before this returns, then in force."""
+        new = [b for b in dict.fromkeys(bindings) if b not in set(self.authorizer.bindings())]
+        if new:
+            self.metadata.add_acls([b.to_json() for b in new])
+        for b in new:
+            self.authorizer.add(b)
+            log.info("ACL added: %s", b.describe())
+
+    async def delete_acls(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
+        """The bindings each filter matched, removed (durably) together."""
+        matched = [self.authorizer.matching(f) for f in filters]
+        gone = list(dict.fromkeys(b for found in matched for b in found))
+        if gone:
+            self.metadata.remove_acls([b.to_json() for b in gone])
+        for b in gone:
+            self.authorizer.remove(b)
+            log.info("ACL removed: %s", b.describe())
+        return matched
 
     # ------------------------------------------------------------ dynamic broker configs
 

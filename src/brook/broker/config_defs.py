@@ -156,6 +156,14 @@ _KEYS: list[ConfigKey] = [
               "The largest frame accepted before a SASL connection has authenticated."),
     ConfigKey("connection.failed.authentication.delay.ms", INT, "100",
               "How long a failed authentication waits before its answer and the close."),
+    ConfigKey("authorizer.class.name", STRING, "",
+              "The authorizer: Kafka's kafka.security.authorizer.AclAuthorizer or "
+              "org.apache.kafka.metadata.authorizer.StandardAuthorizer select brook's ACLs; "
+              "empty: no authorization."),
+    ConfigKey("super.users", STRING, None,
+              "Principals allowed everything, separated by semicolons (User:admin;User:broker)."),
+    ConfigKey("allow.everyone.if.no.acl.found", BOOLEAN, "false",
+              "Allow a request on a resource no ACL covers."),
     ConfigKey("log.dirs", STRING, None, "The directories in which the log data is kept (if not "
               "set, log.dir is used)."),
     ConfigKey("log.dir", STRING, "./data", "The directory in which the log data is kept."),
