@@ -68,3 +68,9 @@ def authorized_operations(broker, connection, rtype: ResourceType, name: str) ->
     if authorizer is None:
         return bitfield(SUPPORTED_OPERATIONS[rtype])
     return authorizer.authorized_operations(principal_of(connection), host_of(connection), rtype, name)
+
+
+def may_create_topic(broker, connection, name: str) -> bool:
+    """Cluster Create, or Create on the topic (CreateTopics, auto-creation)."""
+    return (cluster_allowed(broker, connection, Op.CREATE, log_denied=False)
+            or allowed(broker, connection, Op.CREATE, TOPIC, name))

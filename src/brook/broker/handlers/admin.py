@@ -12,6 +12,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
+from .. import authz
 from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from . import Api
@@ -58,6 +59,8 @@ async def create_topics(broker, request, connection):
     total = 0
     for plan in plans:
         _check_topic(broker, plan, seen)
+        if broker.authorizer is not None:
+            _authorize_creation(broker, connection, plan)
         if plan.code == ErrorCode.none:
             total += plan.partitions
     cap = broker.config.max_partitions_per_request
@@ -198,6 +201,7 @@ class _Plan:
         self.logs: list = []
         self.tm = None
         self.created = False
+        self.configs_hidden = False  # no DescribeConfigs on the topic: its configs are not shown
 
     def refuse(self, code: ErrorCode, text: str) -> None:
         self.code, self.text = code, text
@@ -220,9 +224,17 @@ def _check_topic(broker, plan: _Plan, seen: dict[str, int]) -> None:
         plan.refuse(exc.code, str(exc))
 
 
+def _authorize_creation(broker, connection, plan: _Plan) -> None:
+    """Cluster Create or Topic Create; and DescribeConfigs on the topic to see its configs."""
+    if plan.code == ErrorCode.none and not authz.may_create_topic(broker, connection, plan.name):
+        plan.refuse(ErrorCode.topic_authorization_failed, "Authorization failed.")
+    plan.configs_hidden = not authz.allowed(broker, connection, authz.Op.DESCRIBE_CONFIGS, authz.TOPIC,
+                                            plan.name, log_denied=False)
+
+
 def _result(broker, plan: _Plan, version: int, mod):
     described = ()
-    if plan.created and version >= 5:
+    if plan.created and version >= 5 and not plan.configs_hidden:
         described = tuple(
             make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
                  config_source=CONFIG_SOURCE_DYNAMIC_TOPIC if k in plan.configs else CONFIG_SOURCE_DEFAULT,
@@ -230,7 +242,8 @@ def _result(broker, plan: _Plan, version: int, mod):
             for k, v in sorted(broker.topic_config_values(plan.name, plan.configs).items()))
     return make(mod.CreatableTopicResult, name=plan.name,
                 topic_id=plan.tm.topic_id if plan.tm is not None else ZERO_UUID,
-                error_code=plan.code, error_message=plan.text, topic_config_error_code=0,
+                error_code=plan.code, error_message=plan.text,
+                topic_config_error_code=ErrorCode.topic_authorization_failed if plan.configs_hidden else 0,
                 num_partitions=plan.partitions if plan.created else -1,
                 replication_factor=1 if plan.created else -1, configs=described)
 
@@ -249,6 +262,7 @@ async def delete_topics(broker, request, connection):
     deleted = []
     for name, topic_id in wanted:
         code, text = ErrorCode.none, None
+        by_id = name is None
         if name is None:
             tm = broker.metadata.by_id.get(topic_id)
             if tm is None:
@@ -261,6 +275,12 @@ async def delete_topics(broker, request, connection):
                 # TOPIC_DELETION_DISABLED came with v3: earlier versions get INVALID_REQUEST
                 code = ErrorCode.topic_deletion_disabled if version >= 3 else ErrorCode.invalid_request
                 text = "delete.topic.enable is false"
+            elif broker.authorizer is not None and not authz.allowed(
+                    broker, connection, authz.Op.DELETE, authz.TOPIC, name):
+                code = ErrorCode.topic_authorization_failed  # before telling whether it exists
+                if by_id and not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.TOPIC,
+                                                              name, log_denied=False):
+                    name = None  # asked by id: the name is not the principal's to learn
             elif tm is None:
                 code, text = ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
             elif tm.internal:
@@ -288,6 +308,12 @@ async def create_partitions(broker, request, connection):
     results = []
     for t in body.topics:
         code, text = ErrorCode.none, None
+        if broker.authorizer is not None and not authz.allowed(broker, connection, authz.Op.ALTER,
+                                                               authz.TOPIC, t.name):
+            results.append(make(mod.CreatePartitionsTopicResult, name=t.name,
+                                error_code=ErrorCode.topic_authorization_failed,
+                                error_message="The topic authorization is failed."))
+            continue
         if broker.replicas is not None:
             from ..cluster_topics import TopicRefused, add_partitions
             try:
