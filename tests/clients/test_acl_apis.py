@@ -4,6 +4,9 @@ without an authorizer the APIs answer SECURITY_DISABLED."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import timedelta
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType,
@@ -157,3 +160,23 @@ def test_without_an_authorizer_acl_apis_answer_security_disabled(tmp_path):
             r = c.request(_creation(3, resource_type=2, resource_name="t", resource_pattern_type=3,
                                     principal="User:alice", host="*", operation=3, permission_type=3))
             assert [x.error_code for x in r.results] == [ErrorCode.security_disabled]
+
+
+def test_without_an_authorizer_authorized_operations_are_all_a_resource_has(tmp_path):
+    from brook.security.acls import SUPPORTED_OPERATIONS, ResourceType, bitfield
+    from tests.support.wire_build import request
+    with BrokerProcess(tmp_path, overrides=BROKER_DEFAULTS) as proc:
+        with WireClient(proc.bootstrap) as c:
+            c.request(request(19, 7, topics=[{"name": "t", "num_partitions": 1, "replication_factor": -1}],
+                              timeout=timedelta(seconds=5)))
+            r = c.request(request(3, 10, topics=[{"name": "t", "topic_id": uuid.UUID(int=0)}],
+                                  include_cluster_authorized_operations=True,
+                                  include_topic_authorized_operations=True))
+            assert r.topics[0].topic_authorized_operations == bitfield(SUPPORTED_OPERATIONS[ResourceType.TOPIC])
+            assert r.cluster_authorized_operations == bitfield(SUPPORTED_OPERATIONS[ResourceType.CLUSTER])
+            r = c.request(request(60, 1, include_cluster_authorized_operations=True, endpoint_type=1))
+            assert r.cluster_authorized_operations == bitfield(SUPPORTED_OPERATIONS[ResourceType.CLUSTER])
+            r = c.request(request(15, 5, groups=["g"], include_authorized_operations=True))
+            assert r.groups[0].authorized_operations == bitfield(SUPPORTED_OPERATIONS[ResourceType.GROUP])
+            r = c.request(request(3, 10, topics=[{"name": "t", "topic_id": uuid.UUID(int=0)}]))
+            assert r.cluster_authorized_operations == r.topics[0].topic_authorized_operations == -(2**31)

@@ -261,6 +261,38 @@ def test_inter_broker_apis_need_cluster_action(broker, api, key, version, fields
         assert call(c) == answer
 
 
+def test_produce_never_auto_creates_without_create(broker):
+    broker.grant(acl("TOPIC", "produced-", "WRITE", pattern="PREFIXED"))
+    with broker.wire("alice") as c:
+        def produce(topic):
+            r = c.request(request(0, 9, acks=1, timeout=SEC, topic_data=[
+                {"name": topic, "partition_data": [{"index": 0, "records": batch(1)}]}]))
+            return r.responses[0].partition_responses[0].error_code
+
+        assert produce("produced-1") == E.unknown_topic_or_partition
+        broker.grant(acl("TOPIC", "produced-", "CREATE", pattern="PREFIXED"))
+        assert produce("produced-2") == E.none
+
+
+def test_fetch_sessions_are_checked_too(broker):
+    """A fetch opening a session (epoch 0), then an incremental one reading it."""
+    def fetch(c, session_id, epoch, topics):
+        r = c.request(request(1, 12, replica_id=-1, max_wait=timedelta(0), min_bytes=1, max_bytes=1 << 20,
+                              isolation_level=0, session_id=session_id, session_epoch=epoch, rack_id="",
+                              topics=[{"topic": t, "partitions": [
+                                  {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                   "last_fetched_epoch": -1, "log_start_offset": -1,
+                                   "partition_max_bytes": 1 << 20}]} for t in topics]))
+        return r.session_id, {(t.topic, p.error_code) for t in r.responses for p in t.partitions}
+
+    with broker.wire("alice") as c:
+        session, got = fetch(c, 0, 0, [T])
+        assert got == {(T, TAF)}
+        broker.grant(acl("TOPIC", T, "READ"))
+        _, got = fetch(c, session, 1, [])  # the session's partition, read again: now allowed
+        assert got == {(T, E.none)}
+
+
 def test_deny_wins_and_super_users_pass(broker):
     broker.grant(acl("TOPIC", "*", "ALL"), acl("TOPIC", T, "READ", permission="DENY"))
     with broker.wire("alice") as c:
