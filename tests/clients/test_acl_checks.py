@@ -293,6 +293,33 @@ def test_fetch_sessions_are_checked_too(broker):
         assert got == {(T, E.none)}
 
 
+def test_delete_topics_by_id_does_not_name_a_topic_it_may_not_describe(broker):
+    with broker.wire("admin") as c:
+        topic_id = c.request(request(3, 12, topics=[{"name": T, "topic_id": ZERO}])).topics[0].topic_id
+    with broker.wire("alice") as c:
+        r = c.request(request(20, 6, topics=[{"name": None, "topic_id": topic_id}], timeout=SEC))
+        assert [(t.name, t.error_code) for t in r.responses] == [(None, TAF)]
+    broker.grant(acl("TOPIC", T, "DESCRIBE"))
+    with broker.wire("alice") as c:
+        r = c.request(request(20, 6, topics=[{"name": None, "topic_id": topic_id}], timeout=SEC))
+        assert [(t.name, t.error_code) for t in r.responses] == [(T, TAF)]
+
+
+def test_create_topics_shows_configs_only_with_describe_configs(broker):
+    broker.grant(acl("TOPIC", "shown-", "CREATE", pattern="PREFIXED"))
+
+    def create(name):
+        with broker.wire("alice") as c:
+            t = c.request(request(19, 7, topics=[{"name": name, "num_partitions": 1, "replication_factor": -1}],
+                                  timeout=SEC, validate_only=False)).topics[0]
+            return t.error_code, t.topic_config_error_code, len(t.configs)
+
+    assert create("shown-1") == (E.none, TAF, 0)
+    broker.grant(acl("TOPIC", "shown-", "DESCRIBE_CONFIGS", pattern="PREFIXED"))
+    code, config_code, configs = create("shown-2")
+    assert (code, config_code) == (E.none, E.none) and configs > 10
+
+
 def test_deny_wins_and_super_users_pass(broker):
     broker.grant(acl("TOPIC", "*", "ALL"), acl("TOPIC", T, "READ", permission="DENY"))
     with broker.wire("alice") as c:
