@@ -23,7 +23,4 @@ def test_defaults_and_refusals():
     assert not BrokerConfig.from_props({"authorizer.class.name": " "}).acl_authorizer
     with pytest.raises(ConfigError, match="authorizer.class.name"):
         BrokerConfig.from_props({"authorizer.class.name": "com.example.MyAuthorizer"})
-    with pytest.raises(ConfigError, match="not supported with zookeeper.connect"):
-        BrokerConfig.from_props({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-                                 "zookeeper.connect": "127.0.0.1:2181", "broker.id": "1"})
     assert KEYS["authorizer.class.name"].default == "" and KEYS["allow.everyone.if.no.acl.found"].default == "false"

@@ -326,9 +326,6 @@ class BrokerConfig:
             raise ConfigError(f"metrics.port={cfg.metrics_port} is not a port number (1-65535)")
         if cfg.zookeeper_connect is not None:
             _check_cluster_config(cfg)
-            if cfg.acl_authorizer:  # each broker would have its own ACLs: refused until shared
-                raise ConfigError("authorizer.class.name: ACLs are not supported with zookeeper.connect yet "
-                                  "(they are kept in ZooKeeper's /kafka-acl by Kafka)")
             inter = cfg.inter_broker_listener_name or cfg.advertised[0].name
             security = cfg.listener_security.get(inter)
             if security is not None and security.sasl:

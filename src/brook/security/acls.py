@@ -233,6 +233,24 @@ class Authorizer:
             del by_name[b.name]
         return True
 
+    def set_resource(self, rtype: ResourceType, pattern_type: PatternType, name: str,
+                     entries: Iterable[_Entry]) -> None:
+        """A resource pattern's ACLs replaced by `entries` (principal, host, operation,
+        permission): how a broker of a cluster takes them as ZooKeeper has them."""
+        by_name = self._table(pattern_type)[rtype]
+        entries = set(entries)
+        if entries:
+            by_name[name] = entries
+        else:
+            by_name.pop(name, None)
+
+    def clear(self) -> None:
+        self._literal.clear()
+        self._prefixed.clear()
+
+    def entries(self, rtype: ResourceType, pattern_type: PatternType, name: str) -> set[_Entry]:
+        return set(self._table(pattern_type)[rtype].get(name, ()))
+
     def bindings(self) -> Iterator[AclBinding]:
         for pattern_type, table in ((PatternType.LITERAL, self._literal), (PatternType.PREFIXED, self._prefixed)):
             for rtype, by_name in table.items():

@@ -51,7 +51,7 @@ async def create_topics(broker, request, connection):
     mod = response_module(19, version)
     validate_only = getattr(body, "validate_only", False)
     if broker.replicas is not None:
-        return await _create_topics_in_cluster(broker, request, mod, validate_only)
+        return await _create_topics_in_cluster(broker, request, mod, validate_only, connection)
     seen: dict[str, int] = {}
     for t in body.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
@@ -113,7 +113,7 @@ async def create_topics(broker, request, connection):
     return make(response_class(19, version), throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-async def _create_topics_in_cluster(broker, request, mod, validate_only: bool):
+async def _create_topics_in_cluster(broker, request, mod, validate_only: bool, connection=None):
     """CreateTopics in a cluster: each topic written to ZooKeeper with its replica
     assignment; answered once the controller has given every partition a leader (or the
     request's timeout has passed, as Kafka answers: the topic exists all the same)."""
@@ -131,6 +131,8 @@ async def _create_topics_in_cluster(broker, request, mod, validate_only: bool):
         try:
             if names.count(t.name) > 1:
                 raise TopicRefused(ErrorCode.invalid_request, f"topic {t.name!r} appears more than once")
+            if broker.authorizer is not None and not authz.may_create_topic(broker, connection, t.name):
+                raise TopicRefused(ErrorCode.topic_authorization_failed, "Authorization failed.")
             topic_id = await create_topic(broker, t.name, partitions, t.replication_factor, configs,
                                           explicit=explicit, validate_only=validate_only)
         except TopicRefused as exc:
@@ -150,7 +152,7 @@ async def _create_topics_in_cluster(broker, request, mod, validate_only: bool):
     return make(response_class(19, version), throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-async def _delete_topics_in_cluster(broker, request, mod, wanted):
+async def _delete_topics_in_cluster(broker, request, mod, wanted, connection=None):
     """DeleteTopics in a cluster: each topic marked in /admin/delete_topics for the
     controller, answered once this broker's metadata no longer has it (or at the timeout)."""
     import asyncio
@@ -161,6 +163,7 @@ async def _delete_topics_in_cluster(broker, request, mod, wanted):
     results, marked = [], []
     for name, topic_id in wanted:
         code, text = ErrorCode.none, None
+        by_id = name is None
         if name is None:
             name = next((n for n, i in cache.topic_ids.items() if i == topic_id), None)
             if name is None:
@@ -170,6 +173,8 @@ async def _delete_topics_in_cluster(broker, request, mod, wanted):
                 # TOPIC_DELETION_DISABLED came with v3: earlier versions get INVALID_REQUEST
                 code = ErrorCode.topic_deletion_disabled if version >= 3 else ErrorCode.invalid_request
                 text = "delete.topic.enable is false"
+            elif (refusal := _delete_refusal(broker, connection, name, by_id)) is not None:
+                code, name = refusal
             elif name not in cache.topics:
                 code, text = ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
             elif name in INTERNAL_TOPICS:
@@ -257,7 +262,7 @@ async def delete_topics(broker, request, connection):
     else:
         wanted = [(name, None) for name in body.topic_names]
     if broker.replicas is not None:
-        return await _delete_topics_in_cluster(broker, request, mod, wanted)
+        return await _delete_topics_in_cluster(broker, request, mod, wanted, connection)
     results = []
     deleted = []
     for name, topic_id in wanted:
@@ -275,12 +280,8 @@ async def delete_topics(broker, request, connection):
                 # TOPIC_DELETION_DISABLED came with v3: earlier versions get INVALID_REQUEST
                 code = ErrorCode.topic_deletion_disabled if version >= 3 else ErrorCode.invalid_request
                 text = "delete.topic.enable is false"
-            elif broker.authorizer is not None and not authz.allowed(
-                    broker, connection, authz.Op.DELETE, authz.TOPIC, name):
-                code = ErrorCode.topic_authorization_failed  # before telling whether it exists
-                if by_id and not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.TOPIC,
-                                                              name, log_denied=False):
-                    name = None  # asked by id: the name is not the principal's to learn
+            elif (refusal := _delete_refusal(broker, connection, name, by_id)) is not None:
+                code, name = refusal
             elif tm is None:
                 code, text = ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
             elif tm.internal:
@@ -299,6 +300,17 @@ async def delete_topics(broker, request, connection):
         # Groups' committed offsets go with the topic, as in Kafka; answered once written.
         await broker.complete_topic_deletions()
     return make(response_class(20, version), throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+def _delete_refusal(broker, connection, name: str, by_id: bool):
+    """(TOPIC_AUTHORIZATION_FAILED, the name to answer) without Topic Delete, checked before
+    anything tells whether the topic exists; a topic asked for by id is not named to a
+    principal that may not Describe it."""
+    if broker.authorizer is None or authz.allowed(broker, connection, authz.Op.DELETE, authz.TOPIC, name):
+        return None
+    if by_id and not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, name, log_denied=False):
+        name = None
+    return ErrorCode.topic_authorization_failed, name
 
 
 async def create_partitions(broker, request, connection):

@@ -198,8 +198,13 @@ async def _build_in_cluster(broker, request, connection):
     cache = broker.replicas.cache
     listener = broker.advertised_listener(connection)
     requested = body.topics
+    checked = broker.authorizer is not None
+    refused = []
     if requested is None or (version == 0 and not requested):
         names = sorted(cache.topics)
+        if checked:
+            may = authz.allowed_names(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, names, log_denied=False)
+            names = [n for n in names if n in may]
     else:
         names = []
         allow = getattr(body, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
@@ -211,9 +216,15 @@ async def _build_in_cluster(broker, request, connection):
                 name = next((n for n, i in cache.topic_ids.items() if i == topic_id), None)
                 if name is None:
                     continue
-            names.append(name)
+            if checked and not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, name):
+                refused.append(_refused(mod, name))
+                continue
             if name not in cache.topics and allow and name not in INTERNAL_TOPICS:
+                if checked and not authz.may_create_topic(broker, connection, name):
+                    refused.append(_refused(mod, name))
+                    continue
                 creating.append(name)
+            names.append(name)
         if creating:
             from ..cluster_topics import TopicRefused, create_topic, wait_for_leaders
             for name in creating:
@@ -250,7 +261,7 @@ async def _build_in_cluster(broker, request, connection):
     topics, cluster_ops = _with_authorized_operations(broker, connection, body, version, topics)
     return make(response_class(API_KEY, version), throttle_time=NO_THROTTLE, brokers=tuple(brokers),
                 cluster_id=broker.metadata.cluster_id, controller_id=broker.cluster.view.controller_id,
-                topics=tuple(topics), cluster_authorized_operations=cluster_ops)
+                topics=tuple(topics + refused), cluster_authorized_operations=cluster_ops)
 
 
 APIS = [Api(API_KEY, "Metadata", 0, 12, handle)]

@@ -1,0 +1,110 @@
+"""ACLs in a cluster, where Kafka's ZooKeeper mode keeps them: /kafka-acl/<Type>/<name> and
+/kafka-acl-extended/prefixed/<Type>/<name>, announced under /kafka-acl-changes and
+/kafka-acl-extended-changes, so an ACL made through one broker holds on every broker, and
+ACLs written there by Kafka's own tools are followed too."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from tests.support.acl_broker import AUTHORIZER, JAAS, PASSWORDS, acl
+from tests.support.broker_harness import free_port
+from tests.support.cluster_harness import brokers, wait_for, zk, zookeeper  # noqa: F401
+from tests.support.kafka_wire import WireClient
+from tests.support.sasl_wire import authenticate, handshake
+from tests.support.wire_build import request
+
+pytestmark = pytest.mark.broker
+
+
+def _start(brokers, i) -> int:
+    sasl, plain = free_port(), free_port()
+    brokers(i, {"listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+                "authorizer.class.name": AUTHORIZER,
+                # the brokers talk to each other on PLAINTEXT, as User:ANONYMOUS
+                "super.users": "User:admin;User:ANONYMOUS",
+                "connection.failed.authentication.delay.ms": 0})
+    return sasl
+
+
+def _describe_topic(port: int, user: str, topic: str) -> ErrorCode:
+    with WireClient(f"127.0.0.1:{port}") as c:
+        assert handshake(c, "PLAIN").error_code == ErrorCode.none
+        assert authenticate(c, f"\0{user}\0{PASSWORDS[user]}".encode()).error_code == ErrorCode.none
+        r = c.request(request(3, 12, topics=[{"name": topic, "topic_id": uuid.UUID(int=0)}],
+                              allow_auto_topic_creation=False))
+        return r.topics[0].error_code
+
+
+def _admin(port: int):
+    from confluent_kafka.admin import AdminClient
+    return AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+                        "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin-secret"})
+
+
+def test_acls_live_in_zookeeper_and_hold_on_every_broker(zk, brokers):
+    from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    sasl = {i: _start(brokers, i) for i in (1, 2)}
+    wait_for(lambda: zk.broker_ids() == [1, 2], 30, "brokers registered", brokers)
+    for i in (1, 2):  # no ACLs yet: unknown (allowed to ask), refused
+        assert _describe_topic(sasl[i], "alice", "orders") == ErrorCode.topic_authorization_failed
+
+    admin = _admin(sasl[1])
+    for f in admin.create_acls([acl("TOPIC", "orders", "READ"), acl("TOPIC", "orders-", "WRITE", pattern="PREFIXED"),
+                                acl("GROUP", "billing", "READ", "User:bob", permission="DENY", host="10.0.0.1")],
+                               request_timeout=30).values():
+        assert f.result() is None
+    # Kafka's layout and formats
+    assert zk.json("/kafka-acl/Topic/orders") == {"version": 1, "acls": [
+        {"principal": "User:alice", "permissionType": "Allow", "operation": "Read", "host": "*"}]}
+    assert zk.json("/kafka-acl-extended/prefixed/Topic/orders-")["acls"] == [
+        {"principal": "User:alice", "permissionType": "Allow", "operation": "Write", "host": "*"}]
+    assert zk.json("/kafka-acl/Group/billing")["acls"] == [
+        {"principal": "User:bob", "permissionType": "Deny", "operation": "Read", "host": "10.0.0.1"}]
+    literal = {zk.get(f"/kafka-acl-changes/{n}")[0] for n in zk.children("/kafka-acl-changes")}
+    assert literal == {b"TOPIC:orders", b"GROUP:billing"}
+    assert [zk.json(f"/kafka-acl-extended-changes/{n}") for n in zk.children("/kafka-acl-extended-changes")] == [
+        {"version": 1, "resourceType": "TOPIC", "name": "orders-", "patternType": "PREFIXED"}]
+
+    # in force on both brokers (the other one hears of it through the notification)
+    for i in (1, 2):
+        wait_for(lambda: _describe_topic(sasl[i], "alice", "orders") == ErrorCode.unknown_topic_or_partition,
+                 15, f"broker {i} allowing alice", brokers)
+        assert _describe_topic(sasl[i], "bob", "orders") == ErrorCode.topic_authorization_failed
+        assert _describe_topic(sasl[i], "alice", "orders-eu") == ErrorCode.unknown_topic_or_partition
+
+    # deleted through broker 2: gone on broker 1 too
+    admin2 = _admin(sasl[2])
+    f = AclBindingFilter(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, None, None,
+                         AclOperation.ANY, AclPermissionType.ANY)
+    assert len(admin2.delete_acls([f], request_timeout=30)[f].result()) == 1
+    assert zk.get("/kafka-acl/Topic/orders") is None
+    wait_for(lambda: _describe_topic(sasl[1], "alice", "orders") == ErrorCode.topic_authorization_failed,
+             15, "broker 1 refusing alice again", brokers)
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                  AclOperation.ANY, AclPermissionType.ANY)
+    assert len(admin.describe_acls(everything, request_timeout=30).result()) == 2
+
+    # written by Kafka's tools straight into ZooKeeper (kafka-acls.sh --authorizer-properties
+    # zookeeper.connect=...): followed as well
+    zk.kz.create(zk.chroot + "/kafka-acl/Topic/audit", json.dumps({"version": 1, "acls": [
+        {"principal": "User:bob", "permissionType": "Allow", "operation": "Describe", "host": "*"}]}).encode(),
+        makepath=True)
+    zk.kz.create(zk.chroot + "/kafka-acl-changes/acl_changes_", b"Topic:audit", sequence=True)
+    for i in (1, 2):
+        wait_for(lambda: _describe_topic(sasl[i], "bob", "audit") == ErrorCode.unknown_topic_or_partition,
+                 15, f"broker {i} following a change made by Kafka's tools", brokers)
+
+    # a broker that starts later reads them all at start
+    sasl[3] = _start(brokers, 3)
+    assert _describe_topic(sasl[3], "bob", "audit") == ErrorCode.unknown_topic_or_partition
+    assert _describe_topic(sasl[3], "alice", "orders-x") == ErrorCode.unknown_topic_or_partition
+    assert _describe_topic(sasl[3], "alice", "orders") == ErrorCode.topic_authorization_failed
