@@ -103,6 +103,19 @@ def test_acls_live_in_zookeeper_and_hold_on_every_broker(zk, brokers):
         wait_for(lambda: _describe_topic(sasl[i], "bob", "audit") == ErrorCode.unknown_topic_or_partition,
                  15, f"broker {i} following a change made by Kafka's tools", brokers)
 
+    # the brokers' own requests (controller, followers' Fetch) pass: they are super users
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import NewTopic
+    for f in admin.create_topics([NewTopic("replicated", 1, 2)], request_timeout=30).values():
+        assert f.result() is None
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{sasl[1]}", "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin-secret",
+                  "acks": "all"})
+    delivered = []
+    p.produce("replicated", b"x", on_delivery=lambda err, msg: delivered.append(err))
+    assert p.flush(30) == 0 and delivered == [None]
+    wait_for(lambda: zk.in_sync(["replicated"]), 30, "both replicas in sync", brokers)
+
     # a broker that starts later reads them all at start
     sasl[3] = _start(brokers, 3)
     assert _describe_topic(sasl[3], "bob", "audit") == ErrorCode.unknown_topic_or_partition
