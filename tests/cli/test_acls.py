@@ -1,6 +1,6 @@
 """`brook acls` against a broker process with ACLs on: add, list and remove with
-kafka-acls.sh's option names, and the ACLs taking effect for a SASL user. (brook's commands
-speak PLAINTEXT: here the PLAINTEXT listener's User:ANONYMOUS is a super user.)"""
+kafka-acls.sh's option names, and the ACLs taking effect for a SASL user. (Mostly through a
+PLAINTEXT listener whose User:ANONYMOUS is a super user; once with --command-config.)"""
 
 from __future__ import annotations
 
@@ -92,7 +92,8 @@ def test_usage_errors(broker):
 
 
 def test_a_principal_without_cluster_alter_is_refused(tmp_path):
-    """Without a super user behind the PLAINTEXT listener, the command reports the refusal."""
+    """Without a super user behind the PLAINTEXT listener, the command reports the refusal;
+    with an administrator's --command-config it works."""
     plain = free_port()
     b = AclBroker(tmp_path)
     b.proc.overrides["listeners"] += f",PLAINTEXT://127.0.0.1:{plain}"
@@ -101,5 +102,14 @@ def test_a_principal_without_cluster_alter_is_refused(tmp_path):
     try:
         result = brook(b, "acls", "add", "--allow-principal", "User:a", "--operation", "Read", "--topic", "t")
         assert result.exit_code == 1 and "CLUSTER_AUTHORIZATION_FAILED" in result.output, result.output
+        # an administrator's credentials with --command-config, as with Kafka's tools
+        config = tmp_path / "admin.properties"
+        config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                          'sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required '
+                          'username="admin" password="admin-secret";\n')
+        result = runner.invoke(app, ["acls", "add", "--allow-principal", "User:a", "--operation", "Read",
+                                     "--topic", "t", "--bootstrap-server", b.bootstrap,
+                                     "--command-config", str(config)])
+        assert result.exit_code == 0 and "added 1 ACL(s)" in result.output, result.output
     finally:
         b.proc.close()

@@ -22,6 +22,7 @@ from ..security.listeners import (
     parse_protocol_map,
 )
 from ..security.acls import parse_super_users
+from ..security.tls import TlsConfigError, client_context
 from ..storage.config import LogConfig
 from ..storage.manager import ManagerConfig
 from .producer_id_quota import DEFAULT_PRODUCER_IDS_RATE
@@ -180,6 +181,9 @@ class BrokerConfig:
     listener_security: dict[str, ListenerSecurity] = field(default_factory=dict)
     #: How this broker authenticates to the others when the inter-broker listener is SASL.
     inter_broker_sasl: ClientCredentials | None = None
+    #: How this broker connects to the others when the inter-broker listener is TLS (an
+    #: ssl.SSLContext from that listener's ssl.* keys).
+    inter_broker_tls: object | None = field(default=None, compare=False, repr=False)
     #: The largest frame a SASL connection may send before it has authenticated (Kafka's
     #: sasl.server.max.receive.size): larger ones close it, unread (CVE-2022-34917).
     sasl_server_max_receive_size: int = 524_288
@@ -328,12 +332,13 @@ class BrokerConfig:
             _check_cluster_config(cfg)
             inter = cfg.inter_broker_listener_name or cfg.advertised[0].name
             security = cfg.listener_security.get(inter)
-            if security is not None and security.sasl:
-                try:
-                    credentials = inter_broker_credentials(props, security)
-                except SecurityConfigError as exc:
-                    raise ConfigError(str(exc)) from None
-                cfg = dataclasses.replace(cfg, inter_broker_sasl=credentials)
+            try:
+                if security is not None and security.sasl:
+                    cfg = dataclasses.replace(cfg, inter_broker_sasl=inter_broker_credentials(props, security))
+                if security is not None and security.tls is not None:
+                    cfg = dataclasses.replace(cfg, inter_broker_tls=client_context(props, inter))
+            except (SecurityConfigError, TlsConfigError) as exc:
+                raise ConfigError(str(exc)) from None
         if cfg.sasl_server_max_receive_size < 1:
             raise ConfigError("sasl.server.max.receive.size must be at least 1")
         return cfg

@@ -398,7 +398,7 @@ class ZkCluster:
         self.controller = Controller(self._client, self.broker_id, election.epoch,
                                      election.epoch_zk_version, view, listener=listener,
                                      unclean=cfg.unclean_leader_election_enable,
-                                     sasl=cfg.inter_broker_sasl)
+                                     sasl=cfg.inter_broker_sasl, tls=cfg.inter_broker_tls)
         self.controller.start(
             cfg.leader_imbalance_check_interval_seconds if cfg.auto_leader_rebalance_enable else None,
             cfg.leader_imbalance_per_broker_percentage / 100)
