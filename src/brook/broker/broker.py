@@ -618,7 +618,8 @@ class Broker:
         if self.cluster is not None:
             await self._change_cluster_acls(bindings, add=True)
             return
-        new = [b for b in dict.fromkeys(bindings) if b not in set(self.authorizer.bindings())]
+        present = set(self.authorizer.bindings())
+        new = [b for b in dict.fromkeys(bindings) if b not in present]
         if new:
             self.metadata.add_acls([b.to_json() for b in new])
         for b in new:

@@ -172,10 +172,10 @@ class AclFilter:
         if self.pattern_type not in (PatternType.ANY, PatternType.MATCH) and self.pattern_type != b.pattern_type:
             return False
         if self.name is not None:
-            if self.pattern_type != PatternType.MATCH or self.pattern_type == b.pattern_type:
+            if self.pattern_type != PatternType.MATCH:  # ANY, LITERAL, PREFIXED: the name itself
                 if self.name != b.name:
                     return False
-            elif b.pattern_type == PatternType.LITERAL:
+            elif b.pattern_type == PatternType.LITERAL:  # MATCH: what applies to that name
                 if b.name != self.name and b.name != WILDCARD:
                     return False
             elif not self.name.startswith(b.name):

@@ -57,8 +57,10 @@ async def handle(broker, request, connection):
     checked = broker.authorizer is not None
     for td in body.topic_data:
         name = td.name
-        if checked and not authz.allowed(broker, connection, authz.Op.WRITE, authz.TOPIC, name):
+        if checked and not transactional and not authz.allowed(broker, connection, authz.Op.WRITE,
+                                                               authz.TOPIC, name):
             # Topic Write, checked before anything that could tell whether the topic exists
+            # (a transactional produce is refused as a whole below, as Kafka refuses it first)
             any_error = True
             topics.append(make(mod.TopicProduceResponse, name=name, partition_responses=tuple(
                 make(mod.PartitionProduceResponse, index=pd.index, error_code=ErrorCode.topic_authorization_failed,
