@@ -274,6 +274,13 @@ def test_produce_never_auto_creates_without_create(broker):
         assert produce("produced-2") == E.none
 
 
+def test_a_transactional_produce_is_refused_for_its_transactional_id_first(broker):
+    with broker.wire("alice") as c:  # (brook has no transactions: refused whatever the ACLs)
+        r = c.request(request(0, 9, transactional_id="tx", acks=1, timeout=SEC, topic_data=[
+            {"name": T, "partition_data": [{"index": 0, "records": batch(1)}]}]))
+        assert _codes(r, "responses", "partition_responses", "error_code") == {E.transactional_id_authorization_failed}
+
+
 def test_fetch_sessions_are_checked_too(broker):
     """A fetch opening a session (epoch 0), then an incremental one reading it."""
     def fetch(c, session_id, epoch, topics):
