@@ -333,6 +333,11 @@ def test_deny_wins_and_super_users_pass(broker):
         assert _fetch(c) == {TAF}
     with broker.wire("admin") as c:
         assert _fetch(c) == {E.none}
+    line = f"Principal = User:alice is Denied operation = READ from host = 127.0.0.1 on resource = TOPIC:LITERAL:{T}"
+    deadline = time.monotonic() + 10
+    while line not in broker.proc.stderr_path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert line in broker.proc.stderr_path.read_text()
 
 
 def test_metadata_of_every_topic_lists_only_describable_ones(broker):
