@@ -121,3 +121,40 @@ def test_acls_live_in_zookeeper_and_hold_on_every_broker(zk, brokers):
     assert _describe_topic(sasl[3], "bob", "audit") == ErrorCode.unknown_topic_or_partition
     assert _describe_topic(sasl[3], "alice", "orders-x") == ErrorCode.unknown_topic_or_partition
     assert _describe_topic(sasl[3], "alice", "orders") == ErrorCode.topic_authorization_failed
+
+
+def test_concurrent_changes_of_one_resource_all_land(zk):
+    """Two writers (two brokers' ZkClients) adding ACLs to one resource at once: each write is
+    conditional on the version it read, so none overwrites the other's."""
+    import threading
+
+    from brook.cluster import zk_acls
+    from brook.cluster.zk_client import ZkClient
+    from brook.cluster.zk_paths import parse_connect
+    from brook.security.acls import Operation, PatternType, Permission, ResourceType
+
+    clients = [ZkClient(parse_connect(zk.connect), 10_000, lambda what: None) for _ in range(2)]
+    stop = threading.Event()
+    for c in clients:
+        assert c.connect_until(stop, 10_000)
+        c.ensure_acl_paths()
+    path = zk_acls.resource_path(ResourceType.TOPIC, PatternType.LITERAL, "contended")
+    notification = zk_acls.change_node(ResourceType.TOPIC, PatternType.LITERAL, "contended")
+
+    def add(client, who):
+        for i in range(15):
+            entry = (f"User:{who}{i}", "*", Operation.READ, Permission.ALLOW)
+            client.update_acls(path, lambda data, e=entry: zk_acls.encode_acls(zk_acls.decode_acls(data) | {e}),
+                               notification)
+
+    try:
+        threads = [threading.Thread(target=add, args=(c, who)) for c, who in zip(clients, "ab")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(zk_acls.decode_acls(zk.get(path)[0])) == 30
+        assert len(zk.children(zk_acls.ACL_CHANGES)) == 30
+    finally:
+        for c in clients:
+            c.close()
