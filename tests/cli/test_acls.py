@@ -82,6 +82,22 @@ def test_add_list_remove(broker):
     assert listed(broker) == []
 
 
+def test_producer_and_consumer_conveniences(broker):
+    result = brook(broker, "acls", "add", "--allow-principal", "User:carol", "--producer", "--topic", "events")
+    assert result.exit_code == 0 and "added 3 ACL(s)" in result.output, result.output
+    result = brook(broker, "acls", "add", "--allow-principal", "User:dan", "--consumer", "--topic", "events",
+                   "--group", "readers")
+    assert result.exit_code == 0 and "added 3 ACL(s)" in result.output, result.output
+    assert {(r["principal"], r["resource"], r["name"], r["operation"]) for r in listed(broker)} == {
+        ("User:carol", "Topic", "events", "Write"), ("User:carol", "Topic", "events", "Describe"),
+        ("User:carol", "Topic", "events", "Create"), ("User:dan", "Topic", "events", "Read"),
+        ("User:dan", "Topic", "events", "Describe"), ("User:dan", "Group", "readers", "Read")}
+    result = brook(broker, "acls", "add", "--allow-principal", "User:dan", "--consumer", "--group", "readers")
+    assert result.exit_code == 2 and "need --topic" in result.output
+    brook(broker, "acls", "remove", "--topic", "events", "--group", "readers")
+    assert listed(broker) == []
+
+
 def test_usage_errors(broker):
     result = brook(broker, "acls", "add", "--operation", "Read", "--topic", "t")
     assert result.exit_code == 2 and "--allow-principal or --deny-principal" in result.output

@@ -122,24 +122,41 @@ def add(
     topic: list[str] = topic_option, group: list[str] = group_option, cluster: bool = cluster_option,
     transactional_id: list[str] = txn_option,
     resource_pattern_type: str = typer.Option("LITERAL", "--resource-pattern-type", help="LITERAL or PREFIXED."),
+    producer: bool = typer.Option(False, "--producer", help="What a producer needs: Write, Describe and "
+                                  "Create on the topics (kafka-acls.sh's convenience)."),
+    consumer: bool = typer.Option(False, "--consumer", help="What a consumer needs: Read and Describe on the "
+                                  "topics, Read on the groups."),
     bootstrap: Optional[str] = bootstrap_option(), timeout: Optional[float] = timeout_option(),
 ) -> None:
-    """Add ACLs: each principal, host and operation on each resource named."""
+    """Add ACLs: each principal, host and operation on each resource named (or, with
+    --producer / --consumer, the operations those clients need on them)."""
     from confluent_kafka.admin import AclBinding, AclPermissionType, ResourceType
 
     from .client import Cluster
 
     if not allow_principal and not deny_principal:
         raise CliError("give --allow-principal or --deny-principal", code=2)
-    if not operation:
-        raise CliError("give --operation", code=2)
-    resources = _resources(topic, group, cluster, transactional_id, True)
     pattern = _pattern(resource_pattern_type, ("LITERAL", "PREFIXED"))
-    ops = [_operation(o) for o in operation]
+    if producer or consumer:
+        if operation:
+            raise CliError("--producer and --consumer choose the operations: no --operation with them", code=2)
+        if not topic:
+            raise CliError("--producer and --consumer need --topic", code=2)
+        wanted = ([(r, op) for r in _resources(topic, [], False, [], True) for op in ("WRITE", "DESCRIBE", "CREATE")]
+                  if producer else [])
+        if consumer:
+            wanted += [(r, op) for r in _resources(topic, [], False, [], True) for op in ("READ", "DESCRIBE")]
+            wanted += [(r, "READ") for r in _resources([], group, False, [], False)]
+        pairs = [(r, _operation(op)) for r, op in dict.fromkeys(wanted)]
+    else:
+        if not operation:
+            raise CliError("give --operation", code=2)
+        resources = _resources(topic, group, cluster, transactional_id, True)
+        pairs = [(r, _operation(o)) for r in resources for o in operation]
     bindings = [AclBinding(ResourceType[rtype], name, pattern, principal, host, op, permission)
                 for permission, principals, hosts in ((AclPermissionType.ALLOW, allow_principal, allow_host or ["*"]),
                                                       (AclPermissionType.DENY, deny_principal, deny_host or ["*"]))
-                for principal in principals for host in hosts for op in ops for rtype, name in resources]
+                for principal in principals for host in hosts for (rtype, name), op in pairs]
     c = Cluster(bootstrap, timeout)
     for binding, f in c.admin.create_acls(bindings, request_timeout=c.timeout).items():
         c.wait(f, f"cannot add the ACL {binding}")
