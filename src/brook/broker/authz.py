@@ -55,10 +55,16 @@ def allowed_names(broker, connection, op: Operation, rtype: ResourceType, names,
     return {n for n in unique if allowed(broker, connection, op, rtype, n, log_denied=log_denied)}
 
 
+def describable_topics(broker, connection, names, *, log_denied: bool = True) -> set[str]:
+    """The topics among `names` the principal may Describe."""
+    return allowed_names(broker, connection, Op.DESCRIBE, TOPIC, names, log_denied=log_denied)
+
+
 def any_allowed(broker, connection, op: Operation, rtype: ResourceType) -> bool:
     """May the principal `op` some resource of the type (Kafka's authorizeByResourceType)?"""
     authorizer = broker.authorizer
-    return authorizer is None or authorizer.authorize_any(principal_of(connection), host_of(connection), op, rtype)
+    return authorizer is None or authorizer.authorize_any(principal_of(connection), host_of(connection),
+                                                          op, rtype)
 
 
 def authorized_operations(broker, connection, rtype: ResourceType, name: str) -> int:

@@ -22,14 +22,15 @@ def _resources(topic: list[str], group: list[str], cluster: bool, transactional_
                required: bool) -> list[tuple[str, str]]:
     """(confluent's resource type name, resource name) of the options given."""
     found = ([("TOPIC", t) for t in topic] + [("GROUP", g) for g in group]
-             + [("TRANSACTIONAL_ID", t) for t in transactional_id] + ([("BROKER", CLUSTER_NAME)] if cluster else []))
+             + [("TRANSACTIONAL_ID", t) for t in transactional_id]
+             + ([("BROKER", CLUSTER_NAME)] if cluster else []))
     if required and not found:
         raise CliError("name a resource: --topic, --group, --cluster or --transactional-id", code=2)
     return found
 
 
 def _operation(name: str):
-    """Kafka's spelling (Read, IdempotentWrite, DescribeConfigs) or confluent's (READ, IDEMPOTENT_WRITE)."""
+    """An operation in Kafka's spelling (Read, IdempotentWrite) or confluent's (IDEMPOTENT_WRITE)."""
     from confluent_kafka.admin import AclOperation
 
     wanted = name.replace("_", "").replace("-", "").lower()
@@ -86,14 +87,19 @@ topic_option = typer.Option([], "--topic", help="A topic (repeatable; * for ever
 group_option = typer.Option([], "--group", help="A consumer group (repeatable; * for every group).")
 cluster_option = typer.Option(False, "--cluster", help="The cluster.")
 txn_option = typer.Option([], "--transactional-id", help="A transactional id (repeatable).")
+OPERATIONS_HELP = ("Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, "
+                   "AlterConfigs, IdempotentWrite, All (repeatable).")
+PRODUCER_OPERATIONS = ("WRITE", "DESCRIBE", "CREATE")  # on the topics (kafka-acls.sh --producer)
+CONSUMER_OPERATIONS = ("READ", "DESCRIBE")  # on the topics, and Read on the groups (--consumer)
 
 
 @app.command("list")
 def list_acls(
     topic: list[str] = topic_option, group: list[str] = group_option, cluster: bool = cluster_option,
     transactional_id: list[str] = txn_option,
-    resource_pattern_type: str = typer.Option("ANY", "--resource-pattern-type",
-                                              help="ANY, MATCH (what applies to the named resource), LITERAL or PREFIXED."),
+    resource_pattern_type: str = typer.Option(
+        "ANY", "--resource-pattern-type",
+        help="ANY, MATCH (what applies to the named resource), LITERAL or PREFIXED."),
     principal: Optional[str] = typer.Option(None, "--principal", help="Only this principal's (User:alice)."),
     bootstrap: Optional[str] = bootstrap_option(), timeout: Optional[float] = timeout_option(),
     fmt: Format = output_option(),
@@ -110,22 +116,36 @@ def list_acls(
     _show(_rows(set(found)), fmt)
 
 
+def _client_operations(topic: list[str], group: list[str], producer: bool, consumer: bool):
+    """(resource, operation) pairs of --producer and --consumer."""
+    if not topic:
+        raise CliError("--producer and --consumer need --topic", code=2)
+    topics = _resources(topic, [], False, [], True)
+    wanted = [(r, op) for r in topics for op in PRODUCER_OPERATIONS] if producer else []
+    if consumer:
+        wanted += [(r, op) for r in topics for op in CONSUMER_OPERATIONS]
+        wanted += [(r, "READ") for r in _resources([], group, False, [], False)]
+    return [(r, _operation(op)) for r, op in dict.fromkeys(wanted)]
+
+
 @app.command("add")
 def add(
-    allow_principal: list[str] = typer.Option([], "--allow-principal", help="Principal to allow (User:alice)."),
+    allow_principal: list[str] = typer.Option([], "--allow-principal",
+                                              help="Principal to allow (User:alice)."),
     deny_principal: list[str] = typer.Option([], "--deny-principal", help="Principal to deny."),
-    allow_host: list[str] = typer.Option([], "--allow-host", help="Host the allowed principals come from (default *)."),
-    deny_host: list[str] = typer.Option([], "--deny-host", help="Host the denied principals come from (default *)."),
-    operation: list[str] = typer.Option([], "--operation", help="Read, Write, Create, Delete, Alter, Describe, "
-                                        "ClusterAction, DescribeConfigs, AlterConfigs, IdempotentWrite, All "
-                                        "(repeatable)."),
+    allow_host: list[str] = typer.Option([], "--allow-host",
+                                         help="Host the allowed principals come from (default *)."),
+    deny_host: list[str] = typer.Option([], "--deny-host",
+                                        help="Host the denied principals come from (default *)."),
+    operation: list[str] = typer.Option([], "--operation", help=OPERATIONS_HELP),
     topic: list[str] = topic_option, group: list[str] = group_option, cluster: bool = cluster_option,
     transactional_id: list[str] = txn_option,
-    resource_pattern_type: str = typer.Option("LITERAL", "--resource-pattern-type", help="LITERAL or PREFIXED."),
-    producer: bool = typer.Option(False, "--producer", help="What a producer needs: Write, Describe and "
-                                  "Create on the topics (kafka-acls.sh's convenience)."),
-    consumer: bool = typer.Option(False, "--consumer", help="What a consumer needs: Read and Describe on the "
-                                  "topics, Read on the groups."),
+    resource_pattern_type: str = typer.Option("LITERAL", "--resource-pattern-type",
+                                              help="LITERAL or PREFIXED."),
+    producer: bool = typer.Option(False, "--producer", help="What a producer needs: Write, Describe "
+                                  "and Create on the topics (kafka-acls.sh's convenience)."),
+    consumer: bool = typer.Option(False, "--consumer", help="What a consumer needs: Read and "
+                                  "Describe on the topics, Read on the groups."),
     bootstrap: Optional[str] = bootstrap_option(), timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Add ACLs: each principal, host and operation on each resource named (or, with
@@ -139,24 +159,19 @@ def add(
     pattern = _pattern(resource_pattern_type, ("LITERAL", "PREFIXED"))
     if producer or consumer:
         if operation:
-            raise CliError("--producer and --consumer choose the operations: no --operation with them", code=2)
-        if not topic:
-            raise CliError("--producer and --consumer need --topic", code=2)
-        wanted = ([(r, op) for r in _resources(topic, [], False, [], True) for op in ("WRITE", "DESCRIBE", "CREATE")]
-                  if producer else [])
-        if consumer:
-            wanted += [(r, op) for r in _resources(topic, [], False, [], True) for op in ("READ", "DESCRIBE")]
-            wanted += [(r, "READ") for r in _resources([], group, False, [], False)]
-        pairs = [(r, _operation(op)) for r, op in dict.fromkeys(wanted)]
+            raise CliError("--producer and --consumer choose the operations: no --operation with them",
+                           code=2)
+        pairs = _client_operations(topic, group, producer, consumer)
     else:
         if not operation:
             raise CliError("give --operation", code=2)
         resources = _resources(topic, group, cluster, transactional_id, True)
         pairs = [(r, _operation(o)) for r in resources for o in operation]
+    who = ((AclPermissionType.ALLOW, allow_principal, allow_host or ["*"]),
+           (AclPermissionType.DENY, deny_principal, deny_host or ["*"]))
     bindings = [AclBinding(ResourceType[rtype], name, pattern, principal, host, op, permission)
-                for permission, principals, hosts in ((AclPermissionType.ALLOW, allow_principal, allow_host or ["*"]),
-                                                      (AclPermissionType.DENY, deny_principal, deny_host or ["*"]))
-                for principal in principals for host in hosts for (rtype, name), op in pairs]
+                for permission, principals, hosts in who for principal in principals
+                for host in hosts for (rtype, name), op in pairs]
     c = Cluster(bootstrap, timeout)
     for binding, f in c.admin.create_acls(bindings, request_timeout=c.timeout).items():
         c.wait(f, f"cannot add the ACL {binding}")
@@ -166,9 +181,12 @@ def add(
 
 @app.command("remove")
 def remove(
-    allow_principal: list[str] = typer.Option([], "--allow-principal", help="Only ALLOW ACLs of this principal."),
-    deny_principal: list[str] = typer.Option([], "--deny-principal", help="Only DENY ACLs of this principal."),
-    operation: list[str] = typer.Option([], "--operation", help="Only ACLs of this operation (repeatable)."),
+    allow_principal: list[str] = typer.Option([], "--allow-principal",
+                                              help="Only ALLOW ACLs of this principal."),
+    deny_principal: list[str] = typer.Option([], "--deny-principal",
+                                             help="Only DENY ACLs of this principal."),
+    operation: list[str] = typer.Option([], "--operation",
+                                        help="Only ACLs of this operation (repeatable)."),
     topic: list[str] = topic_option, group: list[str] = group_option, cluster: bool = cluster_option,
     transactional_id: list[str] = txn_option,
     resource_pattern_type: str = typer.Option("LITERAL", "--resource-pattern-type",
@@ -187,7 +205,8 @@ def remove(
     filters = []
     if not allow_principal and not deny_principal:
         filters = _filters(resources, pattern, [], [], ops, None)
-    for permission, principals in ((AclPermissionType.ALLOW, allow_principal), (AclPermissionType.DENY, deny_principal)):
+    for permission, principals in ((AclPermissionType.ALLOW, allow_principal),
+                                   (AclPermissionType.DENY, deny_principal)):
         if principals:
             filters += _filters(resources, pattern, principals, [], ops, permission)
     c = Cluster(bootstrap, timeout)

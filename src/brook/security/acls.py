@@ -169,7 +169,8 @@ class AclFilter:
     def matches(self, b: AclBinding) -> bool:
         if self.resource_type != ResourceType.ANY and self.resource_type != b.resource_type:
             return False
-        if self.pattern_type not in (PatternType.ANY, PatternType.MATCH) and self.pattern_type != b.pattern_type:
+        if self.pattern_type not in (PatternType.ANY, PatternType.MATCH) \
+                and self.pattern_type != b.pattern_type:
             return False
         if self.name is not None:
             if self.pattern_type != PatternType.MATCH:  # ANY, LITERAL, PREFIXED: the name itself
@@ -252,7 +253,8 @@ class Authorizer:
         return set(self._table(pattern_type)[rtype].get(name, ()))
 
     def bindings(self) -> Iterator[AclBinding]:
-        for pattern_type, table in ((PatternType.LITERAL, self._literal), (PatternType.PREFIXED, self._prefixed)):
+        for pattern_type, table in ((PatternType.LITERAL, self._literal),
+                                    (PatternType.PREFIXED, self._prefixed)):
             for rtype, by_name in table.items():
                 for name, entries in by_name.items():
                     for principal, host, op, perm in entries:

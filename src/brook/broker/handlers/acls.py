@@ -40,9 +40,14 @@ def _filter(f, name_field: str = "resource_name_filter") -> AclFilter:
         permission=_enum(Permission, f.permission_type))
 
 
+def _resource_of(b: AclBinding):
+    return b.resource_type, b.pattern_type, b.name
+
+
 def _refusal(broker, connection, op: Operation) -> tuple[ErrorCode, str | None]:
     if not authz.cluster_allowed(broker, connection, op):
-        return ErrorCode.cluster_authorization_failed, f"Cluster authorization failed: {op.name} on the cluster is not allowed."
+        return (ErrorCode.cluster_authorization_failed,
+                f"Cluster authorization failed: {op.name} on the cluster is not allowed.")
     if broker.authorizer is None:
         return ErrorCode.security_disabled, NO_AUTHORIZER
     return ErrorCode.none, None
@@ -64,7 +69,7 @@ async def describe(broker, request, connection):
                 make(mod.DescribeAclsResource, resource_type=rtype, resource_name=name, pattern_type=ptype,
                      acls=tuple(make(mod.AclDescription, principal=b.principal, host=b.host,
                                      operation=b.operation, permission_type=b.permission) for b in group))
-                for (rtype, ptype, name), group in groupby(found, lambda b: (b.resource_type, b.pattern_type, b.name)))
+                for (rtype, ptype, name), group in groupby(found, _resource_of))
     return make(response_class(DESCRIBE_KEY, v), throttle_time=NO_THROTTLE, error_code=code,
                 error_message=msg, resources=resources)
 
@@ -80,7 +85,8 @@ async def create(broker, request, connection):
         for i, c in enumerate(creations):
             b = AclBinding(_enum(ResourceType, c.resource_type), c.resource_name,
                            _enum(PatternType, getattr(c, "resource_pattern_type", PatternType.LITERAL)),
-                           c.principal, c.host, _enum(Operation, c.operation), _enum(Permission, c.permission_type))
+                           c.principal, c.host, _enum(Operation, c.operation),
+                           _enum(Permission, c.permission_type))
             reason = b.invalid_reason()
             if reason is None:
                 valid.append(b)

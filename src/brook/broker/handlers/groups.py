@@ -56,7 +56,8 @@ async def run_group_op(broker, group_id: str, op):
 
 def _coordinator(broker, connection, key: str, key_type: int):
     """(error, detail, (node id, host, port) of the coordinator)."""
-    if key_type == GROUP_KEY_TYPE and not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.GROUP, key):
+    if key_type == GROUP_KEY_TYPE and not authz.allowed(broker, connection, authz.Op.DESCRIBE,
+                                                         authz.GROUP, key):
         return ErrorCode.group_authorization_failed, None, None
     code, detail = _coordinator_error(broker, key, key_type)
     if code != ErrorCode.none:

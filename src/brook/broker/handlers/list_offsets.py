@@ -90,7 +90,7 @@ def _describable(broker, connection, body) -> set[str] | None:
     """The topics the principal may Describe (None: no authorizer, all)."""
     if broker.authorizer is None:
         return None
-    return authz.allowed_names(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, (t.name for t in body.topics))
+    return authz.describable_topics(broker, connection, (t.name for t in body.topics))
 
 
 def _handle_v0(broker, body, may):

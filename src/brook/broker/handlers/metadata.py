@@ -114,7 +114,7 @@ def _build(broker, request, connection):
     if requested is None or (version == 0 and not requested):
         names = sorted(broker.metadata.topics)
         if checked:  # every topic: those it may not Describe are left out, silently
-            may = authz.allowed_names(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, names, log_denied=False)
+            may = authz.describable_topics(broker, connection, names, log_denied=False)
             names = [n for n in names if n in may]
         topics = [topic_entry(broker, mod, version, n) for n in names]
     else:
@@ -135,8 +135,9 @@ def _build(broker, request, connection):
                 name = tm.name
                 if checked and not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, name):
                     # ids are not secret: answered with the id and without the name
-                    refused.append(make(mod.MetadataResponseTopic, error_code=ErrorCode.topic_authorization_failed,
-                                        name=None, topic_id=topic_id, is_internal=False, partitions=(),
+                    refused.append(make(mod.MetadataResponseTopic,
+                                        error_code=ErrorCode.topic_authorization_failed, name=None,
+                                        topic_id=topic_id, is_internal=False, partitions=(),
                                         topic_authorized_operations=INT32_MIN))
                     continue
             elif checked and not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, name):
@@ -203,7 +204,7 @@ async def _build_in_cluster(broker, request, connection):
     if requested is None or (version == 0 and not requested):
         names = sorted(cache.topics)
         if checked:
-            may = authz.allowed_names(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, names, log_denied=False)
+            may = authz.describable_topics(broker, connection, names, log_denied=False)
             names = [n for n in names if n in may]
     else:
         names = []

@@ -149,7 +149,7 @@ async def fetch_group(broker, group_id: str, topics, connection=None):
         if not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.GROUP, group_id):
             return ErrorCode.group_authorization_failed, None
         if topics is not None:
-            may = authz.allowed_names(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, (t for t, _ in topics))
+            may = authz.describable_topics(broker, connection, (t for t, _ in topics))
             refused = [(t, [(p, NO_OFFSET, NO_EPOCH, "", ErrorCode.topic_authorization_failed) for p in ps])
                        for t, ps in topics if t not in may]
             topics = [(t, ps) for t, ps in topics if t in may]
@@ -160,8 +160,7 @@ async def fetch_group(broker, group_id: str, topics, connection=None):
         return exc.code, None
     found = _by_topic(fetched)
     if checked and topics is None:
-        may = authz.allowed_names(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, (t for t, _ in found),
-                                  log_denied=False)
+        may = authz.describable_topics(broker, connection, (t for t, _ in found), log_denied=False)
         found = [(t, ps) for t, ps in found if t in may]
     return ErrorCode.none, found + refused
 

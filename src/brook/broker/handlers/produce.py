@@ -63,9 +63,10 @@ async def handle(broker, request, connection):
             # (a transactional produce is refused as a whole below, as Kafka refuses it first)
             any_error = True
             topics.append(make(mod.TopicProduceResponse, name=name, partition_responses=tuple(
-                make(mod.PartitionProduceResponse, index=pd.index, error_code=ErrorCode.topic_authorization_failed,
-                     base_offset=-1, log_append_time=None, log_start_offset=-1, record_errors=(),
-                     error_message=None) for pd in td.partition_data)))
+                make(mod.PartitionProduceResponse, index=pd.index,
+                     error_code=ErrorCode.topic_authorization_failed, base_offset=-1,
+                     log_append_time=None, log_start_offset=-1, record_errors=(), error_message=None)
+                for pd in td.partition_data)))
             continue
         if broker.metadata.get(name) is None and broker.config.auto_create_topics_enable \
                 and name not in INTERNAL_TOPICS \

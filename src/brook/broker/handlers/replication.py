@@ -28,7 +28,8 @@ ALTER_PARTITION = 56
 
 def _cluster_action_refused(broker, connection) -> bool:
     """Brokers' requests need Cluster ClusterAction (brokers run as super users, or with it)."""
-    return broker.authorizer is not None and not authz.cluster_allowed(broker, connection, authz.Op.CLUSTER_ACTION)
+    return broker.authorizer is not None and not authz.cluster_allowed(broker, connection,
+                                                                       authz.Op.CLUSTER_ACTION)
 
 
 def _from_controller(broker, request, connection) -> ErrorCode:
@@ -96,7 +97,8 @@ async def handle_alter_partition(broker, request, connection):
     mod = response_module(ALTER_PARTITION, version)
     cls = response_class(ALTER_PARTITION, version)
     if _cluster_action_refused(broker, connection):
-        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed, topics=())
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
+                    topics=())
     cluster = broker.cluster
     controller = cluster.controller if cluster is not None else None
     if controller is None:
@@ -139,7 +141,7 @@ async def handle_offset_for_leader_epoch(broker, request, connection):
     may = None  # followers (ClusterAction) may ask of every topic, clients of those they may Describe
     if broker.authorizer is not None and not authz.cluster_allowed(broker, connection, authz.Op.CLUSTER_ACTION,
                                                                    log_denied=False):
-        may = authz.allowed_names(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, (t.topic for t in body.topics))
+        may = authz.describable_topics(broker, connection, (t.topic for t in body.topics))
     for t in body.topics:
         parts = []
         for pr in t.partitions:

@@ -38,8 +38,9 @@ async def alter(broker, request, connection):
     if broker.authorizer is not None and not authz.cluster_allowed(broker, connection, authz.Op.ALTER):
         users = dict.fromkeys([d.name for d in body.deletions] + [u.name for u in body.upsertions])
         return make(response_class(ALTER_KEY, v), throttle_time=NO_THROTTLE, results=tuple(
-            make(mod.AlterUserScramCredentialsResult, user=user, error_code=ErrorCode.cluster_authorization_failed,
-                 error_message=None) for user in users))
+            make(mod.AlterUserScramCredentialsResult, user=user,
+                 error_code=ErrorCode.cluster_authorization_failed, error_message=None)
+            for user in users))
     results, changes = creds.alter(
         broker.user_scram(),
         [creds.Deletion(d.name, d.mechanism) for d in body.deletions],
