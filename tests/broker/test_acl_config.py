@@ -23,4 +23,5 @@ def test_defaults_and_refusals():
     assert not BrokerConfig.from_props({"authorizer.class.name": " "}).acl_authorizer
     with pytest.raises(ConfigError, match="authorizer.class.name"):
         BrokerConfig.from_props({"authorizer.class.name": "com.example.MyAuthorizer"})
-    assert KEYS["authorizer.class.name"].default == "" and KEYS["allow.everyone.if.no.acl.found"].default == "false"
+    assert KEYS["authorizer.class.name"].default == ""
+    assert KEYS["allow.everyone.if.no.acl.found"].default == "false"

@@ -57,8 +57,8 @@ def test_add_list_remove(broker):
                    "--operation", "All", "--topic", "orders-", "--resource-pattern-type", "PREFIXED")
     assert result.exit_code == 0, result.output
     rows = listed(broker)
-    assert {(r["resource"], r["name"], r["pattern"], r["principal"], r["host"], r["operation"], r["permission"])
-            for r in rows} == {
+    fields = ("resource", "name", "pattern", "principal", "host", "operation", "permission")
+    assert {tuple(r[f] for f in fields) for r in rows} == {
         ("Topic", "orders", "LITERAL", "User:alice", "*", "Read", "ALLOW"),
         ("Topic", "orders", "LITERAL", "User:alice", "*", "DescribeConfigs", "ALLOW"),
         ("Group", "billing", "LITERAL", "User:alice", "*", "Read", "ALLOW"),
@@ -72,8 +72,8 @@ def test_add_list_remove(broker):
     assert _describe_topic(broker, "alice", "orders") == ErrorCode.unknown_topic_or_partition
     assert _describe_topic(broker, "bob", "orders") == ErrorCode.topic_authorization_failed
 
-    result = brook(broker, "acls", "remove", "--allow-principal", "User:alice", "--operation", "DescribeConfigs",
-                   "--topic", "orders", "--group", "billing")
+    result = brook(broker, "acls", "remove", "--allow-principal", "User:alice",
+                   "--operation", "DescribeConfigs", "--topic", "orders", "--group", "billing")
     assert result.exit_code == 0 and "removed 2 ACL(s)" in result.output, result.output
     result = brook(broker, "acls", "remove", "--topic", "orders-", "--resource-pattern-type", "PREFIXED")
     assert result.exit_code == 0 and "removed 1 ACL(s)" in result.output, result.output

@@ -172,7 +172,8 @@ def test_without_an_authorizer_authorized_operations_are_all_a_resource_has(tmp_
             r = c.request(request(3, 10, topics=[{"name": "t", "topic_id": uuid.UUID(int=0)}],
                                   include_cluster_authorized_operations=True,
                                   include_topic_authorized_operations=True))
-            assert r.topics[0].topic_authorized_operations == bitfield(SUPPORTED_OPERATIONS[ResourceType.TOPIC])
+            topic_ops = bitfield(SUPPORTED_OPERATIONS[ResourceType.TOPIC])
+            assert r.topics[0].topic_authorized_operations == topic_ops
             assert r.cluster_authorized_operations == bitfield(SUPPORTED_OPERATIONS[ResourceType.CLUSTER])
             r = c.request(request(60, 1, include_cluster_authorized_operations=True, endpoint_type=1))
             assert r.cluster_authorized_operations == bitfield(SUPPORTED_OPERATIONS[ResourceType.CLUSTER])

@@ -90,6 +90,33 @@ def _fetch(c, topic=T, replica_id=-1):
                   "responses", "partitions", "error_code")
 
 
+def _metadata(c, topic, create=False, version=12, **flags):
+    return c.request(request(3, version, topics=[{"name": topic, "topic_id": ZERO}],
+                             allow_auto_topic_creation=create, **flags))
+
+
+def _list_offsets(c):
+    return _codes(c.request(request(2, 7, replica_id=-1, isolation_level=0, topics=[
+        {"name": T, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}])),
+        "topics", "partitions", "error_code")
+
+
+def _offset_delete(c, *path):
+    r = c.request(request(47, 0, group_id=G, topics=[{"name": T, "partitions": [{"partition_index": 1}]}]))
+    return _codes(r, *path)
+
+
+def _alter_configs(c, rtype, name, key, incremental=False):
+    """AlterConfigs (or IncrementalAlterConfigs, a SET) of one key, validate only."""
+    config = {"name": key, "value": "100000"}
+    if incremental:
+        config["config_operation"] = 0
+    key, version = (44, 1) if incremental else (33, 2)
+    resource = {"resource_type": rtype, "resource_name": name, "configs": [config]}
+    r = c.request(request(key, version, resources=[resource], validate_only=True))
+    return _codes(r, "responses", "error_code")
+
+
 ROWS = [
     Row("Produce", [acl("TOPIC", T, "WRITE")],
         lambda c: _codes(c.request(request(0, 9, acks=1, timeout=SEC, topic_data=[
@@ -99,19 +126,18 @@ ROWS = [
     Row("Fetch (follower)", [acl("CLUSTER", "kafka-cluster", "CLUSTER_ACTION")],
         lambda c: _fetch(c, replica_id=2), TAF),
     Row("ListOffsets", [acl("TOPIC", T, "DESCRIBE")],
-        lambda c: _codes(c.request(request(2, 7, replica_id=-1, isolation_level=0, topics=[
-            {"name": T, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}])),
-            "topics", "partitions", "error_code"), TAF),
+        _list_offsets, TAF),
     Row("Metadata (named topic)", [acl("TOPIC", T, "DESCRIBE")],
-        lambda c: _codes(c.request(request(3, 12, topics=[{"name": T, "topic_id": ZERO}],
-                                           allow_auto_topic_creation=False)), "topics", "error_code"), TAF),
-    Row("Metadata (auto-creation)", [acl("TOPIC", "auto-made", "CREATE"), acl("TOPIC", "auto-made", "DESCRIBE")],
-        lambda c: _codes(c.request(request(3, 12, topics=[{"name": "auto-made", "topic_id": ZERO}],
-                                           allow_auto_topic_creation=True)), "topics", "error_code"), TAF),
+        lambda c: _codes(_metadata(c, T), "topics", "error_code"), TAF),
+    Row("Metadata (auto-creation)",
+        [acl("TOPIC", "auto-made", "CREATE"), acl("TOPIC", "auto-made", "DESCRIBE")],
+        lambda c: _codes(_metadata(c, "auto-made", create=True), "topics", "error_code"), TAF),
     Row("OffsetCommit (group)", [acl("GROUP", G, "READ")], 
-        lambda c: _codes(_commit(c, G, T), "topics", "partitions", "error_code"), GAF, given=(acl("TOPIC", T, "READ"),)),
+        lambda c: _codes(_commit(c, G, T), "topics", "partitions", "error_code"), GAF,
+        given=(acl("TOPIC", T, "READ"),)),
     Row("OffsetCommit (topic)", [acl("TOPIC", T, "READ")], 
-        lambda c: _codes(_commit(c, G, T), "topics", "partitions", "error_code"), TAF, given=(acl("GROUP", G, "READ"),)),
+        lambda c: _codes(_commit(c, G, T), "topics", "partitions", "error_code"), TAF,
+        given=(acl("GROUP", G, "READ"),)),
     Row("OffsetFetch (group)", [acl("GROUP", G, "DESCRIBE")], 
         lambda c: _codes(c.request(request(9, 8, groups=[{"group_id": G, "topics": None}])),
                          "groups", "error_code"), GAF, given=(acl("TOPIC", T, "DESCRIBE"),)),
@@ -119,7 +145,8 @@ ROWS = [
         lambda c: _codes(c.request(request(9, 7, group_id=G, topics=[{"name": T, "partition_indexes": [0]}])),
                          "topics", "partitions", "error_code"), TAF, given=(acl("GROUP", G, "DESCRIBE"),)),
     Row("FindCoordinator", [acl("GROUP", G, "DESCRIBE")],
-        lambda c: _codes(c.request(request(10, 4, key_type=0, coordinator_keys=[G])), "coordinators", "error_code"),
+        lambda c: _codes(c.request(request(10, 4, key_type=0, coordinator_keys=[G])),
+                         "coordinators", "error_code"),
         GAF),
     Row("JoinGroup", [acl("GROUP", "joining", "READ")],
         lambda c: _codes(c.request(request(11, 5, group_id="joining", session_timeout=timedelta(seconds=10),
@@ -142,12 +169,11 @@ ROWS = [
     Row("DeleteGroups", [acl("GROUP", "to-delete", "DELETE")],
         lambda c: _codes(c.request(request(42, 2, groups_names=["to-delete"])), "results", "error_code"),
         GAF, frozenset({E.group_id_not_found})),
-    Row("OffsetDelete (group)", [acl("GROUP", G, "DELETE")], 
-        lambda c: _codes(c.request(request(47, 0, group_id=G, topics=[
-            {"name": T, "partitions": [{"partition_index": 1}]}])), "error_code"), GAF, given=(acl("TOPIC", T, "READ"),)),
-    Row("OffsetDelete (topic)", [acl("TOPIC", T, "READ")], 
-        lambda c: _codes(c.request(request(47, 0, group_id=G, topics=[
-            {"name": T, "partitions": [{"partition_index": 1}]}])), "topics", "partitions", "error_code"), TAF, given=(acl("GROUP", G, "DELETE"),)),
+    Row("OffsetDelete (group)", [acl("GROUP", G, "DELETE")], lambda c: _offset_delete(c, "error_code"), GAF,
+        given=(acl("TOPIC", T, "READ"),)),
+    Row("OffsetDelete (topic)", [acl("TOPIC", T, "READ")],
+        lambda c: _offset_delete(c, "topics", "partitions", "error_code"), TAF,
+        given=(acl("GROUP", G, "DELETE"),)),
     Row("CreateTopics (topic)", [acl("TOPIC", "made-", "CREATE", pattern="PREFIXED")],
         lambda c: _codes(c.request(request(19, 7, topics=[{"name": "made-1", "num_partitions": 1,
                                                             "replication_factor": -1}], timeout=SEC,
@@ -157,7 +183,8 @@ ROWS = [
                                                             "replication_factor": -1}], timeout=SEC,
                                            validate_only=True)), "topics", "error_code"), TAF),
     Row("DeleteTopics", [acl("TOPIC", "absent", "DELETE")],
-        lambda c: _codes(c.request(request(20, 5, topic_names=["absent"], timeout=SEC)), "responses", "error_code"),
+        lambda c: _codes(c.request(request(20, 5, topic_names=["absent"], timeout=SEC)),
+                         "responses", "error_code"),
         TAF, frozenset({E.unknown_topic_or_partition})),
     Row("CreatePartitions", [acl("TOPIC", T, "ALTER")],
         lambda c: _codes(c.request(request(37, 3, topics=[{"name": T, "count": 3, "assignments": None}],
@@ -174,20 +201,13 @@ ROWS = [
                                                                "configuration_keys": None}])),
                          "results", "error_code"), CAF),
     Row("AlterConfigs (topic)", [acl("TOPIC", T, "ALTER_CONFIGS")],
-        lambda c: _codes(c.request(request(33, 2, resources=[{"resource_type": 2, "resource_name": T, "configs": [
-            {"name": "retention.ms", "value": "100000"}]}], validate_only=True)), "responses", "error_code"), TAF),
+        lambda c: _alter_configs(c, 2, T, "retention.ms"), TAF),
     Row("AlterConfigs (broker)", [acl("CLUSTER", "kafka-cluster", "ALTER_CONFIGS")],
-        lambda c: _codes(c.request(request(33, 2, resources=[{"resource_type": 4, "resource_name": "", "configs": [
-            {"name": "log.retention.ms", "value": "100000"}]}], validate_only=True)), "responses", "error_code"),
-        CAF),
+        lambda c: _alter_configs(c, 4, "", "log.retention.ms"), CAF),
     Row("IncrementalAlterConfigs (topic)", [acl("TOPIC", T, "ALTER_CONFIGS")],
-        lambda c: _codes(c.request(request(44, 1, resources=[{"resource_type": 2, "resource_name": T, "configs": [
-            {"name": "retention.ms", "config_operation": 0, "value": "100000"}]}], validate_only=True)),
-            "responses", "error_code"), TAF),
+        lambda c: _alter_configs(c, 2, T, "retention.ms", incremental=True), TAF),
     Row("IncrementalAlterConfigs (broker)", [acl("CLUSTER", "kafka-cluster", "ALTER_CONFIGS")],
-        lambda c: _codes(c.request(request(44, 1, resources=[{"resource_type": 4, "resource_name": "", "configs": [
-            {"name": "log.retention.ms", "config_operation": 0, "value": "100000"}]}], validate_only=True)),
-            "responses", "error_code"), CAF),
+        lambda c: _alter_configs(c, 4, "", "log.retention.ms", incremental=True), CAF),
     Row("InitProducerId (cluster)", [acl("CLUSTER", "kafka-cluster", "IDEMPOTENT_WRITE")],
         lambda c: _codes(c.request(request(22, 4, transactional_id=None, transaction_timeout=SEC,
                                            producer_id=-1, producer_epoch=-1)), "error_code"), CAF),
@@ -220,10 +240,12 @@ ROWS = [
 # to anyone (it is not in a cluster).
 INTER_BROKER = [
     ("LeaderAndIsr", 4, 5, dict(controller_id=1, is_k_raft_controller=False, controller_epoch=1,
-                                broker_epoch=-1, type_=0, topic_states=[], live_leaders=[]), {E.invalid_request}),
+                                broker_epoch=-1, type_=0, topic_states=[], live_leaders=[]),
+     {E.invalid_request}),
     ("UpdateMetadata", 6, 7, dict(controller_id=1, is_k_raft_controller=False, controller_epoch=1,
                                   broker_epoch=-1, topic_states=[], live_brokers=[]), {E.invalid_request}),
-    ("StopReplica", 5, 3, dict(controller_id=1, is_k_raft_controller=False, controller_epoch=1, broker_epoch=-1,
+    ("StopReplica", 5, 3, dict(controller_id=1, is_k_raft_controller=False, controller_epoch=1,
+                               broker_epoch=-1,
                                delete_partitions=False, ungrouped_partitions=[], topics=[], topic_states=[]),
      {E.invalid_request}),
     ("ControlledShutdown", 7, 3, dict(broker_id=1, broker_epoch=-1), {E.not_controller}),
@@ -278,7 +300,8 @@ def test_a_transactional_produce_is_refused_for_its_transactional_id_first(broke
     with broker.wire("alice") as c:  # (brook has no transactions: refused whatever the ACLs)
         r = c.request(request(0, 9, transactional_id="tx", acks=1, timeout=SEC, topic_data=[
             {"name": T, "partition_data": [{"index": 0, "records": batch(1)}]}]))
-        assert _codes(r, "responses", "partition_responses", "error_code") == {E.transactional_id_authorization_failed}
+        assert _codes(r, "responses", "partition_responses", "error_code") == \
+            {E.transactional_id_authorization_failed}
 
 
 def test_fetch_sessions_are_checked_too(broker):
@@ -317,8 +340,8 @@ def test_create_topics_shows_configs_only_with_describe_configs(broker):
 
     def create(name):
         with broker.wire("alice") as c:
-            t = c.request(request(19, 7, topics=[{"name": name, "num_partitions": 1, "replication_factor": -1}],
-                                  timeout=SEC, validate_only=False)).topics[0]
+            t = c.request(request(19, 7, timeout=SEC, validate_only=False, topics=[
+                {"name": name, "num_partitions": 1, "replication_factor": -1}])).topics[0]
             return t.error_code, t.topic_config_error_code, len(t.configs)
 
     assert create("shown-1") == (E.none, TAF, 0)
@@ -333,7 +356,8 @@ def test_deny_wins_and_super_users_pass(broker):
         assert _fetch(c) == {TAF}
     with broker.wire("admin") as c:
         assert _fetch(c) == {E.none}
-    line = f"Principal = User:alice is Denied operation = READ from host = 127.0.0.1 on resource = TOPIC:LITERAL:{T}"
+    line = ("Principal = User:alice is Denied operation = READ from host = 127.0.0.1 on resource = "
+            f"TOPIC:LITERAL:{T}")
     deadline = time.monotonic() + 10
     while line not in broker.proc.stderr_path.read_text() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -348,8 +372,8 @@ def test_metadata_of_every_topic_lists_only_describable_ones(broker):
     with broker.wire("bob") as c:
         assert c.request(request(3, 12, topics=None)).topics == ()
         # named, it is refused the same whether it exists or not
-        r = c.request(request(3, 12, topics=[{"name": T, "topic_id": ZERO}, {"name": "never", "topic_id": ZERO}],
-                              allow_auto_topic_creation=False))
+        r = c.request(request(3, 12, allow_auto_topic_creation=False,
+                              topics=[{"name": T, "topic_id": ZERO}, {"name": "never", "topic_id": ZERO}]))
         assert [(t.name, t.error_code, t.topic_id or ZERO, t.partitions) for t in r.topics] == \
             [(T, TAF, ZERO, ()), ("never", TAF, ZERO, ())]
 
@@ -357,10 +381,10 @@ def test_metadata_of_every_topic_lists_only_describable_ones(broker):
 def test_metadata_never_auto_creates_without_create(broker):
     broker.grant(acl("TOPIC", "*", "DESCRIBE"))
     with broker.wire("alice") as c:
-        r = c.request(request(3, 12, topics=[{"name": "not-made", "topic_id": ZERO}], allow_auto_topic_creation=True))
+        r = _metadata(c, "not-made", create=True)
         assert [t.error_code for t in r.topics] == [TAF]
     with broker.wire("admin") as c:
-        r = c.request(request(3, 12, topics=[{"name": "not-made", "topic_id": ZERO}], allow_auto_topic_creation=False))
+        r = _metadata(c, "not-made")
         assert [t.error_code for t in r.topics] == [E.unknown_topic_or_partition]
 
 
@@ -390,8 +414,8 @@ def test_authorized_operations(broker):
     broker.grant(acl("TOPIC", T, "READ"), acl("TOPIC", T, "ALTER_CONFIGS"), acl("GROUP", G, "READ"),
                  acl("CLUSTER", "kafka-cluster", "DESCRIBE"))
     with broker.wire("alice") as c:
-        r = c.request(request(3, 10, topics=[{"name": T, "topic_id": ZERO}], allow_auto_topic_creation=False,
-                              include_cluster_authorized_operations=True, include_topic_authorized_operations=True))
+        r = _metadata(c, T, version=10, include_cluster_authorized_operations=True,
+                      include_topic_authorized_operations=True)
         assert r.topics[0].topic_authorized_operations == bitfield(
             [Operation.READ, Operation.DESCRIBE, Operation.ALTER_CONFIGS, Operation.DESCRIBE_CONFIGS])
         assert r.cluster_authorized_operations == bitfield([Operation.DESCRIBE])
@@ -412,7 +436,8 @@ def test_authorized_operations(broker):
 
 def test_sasl_and_api_versions_need_nothing(broker):
     with broker.wire("bob") as c:  # (wire() went through SaslHandshake and SaslAuthenticate)
-        assert c.request(request(18, 3, client_software_name="t", client_software_version="1")).error_code == E.none
+        r = c.request(request(18, 3, client_software_name="t", client_software_version="1"))
+        assert r.error_code == E.none
 
 
 def test_real_clients_with_the_acls_kafka_documents(broker):

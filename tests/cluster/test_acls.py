@@ -50,7 +50,8 @@ def _admin(port: int):
 
 
 def test_acls_live_in_zookeeper_and_hold_on_every_broker(zk, brokers):
-    from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+    from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType,
+                                       ResourceType)
 
     sasl = {i: _start(brokers, i) for i in (1, 2)}
     wait_for(lambda: zk.broker_ids() == [1, 2], 30, "brokers registered", brokers)
@@ -58,9 +59,9 @@ def test_acls_live_in_zookeeper_and_hold_on_every_broker(zk, brokers):
         assert _describe_topic(sasl[i], "alice", "orders") == ErrorCode.topic_authorization_failed
 
     admin = _admin(sasl[1])
-    for f in admin.create_acls([acl("TOPIC", "orders", "READ"), acl("TOPIC", "orders-", "WRITE", pattern="PREFIXED"),
-                                acl("GROUP", "billing", "READ", "User:bob", permission="DENY", host="10.0.0.1")],
-                               request_timeout=30).values():
+    made = [acl("TOPIC", "orders", "READ"), acl("TOPIC", "orders-", "WRITE", pattern="PREFIXED"),
+            acl("GROUP", "billing", "READ", "User:bob", permission="DENY", host="10.0.0.1")]
+    for f in admin.create_acls(made, request_timeout=30).values():
         assert f.result() is None
     # Kafka's layout and formats
     assert zk.json("/kafka-acl/Topic/orders") == {"version": 1, "acls": [
@@ -71,7 +72,8 @@ def test_acls_live_in_zookeeper_and_hold_on_every_broker(zk, brokers):
         {"principal": "User:bob", "permissionType": "Deny", "operation": "Read", "host": "10.0.0.1"}]
     literal = {zk.get(f"/kafka-acl-changes/{n}")[0] for n in zk.children("/kafka-acl-changes")}
     assert literal == {b"TOPIC:orders", b"GROUP:billing"}
-    assert [zk.json(f"/kafka-acl-extended-changes/{n}") for n in zk.children("/kafka-acl-extended-changes")] == [
+    extended = "/kafka-acl-extended-changes"
+    assert [zk.json(f"{extended}/{n}") for n in zk.children(extended)] == [
         {"version": 1, "resourceType": "TOPIC", "name": "orders-", "patternType": "PREFIXED"}]
 
     # in force on both brokers (the other one hears of it through the notification)
@@ -144,8 +146,8 @@ def test_concurrent_changes_of_one_resource_all_land(zk):
     def add(client, who):
         for i in range(15):
             entry = (f"User:{who}{i}", "*", Operation.READ, Permission.ALLOW)
-            client.update_acls(path, lambda data, e=entry: zk_acls.encode_acls(zk_acls.decode_acls(data) | {e}),
-                               notification)
+            client.update_acls(
+                path, lambda data, e=entry: zk_acls.encode_acls(zk_acls.decode_acls(data) | {e}), notification)
 
     try:
         threads = [threading.Thread(target=add, args=(c, who)) for c, who in zip(clients, "ab")]

@@ -24,7 +24,8 @@ def test_acls_round_trip_in_kafkas_json():
     data = zk_acls.encode_acls(entries)
     assert json.loads(data) == {"version": 1, "acls": [
         {"principal": "User:alice", "permissionType": "Allow", "operation": "IdempotentWrite", "host": "*"},
-        {"principal": "User:bob", "permissionType": "Deny", "operation": "DescribeConfigs", "host": "10.0.0.1"}]}
+        {"principal": "User:bob", "permissionType": "Deny", "operation": "DescribeConfigs",
+         "host": "10.0.0.1"}]}
     assert zk_acls.decode_acls(data) == entries
     assert zk_acls.decode_acls(None) == set()
     # upper-case spellings as well
@@ -34,7 +35,8 @@ def test_acls_round_trip_in_kafkas_json():
 
 
 def test_change_notifications():
-    assert zk_acls.change_node(RT.GROUP, PT.LITERAL, "g:1") == ("/kafka-acl-changes/acl_changes_", b"GROUP:g:1")
+    assert zk_acls.change_node(RT.GROUP, PT.LITERAL, "g:1") == \
+        ("/kafka-acl-changes/acl_changes_", b"GROUP:g:1")
     prefix, data = zk_acls.change_node(RT.TOPIC, PT.PREFIXED, "t-")
     assert prefix == "/kafka-acl-extended-changes/acl_changes_"
     assert json.loads(data) == {"version": 1, "resourceType": "TOPIC", "name": "t-", "patternType": "PREFIXED"}

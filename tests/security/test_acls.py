@@ -41,7 +41,8 @@ def test_allow_everyone_applies_only_to_resources_with_no_acl_of_anyone():
 
 
 def test_super_users_may_do_anything_even_against_a_deny():
-    a = Authorizer(parse_super_users(" User:admin ; User:broker"), bindings=[acl(principal="User:*", perm=DENY, op=Op.ALL)])
+    a = Authorizer(parse_super_users(" User:admin ; User:broker"),
+                   bindings=[acl(principal="User:*", perm=DENY, op=Op.ALL)])
     assert a.authorize("User:admin", HOST, Op.DELETE, RT.TOPIC, "t")
     assert a.authorize("User:broker", HOST, Op.CLUSTER_ACTION, RT.CLUSTER, CLUSTER_NAME)
     assert not a.authorize(ALICE, HOST, Op.READ, RT.TOPIC, "t")
@@ -68,7 +69,8 @@ def test_implied_operations():
 
 
 def test_patterns_literal_prefixed_and_wildcard():
-    a = Authorizer(bindings=[acl(name="orders-", pt=PT.PREFIXED), acl(name="exact"), acl(name="*", principal=BOB)])
+    a = Authorizer(bindings=[acl(name="orders-", pt=PT.PREFIXED), acl(name="exact"),
+                             acl(name="*", principal=BOB)])
     assert a.authorize(ALICE, HOST, Op.READ, RT.TOPIC, "orders-eu")
     assert not a.authorize(ALICE, HOST, Op.READ, RT.TOPIC, "orders")
     assert a.authorize(ALICE, HOST, Op.READ, RT.TOPIC, "exact")
@@ -76,7 +78,8 @@ def test_patterns_literal_prefixed_and_wildcard():
     assert a.authorize(BOB, HOST, Op.READ, RT.TOPIC, "anything")
     assert not a.authorize(BOB, HOST, Op.READ, RT.GROUP, "anything")  # types do not mix
     # "*" as a PREFIXED name is a plain prefix, not a wildcard
-    assert not Authorizer(bindings=[acl(name="*", pt=PT.PREFIXED)]).authorize(ALICE, HOST, Op.READ, RT.TOPIC, "t")
+    prefixed_star = Authorizer(bindings=[acl(name="*", pt=PT.PREFIXED)])
+    assert not prefixed_star.authorize(ALICE, HOST, Op.READ, RT.TOPIC, "t")
 
 
 def test_wildcard_principal_and_hosts():
@@ -95,7 +98,8 @@ def test_authorized_operations_bitfield():
 
 
 def test_authorize_any_resource_of_a_type():
-    assert Authorizer(bindings=[acl(op=Op.WRITE, name="x-", pt=PT.PREFIXED)]).authorize_any(ALICE, HOST, Op.WRITE, RT.TOPIC)
+    prefixed = Authorizer(bindings=[acl(op=Op.WRITE, name="x-", pt=PT.PREFIXED)])
+    assert prefixed.authorize_any(ALICE, HOST, Op.WRITE, RT.TOPIC)
     # a DENY of a shorter prefix takes the ALLOW back; of the wildcard, everything
     assert not Authorizer(bindings=[acl(op=Op.WRITE, name="x-a", pt=PT.PREFIXED),
                                     acl(op=Op.WRITE, name="x-", pt=PT.PREFIXED, perm=DENY)]
@@ -122,7 +126,8 @@ def test_filters():
     other = acl(name="x", principal=BOB, op=Op.WRITE, perm=DENY)
     everything = [lit, pre, wild, other]
     assert [b for b in everything if AclFilter().matches(b)] == everything
-    assert [b for b in everything if AclFilter(name="orders", pattern_type=PT.MATCH).matches(b)] == [lit, pre, wild]
+    match = AclFilter(name="orders", pattern_type=PT.MATCH)
+    assert [b for b in everything if match.matches(b)] == [lit, pre, wild]
     assert [b for b in everything if AclFilter(name="orders").matches(b)] == [lit]
     assert [b for b in everything if AclFilter(pattern_type=PT.PREFIXED).matches(b)] == [pre]
     assert [b for b in everything if AclFilter(principal=BOB).matches(b)] == [other]
@@ -188,7 +193,8 @@ def test_decisions_follow_the_rules(acls, alice_super, allow_if_none, principal,
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(bindings, max_size=8), bindings, st.sampled_from([ALICE, BOB]), OPS, st.sampled_from(["a", "ab", "c"]))
+@given(st.lists(bindings, max_size=8), bindings, st.sampled_from([ALICE, BOB]), OPS,
+       st.sampled_from(["a", "ab", "c"]))
 def test_a_deny_never_grants_and_an_allow_never_takes_away(acls, extra, principal, op, name):
     before = Authorizer(bindings=acls).authorize(principal, HOST, op, extra.resource_type, name)
     after = Authorizer(bindings=acls + [extra]).authorize(principal, HOST, op, extra.resource_type, name)
@@ -199,7 +205,8 @@ def test_a_deny_never_grants_and_an_allow_never_takes_away(acls, extra, principa
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(bindings, max_size=10), st.sampled_from([ALICE, BOB]), OPS, st.sampled_from([RT.TOPIC, RT.GROUP]))
+@given(st.lists(bindings, max_size=10), st.sampled_from([ALICE, BOB]), OPS,
+       st.sampled_from([RT.TOPIC, RT.GROUP]))
 def test_authorize_any_is_true_when_some_resource_is_authorized(acls, principal, op, rt):
     """If some named resource is authorized, the by-type check agrees (it may be generous
     beyond that, as Kafka's is for names no resource has)."""
@@ -220,7 +227,8 @@ def test_authorize_any_is_true_when_some_resource_is_authorized(acls, principal,
 @given(st.lists(bindings, max_size=8), st.builds(
     AclFilter, st.sampled_from([RT.ANY, RT.TOPIC, RT.GROUP]), st.one_of(st.none(), NAMES),
     st.sampled_from([PT.ANY, PT.MATCH, PT.LITERAL, PT.PREFIXED]), st.one_of(st.none(), PRINCIPALS),
-    st.one_of(st.none(), HOSTS), st.one_of(st.just(Op.ANY), OPS), st.sampled_from([Permission.ANY, ALLOW, DENY])))
+    st.one_of(st.none(), HOSTS), st.one_of(st.just(Op.ANY), OPS),
+    st.sampled_from([Permission.ANY, ALLOW, DENY])))
 def test_removing_what_a_filter_matches_leaves_exactly_the_rest(acls, f):
     a = Authorizer(bindings=acls)
     matched = a.matching(f)

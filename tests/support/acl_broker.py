@@ -63,7 +63,8 @@ class AclBroker:
             assert f.result() is None
 
     def revoke_all(self) -> None:
-        from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+        from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType,
+                                           ResourcePatternType, ResourceType)
         f = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
                              AclOperation.ANY, AclPermissionType.ANY)
         admin = self.admin()
@@ -74,7 +75,8 @@ class AclBroker:
 def acl(resource: str, name: str, operation: str, principal: str = "User:alice", *,
         pattern: str = "LITERAL", permission: str = "ALLOW", host: str = "*"):
     """A confluent-kafka AclBinding: acl("TOPIC", "t", "READ")."""
-    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, ResourcePatternType,
+                                       ResourceType)
     rtype = ResourceType["BROKER" if resource == "CLUSTER" else resource]  # confluent's name
     return AclBinding(rtype, name, ResourcePatternType[pattern], principal, host,
                       AclOperation[operation], AclPermissionType[permission])
