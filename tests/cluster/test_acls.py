@@ -125,6 +125,39 @@ def test_acls_live_in_zookeeper_and_hold_on_every_broker(zk, brokers):
     assert _describe_topic(sasl[3], "alice", "orders") == ErrorCode.topic_authorization_failed
 
 
+def test_a_broker_that_lost_its_session_still_follows_acl_changes(zk, brokers):
+    """A broker paused past its ZooKeeper session comes back with a new one, which has none of
+    the old one's watches: it reads the changes made meanwhile, and follows the next ones. (kazoo
+    fires every watch when the connection goes; the reading of changes it starts retries until
+    ZooKeeper is back, and sets the watch again.)"""
+    import os
+    import signal
+
+    from tests.support.cluster_harness import SESSION_TIMEOUT_MS
+
+    sasl = _start(brokers, 1)
+    wait_for(lambda: zk.broker_ids() == [1], 30, "broker registered", brokers)
+
+    def allow_bob(topic):
+        zk.kz.create(zk.chroot + f"/kafka-acl/Topic/{topic}", json.dumps({"version": 1, "acls": [
+            {"principal": "User:bob", "permissionType": "Allow", "operation": "Describe", "host": "*"}]}).encode(),
+            makepath=True)
+        zk.kz.create(zk.chroot + "/kafka-acl-changes/acl_changes_", f"TOPIC:{topic}".encode(), sequence=True)
+
+    os.kill(brokers[1].proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: zk.broker_ids() == [], SESSION_TIMEOUT_MS / 1000 + 10, "the session expired", brokers)
+        allow_bob("while-away")
+    finally:
+        os.kill(brokers[1].proc.pid, signal.SIGCONT)
+    wait_for(lambda: zk.broker_ids() == [1], 15, "broker 1 registered again", brokers)
+    wait_for(lambda: _describe_topic(sasl, "bob", "while-away") == ErrorCode.unknown_topic_or_partition,
+             15, "the change made while away", brokers)
+    allow_bob("after")
+    wait_for(lambda: _describe_topic(sasl, "bob", "after") == ErrorCode.unknown_topic_or_partition,
+             15, "a change after the new session", brokers)
+
+
 def test_concurrent_changes_of_one_resource_all_land(zk):
     """Two writers (two brokers' ZkClients) adding ACLs to one resource at once: each write is
     conditional on the version it read, so none overwrites the other's."""
