@@ -688,8 +688,14 @@ class Broker:
             log.info("%d ACL(s) read from ZooKeeper", sum(1 for _ in self.authorizer.bindings()))
             return
         rtype, pattern, name = resource
-        data, _ = await asyncio.to_thread(zk.read_acls, zk_acls.resource_path(rtype, pattern, name))
-        self.authorizer.set_resource(rtype, pattern, name, zk_acls.decode_acls(data))
+        path = zk_acls.resource_path(rtype, pattern, name)
+        data, _ = await asyncio.to_thread(zk.read_acls, path)
+        try:
+            entries = zk_acls.decode_acls(data)
+        except (ValueError, KeyError) as exc:
+            log.warning("ignoring the ACLs of %s: %s", path, exc)
+            return
+        self.authorizer.set_resource(rtype, pattern, name, entries)
 
     # ------------------------------------------------------------ dynamic broker configs
 

@@ -4,6 +4,7 @@ Describe; without an authorizer every one answers SECURITY_DISABLED, as Kafka do
 
 from __future__ import annotations
 
+import logging
 from itertools import groupby
 
 from kio.schema.errors import ErrorCode
@@ -13,6 +14,8 @@ from ...security.acls import AclBinding, AclFilter, Operation, PatternType, Perm
 from .. import authz
 from . import Api
 from .common import NO_THROTTLE
+
+log = logging.getLogger(__name__)
 
 DESCRIBE_KEY = 29
 CREATE_KEY = 30
@@ -94,7 +97,8 @@ async def create(broker, request, connection):
                 results[i] = (ErrorCode.invalid_request, reason)
         try:
             await broker.create_acls(valid)
-        except OSError as exc:  # the metadata journal could not be written
+        except Exception as exc:  # noqa: BLE001 - the journal or ZooKeeper failed: an answer
+            log.warning("creating ACLs failed: %r", exc)
             results = [(ErrorCode.unknown_server_error, str(exc)) if r[0] == ErrorCode.none else r
                        for r in results]
     return make(response_class(CREATE_KEY, v), throttle_time=NO_THROTTLE, results=tuple(
@@ -114,7 +118,8 @@ async def delete(broker, request, connection):
             removed = iter(await broker.delete_acls(valid))
             outcome = [(ErrorCode.none, None, next(removed)) if f.invalid_reason() is None
                        else (ErrorCode.invalid_request, f.invalid_reason(), []) for f in parsed]
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - as in create
+            log.warning("deleting ACLs failed: %r", exc)
             outcome = [(ErrorCode.unknown_server_error, str(exc), [])] * len(filters)
 
     def matching(b: AclBinding):
