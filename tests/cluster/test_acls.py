@@ -157,6 +157,14 @@ def test_a_broker_that_lost_its_session_still_follows_acl_changes(zk, brokers):
     wait_for(lambda: _describe_topic(sasl, "bob", "after") == ErrorCode.unknown_topic_or_partition,
              15, "a change after the new session", brokers)
 
+    # an ACL znode that is not Kafka's JSON is logged and skipped; the changes after it are read
+    zk.kz.create(zk.chroot + "/kafka-acl/Topic/garbled", b"not json")
+    zk.kz.create(zk.chroot + "/kafka-acl-changes/acl_changes_", b"TOPIC:garbled", sequence=True)
+    allow_bob("after-garbled")
+    wait_for(lambda: _describe_topic(sasl, "bob", "after-garbled") == ErrorCode.unknown_topic_or_partition,
+             15, "a change after an unreadable one", brokers)
+    assert "ignoring the ACLs of /kafka-acl/Topic/garbled" in brokers[1].stderr_path.read_text()
+
 
 def test_concurrent_changes_of_one_resource_all_land(zk):
     """Two writers (two brokers' ZkClients) adding ACLs to one resource at once: each write is
