@@ -117,6 +117,12 @@ def _alter_configs(c, rtype, name, key, incremental=False):
     return _codes(r, "responses", "error_code")
 
 
+def _epochs(c, replica_id=-1):
+    r = c.request(request(23, 4, replica_id=replica_id, topics=[{"topic": T, "partitions": [
+        {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]))
+    return _codes(r, "topics", "partitions", "error_code")
+
+
 ROWS = [
     Row("Produce", [acl("TOPIC", T, "WRITE")],
         lambda c: _codes(c.request(request(0, 9, acks=1, timeout=SEC, topic_data=[
@@ -221,10 +227,9 @@ ROWS = [
                          "results", "error_code"), CAF, frozenset({E.resource_not_found})),
     Row("DescribeLogDirs", [acl("CLUSTER", "kafka-cluster", "DESCRIBE")],
         lambda c: _codes(c.request(request(35, 4, topics=None)), "error_code"), CAF),
-    Row("OffsetForLeaderEpoch", [acl("TOPIC", T, "DESCRIBE")],
-        lambda c: _codes(c.request(request(23, 4, replica_id=-1, topics=[{"topic": T, "partitions": [
-            {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}])), "topics", "partitions",
-            "error_code"), TAF),
+    Row("OffsetForLeaderEpoch", [acl("TOPIC", T, "DESCRIBE")], _epochs, TAF),
+    Row("OffsetForLeaderEpoch (follower)", [acl("CLUSTER", "kafka-cluster", "CLUSTER_ACTION")],
+        lambda c: _epochs(c, replica_id=2), TAF),
     Row("ElectLeaders", [acl("CLUSTER", "kafka-cluster", "ALTER")],
         lambda c: _codes(c.request(request(43, 2, election_type=0, topic_partitions=None, timeout=SEC)),
                          "error_code"), CAF, frozenset({E.invalid_request})),
