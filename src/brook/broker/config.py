@@ -21,6 +21,7 @@ from ..security.listeners import (
     listener_security,
     parse_protocol_map,
 )
+from ..security.acls import parse_super_users
 from ..security.tls import TlsConfigError, client_context
 from ..storage.config import LogConfig
 from ..storage.manager import ManagerConfig
@@ -28,6 +29,11 @@ from .producer_id_quota import DEFAULT_PRODUCER_IDS_RATE
 from .properties import parse_properties
 
 DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
+
+#: authorizer.class.name values that switch on brook's ACL authorizer (Kafka's own classes,
+#: so an existing server.properties works unchanged).
+ACL_AUTHORIZERS = ("kafka.security.authorizer.AclAuthorizer",
+                   "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
 
 
 class ConfigError(ValueError):
@@ -73,6 +79,13 @@ def _per_ip_overrides(v: str) -> tuple[tuple[str, int], ...]:
             raise ConfigError(f"{item!r} is not host:count")
         out.append((host.strip().strip("[]"), int(count)))
     return tuple(out)
+
+
+def _authorizer(v: str) -> bool:
+    name = v.strip()
+    if name and name not in ACL_AUTHORIZERS:
+        raise ValueError(f"brook's authorizer is selected by {' or '.join(ACL_AUTHORIZERS)}")
+    return bool(name)
 
 
 def _bool(v: str) -> bool:
@@ -176,6 +189,11 @@ class BrokerConfig:
     sasl_server_max_receive_size: int = 524_288
     #: How long a failed authentication waits before its answer and the close.
     connection_failed_authentication_delay_ms: int = 100
+    #: ACLs are checked (authorizer.class.name names an ACL authorizer); else all is allowed.
+    acl_authorizer: bool = False
+    #: super.users: principals (User:admin) allowed everything.
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
     controlled_shutdown_enable: bool = True
     controlled_shutdown_max_retries: int = 3
     controlled_shutdown_retry_backoff_ms: int = 5_000
@@ -286,6 +304,9 @@ class BrokerConfig:
             sasl_server_max_receive_size=get("sasl.server.max.receive.size", 524_288),
             connection_failed_authentication_delay_ms=get(
                 "connection.failed.authentication.delay.ms", 100),
+            acl_authorizer=get("authorizer.class.name", False, _authorizer),
+            super_users=parse_super_users(props.get("super.users", "")),
+            allow_everyone_if_no_acl_found=get("allow.everyone.if.no.acl.found", False, _bool),
         )
         if not cfg.listeners:
             raise ConfigError("listeners is empty")

@@ -156,6 +156,14 @@ _KEYS: list[ConfigKey] = [
               "The largest frame accepted before a SASL connection has authenticated."),
     ConfigKey("connection.failed.authentication.delay.ms", INT, "100",
               "How long a failed authentication waits before its answer and the close."),
+    ConfigKey("authorizer.class.name", STRING, "",
+              "The authorizer: Kafka's kafka.security.authorizer.AclAuthorizer or "
+              "org.apache.kafka.metadata.authorizer.StandardAuthorizer select brook's ACLs; "
+              "empty: no authorization."),
+    ConfigKey("super.users", STRING, None,
+              "Principals allowed everything, separated by semicolons (User:admin;User:broker)."),
+    ConfigKey("allow.everyone.if.no.acl.found", BOOLEAN, "false",
+              "Allow a request on a resource no ACL covers."),
     ConfigKey("ssl.keystore.type", STRING, None,
               "The keystore's format: brook reads PEM (JKS and PKCS12 are refused).", dynamic=True),
     ConfigKey("ssl.keystore.location", STRING, None,

@@ -179,6 +179,8 @@ class MetadataStore:
         #: SCRAM credentials: user -> mechanism (SCRAM-SHA-256) -> Kafka's text of the
         #: credential (salt, stored key, server key, iterations), as /config/users/<user> holds.
         self.user_scram: dict[str, dict[str, str]] = {}
+        #: ACL bindings (brook.security.acls.AclBinding.to_json), in the order created.
+        self.acls: list[dict] = []
         self._journal_fd = -1
         self._journal_records = 0
         self._pending: list[dict] = []
@@ -204,6 +206,7 @@ class MetadataStore:
                                    for k, v in data.get("broker_configs", {}).items()}
             self.user_scram = {str(k): {str(a): str(b) for a, b in v.items()}
                                for k, v in data.get("user_scram", {}).items()}
+            self.acls = list(data.get("acls", []))
         self._replay_journal()
         # Ids of the block handed out before a restart are never reused.
         self.next_producer_id = self.producer_id_block_end
@@ -259,6 +262,10 @@ class MetadataStore:
                 self.user_scram[str(record["user_scram"])] = credentials
             else:
                 self.user_scram.pop(str(record["user_scram"]), None)
+        elif "acls_added" in record:
+            self.acls.extend(b for b in record["acls_added"] if b not in self.acls)
+        elif "acls_removed" in record:
+            self.acls = [b for b in self.acls if b not in record["acls_removed"]]
         elif "producer_id_block_end" in record:
             self.producer_id_block_end = max(self.producer_id_block_end, int(record["producer_id_block_end"]))
         else:
@@ -340,6 +347,7 @@ class MetadataStore:
             "deleting": {name: t.to_json() for name, t in sorted(self.deleting.items())},
             "broker_configs": self.broker_configs,
             "user_scram": self.user_scram,
+            "acls": self.acls,
         }
         _atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
         os.ftruncate(self._journal_fd, 0)
@@ -425,6 +433,15 @@ class MetadataStore:
     def set_user_scram(self, user: str, credentials: dict[str, str]) -> None:
         """A user's SCRAM credentials by mechanism, replacing what was there; {} removes them."""
         self._record({"user_scram": user, "credentials": dict(credentials)})
+
+    # -------------------------------------------------------------- ACLs
+
+    def add_acls(self, bindings: list[dict]) -> None:
+        """ACL bindings (their JSON), durable before this returns; present ones are kept once."""
+        self._record({"acls_added": list(bindings)})
+
+    def remove_acls(self, bindings: list[dict]) -> None:
+        self._record({"acls_removed": list(bindings)})
 
     # -------------------------------------------------------------- producer ids
 

@@ -16,7 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from .. import __version__
-from . import cluster, configs, console, dump_log, groups, offsets, options, topics, users
+from . import acls, cluster, configs, console, dump_log, groups, offsets, options, topics, users
 from .broker import broker
 from .errors import CliError
 
@@ -131,6 +131,7 @@ app.add_typer(groups.app, name="groups")
 app.add_typer(offsets.app, name="offsets")
 app.add_typer(configs.app, name="configs")
 app.add_typer(users.app, name="users")
+app.add_typer(acls.app, name="acls")
 app.command("produce")(console.produce)
 app.command("consume")(console.consume)
 app.command("dump-log")(dump_log.dump_log)
