@@ -41,6 +41,9 @@ LEGACY = {
     "describe_configs": (0,),
     "describe_log_dirs": (0,),
     "offset_for_leader_epoch": (0, 1),
+    "create_acls": (0,),
+    "describe_acls": (0,),
+    "delete_acls": (0,),
 }
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "brook" / "protocol" / "legacy"

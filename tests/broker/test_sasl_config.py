@@ -37,8 +37,8 @@ def test_sasl_plaintext_with_plain_users_and_per_listener_mechanisms():
 
 
 @pytest.mark.parametrize("props,message", [
-    ({"listeners": "SSL://:9093"}, "TLS is not yet supported"),
-    ({"listeners": "SASL_SSL://:9093", "sasl.enabled.mechanisms": "PLAIN"}, "TLS is not yet supported"),
+    ({"listeners": "SSL://:9093"}, "listener SSL uses TLS: set ssl.keystore.location"),
+    ({"listeners": "SASL_SSL://:9093", "sasl.enabled.mechanisms": "PLAIN"}, "listener SASL_SSL uses TLS"),
     ({"listeners": "INTERNAL://:9093"}, "No security protocol defined for listener INTERNAL"),
     ({"listeners": "SASL_PLAINTEXT://:9093"}, "GSSAPI, is not supported"),
     ({"listeners": "SASL_PLAINTEXT://:9093", "sasl.enabled.mechanisms": "GSSAPI"}, "GSSAPI not supported"),

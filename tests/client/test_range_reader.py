@@ -175,8 +175,16 @@ def test_settings_from_the_connector_options():
     s = FetchSettings.from_client({"bootstrap.servers": "a:1,b:2", "isolation.level":
                                    "read_uncommitted", "fetch.max.bytes": "1000", "linger.ms": "5"})
     assert s.bootstrap == (("a", 1), ("b", 2)) and not s.read_committed and s.fetch_max_bytes == 1000
-    with pytest.raises(ValueError, match="security.protocol"):
-        FetchSettings.from_client({"bootstrap.servers": "a:1", "security.protocol": "SSL"})
+    assert s.security.protocol == "PLAINTEXT"
+    s = FetchSettings.from_client({"bootstrap.servers": "a:1", "security.protocol": "sasl_ssl",
+                                   "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u",
+                                   "sasl.password": "p", "ssl.ca.location": "/ca.pem"})
+    assert (s.security.protocol, s.security.mechanism, s.security.username, s.security.ca_location) == (
+        "SASL_SSL", "SCRAM-SHA-512", "u", "/ca.pem")
+    with pytest.raises(ValueError, match="security.protocol=KERBEROS"):
+        FetchSettings.from_client({"bootstrap.servers": "a:1", "security.protocol": "KERBEROS"})
+    with pytest.raises(ValueError, match="sasl.mechanism=GSSAPI"):
+        FetchSettings.from_client({"bootstrap.servers": "a:1", "security.protocol": "SASL_SSL"})
 
 
 def test_fetch_answers_are_read_in_place_as_kio_writes_them():

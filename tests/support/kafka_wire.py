@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import socket
+import ssl
 import struct
 
 from kio.serial import entity_reader, entity_writer
@@ -26,9 +27,11 @@ def frame(body, correlation_id: int, client_id: str = "wire-test") -> bytes:
 
 
 class WireClient:
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 10.0, ssl_context=None) -> None:
         host, port = bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        if ssl_context is not None:  # a TLS listener: the handshake happens here
+            self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host)
         self.correlation_id = 0
 
     def close(self) -> None:
@@ -82,7 +85,7 @@ class WireClient:
         self.sock.settimeout(timeout)
         try:
             return self.sock.recv(1) == b""
-        except ConnectionResetError:
+        except (ConnectionResetError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
             return True
         except socket.timeout:
             return False

@@ -14,6 +14,7 @@ from ..storage.dir_lock import LogDirLocks
 from ..storage.manager import LogManager
 from .config import BrokerConfig, ConfigError, Listener
 from .config_defs import loggable
+from ..security.acls import AclBinding, AclFilter, Authorizer, PatternType, ResourceType
 from ..security.scram import MECHANISMS as SCRAM_MECHANISMS
 from .dynamic_config import TOPIC_SYNONYMS, BrokerConfigLayers, DynamicConfigError, check_dynamic_configs, replaced
 from ..coordinator.classic import GroupConfig
@@ -83,8 +84,11 @@ class Broker:
         self.dir_locks = LogDirLocks(config.log_dirs)
         #: The cluster on ZooKeeper (a brook.cluster.zk_cluster.ZkCluster) when zookeeper.connect
         #: is set; None for the embedded single node.
-        self.cluster = None
+        self._cluster = None
         self._cluster_user_scram: dict[str, dict[str, str]] = {}  # see user_scram()
+        #: The ACL authorizer (brook.security.acls.Authorizer) when authorizer.class.name
+        #: selects it, with the ACLs as stored; None: everything is allowed (see authz.py).
+        self.authorizer: Authorizer | None = None
         #: Replication in a cluster (a brook.broker.replica_manager.ReplicaManager), else None.
         self.replicas = None
         self._creating: dict[str, int] = {}  # topic -> partitions being created (in slices)
@@ -112,6 +116,19 @@ class Broker:
         self.dir_locks.acquire()
 
     @property
+    def cluster(self):
+        """The cluster on ZooKeeper (a brook.cluster.zk_cluster.ZkCluster) when zookeeper.connect
+        is set; None for the embedded single node."""
+        return self._cluster
+
+    @cluster.setter
+    def cluster(self, cluster) -> None:
+        self._cluster = cluster
+        if cluster is not None and self.config.acl_authorizer:
+            # The ACLs are ZooKeeper's: read when the cluster starts following its changes.
+            cluster.on_acl_change = self.load_cluster_acls
+
+    @property
     def controller_id(self) -> int:
         """The controller DescribeCluster names: the elected one in a cluster (-1 while there
         is none), else this broker."""
@@ -119,6 +136,10 @@ class Broker:
 
     def _load(self, cluster_id: str | None = None) -> None:
         self.metadata.load(cluster_id)
+        if self.config.acl_authorizer:  # (in a cluster, ZooKeeper's: load_cluster_acls)
+            self.authorizer = Authorizer(self.config.super_users, self.config.allow_everyone_if_no_acl_found,
+                                         (AclBinding.from_json(b) for b in self.metadata.acls)
+                                         if cluster_id is None else ())
         if cluster_id is None:  # in a cluster they are ZooKeeper's (load_cluster_broker_configs)
             stored = self.metadata.broker_configs
             self.use_dynamic_configs(stored.get("", {}), stored.get(str(self.broker_id), {}))
@@ -646,6 +667,91 @@ class Broker:
             for entity, values in entities.items():
                 self.quotas.replace(entity, values)
         throttling.install(self)
+    # ------------------------------------------------------------ ACLs
+
+    async def create_acls(self, bindings: list[AclBinding]) -> None:
+        """New ACL bindings, durable before this returns, then in force."""
+        if self.cluster is not None:
+            await self._change_cluster_acls(bindings, add=True)
+            return
+        present = set(self.authorizer.bindings())
+        new = [b for b in dict.fromkeys(bindings) if b not in present]
+        if new:
+            self.metadata.add_acls([b.to_json() for b in new])
+        for b in new:
+            self.authorizer.add(b)
+            log.info("ACL added: %s", b.describe())
+
+    async def delete_acls(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
+        """The bindings each filter matched, removed (durably) together."""
+        matched = [self.authorizer.matching(f) for f in filters]
+        gone = list(dict.fromkeys(b for found in matched for b in found))
+        if self.cluster is not None:
+            # (ZooKeeper's ACLs as this broker last heard of them, as Kafka's brokers filter)
+            await self._change_cluster_acls(gone, add=False)
+            return matched
+        if gone:
+            self.metadata.remove_acls([b.to_json() for b in gone])
+        for b in gone:
+            self.authorizer.remove(b)
+            log.info("ACL removed: %s", b.describe())
+        return matched
+
+    async def _change_cluster_acls(self, bindings: list[AclBinding], add: bool) -> None:
+        """In a cluster: each resource's ACLs rewritten in ZooKeeper (conditionally, with a
+        change notification the other brokers follow), then in force here."""
+        from ..cluster import zk_acls
+        by_resource: dict[tuple, set] = {}
+        for b in bindings:
+            by_resource.setdefault((b.resource_type, b.pattern_type, b.name), set()).add(
+                (b.principal, b.host, b.operation, b.permission))
+        zk = self.cluster.client
+
+        def write() -> dict[tuple, bytes | None]:
+            written = {}
+            for (rtype, pattern, name), entries in by_resource.items():
+                def change(data, entries=entries):
+                    current = zk_acls.decode_acls(data)
+                    new = current | entries if add else current - entries
+                    return zk_acls.encode_acls(new) if new else None
+                written[rtype, pattern, name] = zk.update_acls(
+                    zk_acls.resource_path(rtype, pattern, name), change,
+                    zk_acls.change_node(rtype, pattern, name))
+            return written
+
+        for (rtype, pattern, name), data in (await asyncio.to_thread(write)).items():
+            self.authorizer.set_resource(rtype, pattern, name, zk_acls.decode_acls(data))
+        for b in bindings:
+            log.info("ACL %s: %s", "added" if add else "removed", b.describe())
+
+    async def load_cluster_acls(self, resource=None) -> None:
+        """In a cluster: the ACLs in ZooKeeper (one resource's, on its change notification;
+        all of them at start)."""
+        from ..cluster import zk_acls
+        zk = self.cluster.client
+        if resource is None:
+            found = await asyncio.to_thread(zk.read_all_acls)
+            self.authorizer.clear()
+            for root, type_dir, name, data in found:
+                try:
+                    rtype = zk_acls.lookup(ResourceType, type_dir)
+                    entries = zk_acls.decode_acls(data)
+                except (ValueError, KeyError) as exc:
+                    log.warning("ignoring the ACLs of %s/%s/%s: %s", root, type_dir, name, exc)
+                    continue
+                pattern = PatternType.LITERAL if root == zk_acls.ACLS else PatternType.PREFIXED
+                self.authorizer.set_resource(rtype, pattern, name, entries)
+            log.info("%d ACL(s) read from ZooKeeper", sum(1 for _ in self.authorizer.bindings()))
+            return
+        rtype, pattern, name = resource
+        path = zk_acls.resource_path(rtype, pattern, name)
+        data, _ = await asyncio.to_thread(zk.read_acls, path)
+        try:
+            entries = zk_acls.decode_acls(data)
+        except (ValueError, KeyError) as exc:
+            log.warning("ignoring the ACLs of %s: %s", path, exc)
+            return
+        self.authorizer.set_resource(rtype, pattern, name, entries)
 
     # ------------------------------------------------------------ dynamic broker configs
 

@@ -21,12 +21,19 @@ from ..security.listeners import (
     listener_security,
     parse_protocol_map,
 )
+from ..security.acls import parse_super_users
+from ..security.tls import TlsConfigError, client_context
 from ..storage.config import LogConfig
 from ..storage.manager import ManagerConfig
 from .producer_id_quota import DEFAULT_PRODUCER_IDS_RATE
 from .properties import parse_properties
 
 DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
+
+#: authorizer.class.name values that switch on brook's ACL authorizer (Kafka's own classes,
+#: so an existing server.properties works unchanged).
+ACL_AUTHORIZERS = ("kafka.security.authorizer.AclAuthorizer",
+                   "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
 
 
 class ConfigError(ValueError):
@@ -72,6 +79,13 @@ def _per_ip_overrides(v: str) -> tuple[tuple[str, int], ...]:
             raise ConfigError(f"{item!r} is not host:count")
         out.append((host.strip().strip("[]"), int(count)))
     return tuple(out)
+
+
+def _authorizer(v: str) -> bool:
+    name = v.strip()
+    if name and name not in ACL_AUTHORIZERS:
+        raise ValueError(f"brook's authorizer is selected by {' or '.join(ACL_AUTHORIZERS)}")
+    return bool(name)
 
 
 def _bool(v: str) -> bool:
@@ -170,11 +184,19 @@ class BrokerConfig:
     listener_security: dict[str, ListenerSecurity] = field(default_factory=dict)
     #: How this broker authenticates to the others when the inter-broker listener is SASL.
     inter_broker_sasl: ClientCredentials | None = None
+    #: How this broker connects to the others when the inter-broker listener is TLS (an
+    #: ssl.SSLContext from that listener's ssl.* keys).
+    inter_broker_tls: object | None = field(default=None, compare=False, repr=False)
     #: The largest frame a SASL connection may send before it has authenticated (Kafka's
     #: sasl.server.max.receive.size): larger ones close it, unread (CVE-2022-34917).
     sasl_server_max_receive_size: int = 524_288
     #: How long a failed authentication waits before its answer and the close.
     connection_failed_authentication_delay_ms: int = 100
+    #: ACLs are checked (authorizer.class.name names an ACL authorizer); else all is allowed.
+    acl_authorizer: bool = False
+    #: super.users: principals (User:admin) allowed everything.
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
     controlled_shutdown_enable: bool = True
     controlled_shutdown_max_retries: int = 3
     controlled_shutdown_retry_backoff_ms: int = 5_000
@@ -287,6 +309,9 @@ class BrokerConfig:
             sasl_server_max_receive_size=get("sasl.server.max.receive.size", 524_288),
             connection_failed_authentication_delay_ms=get(
                 "connection.failed.authentication.delay.ms", 100),
+            acl_authorizer=get("authorizer.class.name", False, _authorizer),
+            super_users=parse_super_users(props.get("super.users", "")),
+            allow_everyone_if_no_acl_found=get("allow.everyone.if.no.acl.found", False, _bool),
         )
         if not cfg.listeners:
             raise ConfigError("listeners is empty")
@@ -314,12 +339,13 @@ class BrokerConfig:
             _check_cluster_config(cfg)
             inter = cfg.inter_broker_listener_name or cfg.advertised[0].name
             security = cfg.listener_security.get(inter)
-            if security is not None and security.sasl:
-                try:
-                    credentials = inter_broker_credentials(props, security)
-                except SecurityConfigError as exc:
-                    raise ConfigError(str(exc)) from None
-                cfg = dataclasses.replace(cfg, inter_broker_sasl=credentials)
+            try:
+                if security is not None and security.sasl:
+                    cfg = dataclasses.replace(cfg, inter_broker_sasl=inter_broker_credentials(props, security))
+                if security is not None and security.tls is not None:
+                    cfg = dataclasses.replace(cfg, inter_broker_tls=client_context(props, inter))
+            except (SecurityConfigError, TlsConfigError) as exc:
+                raise ConfigError(str(exc)) from None
         if cfg.sasl_server_max_receive_size < 1:
             raise ConfigError("sasl.server.max.receive.size must be at least 1")
         return cfg

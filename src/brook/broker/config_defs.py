@@ -147,7 +147,7 @@ _KEYS: list[ConfigKey] = [
               "Name of the listener used for communication between brokers."),
     ConfigKey("listener.security.protocol.map", STRING,
               "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-              "Each listener's security protocol (brook serves PLAINTEXT and SASL_PLAINTEXT)."),
+              "Each listener's security protocol."),
     ConfigKey("sasl.enabled.mechanisms", LIST, "GSSAPI",
               "SASL mechanisms of SASL listeners (brook has PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)."),
     ConfigKey("sasl.mechanism.inter.broker.protocol", STRING, "GSSAPI",
@@ -156,6 +156,34 @@ _KEYS: list[ConfigKey] = [
               "The largest frame accepted before a SASL connection has authenticated."),
     ConfigKey("connection.failed.authentication.delay.ms", INT, "100",
               "How long a failed authentication waits before its answer and the close."),
+    ConfigKey("authorizer.class.name", STRING, "",
+              "The authorizer: Kafka's kafka.security.authorizer.AclAuthorizer or "
+              "org.apache.kafka.metadata.authorizer.StandardAuthorizer select brook's ACLs; "
+              "empty: no authorization."),
+    ConfigKey("super.users", STRING, None,
+              "Principals allowed everything, separated by semicolons (User:admin;User:broker)."),
+    ConfigKey("allow.everyone.if.no.acl.found", BOOLEAN, "false",
+              "Allow a request on a resource no ACL covers."),
+    ConfigKey("ssl.keystore.type", STRING, None,
+              "The keystore's format: brook reads PEM (JKS and PKCS12 are refused).", dynamic=True),
+    ConfigKey("ssl.keystore.location", STRING, None,
+              "A PEM file holding the broker's private key and its certificate chain.", dynamic=True),
+    ConfigKey("ssl.keystore.key", STRING, None, "The broker's private key, inline PEM."),
+    ConfigKey("ssl.keystore.certificate.chain", STRING, None,
+              "The broker's certificate chain, inline PEM."),
+    ConfigKey("ssl.key.password", STRING, None, "The password of an encrypted private key."),
+    ConfigKey("ssl.truststore.type", STRING, None, "The truststore's format: PEM.", dynamic=True),
+    ConfigKey("ssl.truststore.location", STRING, None,
+              "A PEM file of the certificates trusted to sign clients' (and other brokers') certificates.", dynamic=True),
+    ConfigKey("ssl.truststore.certificates", STRING, None, "Trusted certificates, inline PEM."),
+    ConfigKey("ssl.client.auth", STRING, "none",
+              "Whether TLS clients must present a certificate: none, requested or required."),
+    ConfigKey("ssl.enabled.protocols", LIST, "TLSv1.2,TLSv1.3", "The TLS versions accepted."),
+    ConfigKey("ssl.principal.mapping.rules", STRING, "DEFAULT",
+              "Rules mapping a client certificate's subject to a user name."),
+    ConfigKey("ssl.endpoint.identification.algorithm", STRING, "https",
+              "Whether a broker checks the host name of the brokers it connects to over TLS "
+              "(https) or not (empty)."),
     ConfigKey("log.dirs", STRING, None, "The directories in which the log data is kept (if not "
               "set, log.dir is used)."),
     ConfigKey("log.dir", STRING, "./data", "The directory in which the log data is kept."),
@@ -321,10 +349,19 @@ def synonyms(name: str) -> list[str]:
     return _SYNONYMS.get(name, [name])
 
 
+_LISTENER_PREFIX = re.compile(r"^listener\.name\.[^.]+\.(?=ssl\.)")
+
+
+def key_of(name: str) -> ConfigKey | None:
+    """The key `name` sets: a listener's own TLS setting (listener.name.<l>.ssl.*) is its
+    ssl.* key for one listener."""
+    return KEYS.get(name) or KEYS.get(_LISTENER_PREFIX.sub("", name))
+
+
 def config_type(name: str) -> int:
     if _SECRET.search(name):
         return PASSWORD
-    key = KEYS.get(name)
+    key = key_of(name)
     return key.type if key is not None else UNKNOWN
 
 
@@ -335,7 +372,7 @@ def is_sensitive(name: str) -> bool:
 
 
 def is_dynamic(name: str) -> bool:
-    key = KEYS.get(name)
+    key = key_of(name)
     return key is not None and key.dynamic and not _SECRET.search(name)
 
 

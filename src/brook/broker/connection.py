@@ -27,6 +27,7 @@ import errno
 import logging
 import os
 import socket
+import ssl
 import weakref
 from time import perf_counter
 
@@ -43,6 +44,8 @@ from .handlers import Deferred, RawResponse
 from .handlers.api_versions import build_response as api_versions_response
 from .handlers.common import InvalidRequest
 from .handlers.produce import CloseConnection
+from .tls_socket import TlsSocket, WantWrite
+from ..security.tls import NoMatchingRule
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,8 @@ TURN_SECONDS = 0.002
 #: costs the broker, whatever their size.
 MAX_QUEUED_BYTES = 1 << 20
 _IOV_MAX = 1024  # buffers one sendmsg takes (Linux's UIO_MAXIOV)
+#: Bytes of a file region read at a time on a TLS connection (no sendfile there).
+TLS_READ_CHUNK = 256 * 1024
 #: Deferred answers a connection holds before it waits for the oldest (the requests of a
 #: pipelining client waiting together for their fsyncs).
 MAX_DEFERRED = 32
@@ -77,13 +82,15 @@ class _Pending:
 
 
 class Connection:
-    def __init__(self, broker, sock: socket.socket, peer: str, listener_name: str) -> None:
+    def __init__(self, broker, sock: socket.socket | TlsSocket, peer: str, listener_name: str) -> None:
         self.broker = broker
         self.sock = sock
+        self.tls = type(sock) is TlsSocket
         self.fd = sock.fileno()
         self.peer = peer
         self.listener_name = listener_name
-        #: Who the client is (Kafka's KafkaPrincipal): User:<name> once SASL authenticated it.
+        #: Who the client is (Kafka's KafkaPrincipal): User:<name> once SASL authenticated it,
+        #: or the mapped subject of its TLS client certificate.
         self.principal = "User:ANONYMOUS"
         self.loop = asyncio.get_running_loop()
         self.closed = False
@@ -124,8 +131,10 @@ class Connection:
         turn = perf_counter()  # when this connection's turn of the event loop began
         try:
             security = self.broker.config.listener_security.get(self.listener_name)
-            if security is not None and security.sasl:
-                if not await authenticate(self, security):
+            if security is not None:
+                if self.tls and not await self._tls_handshake(security.tls):
+                    return
+                if security.sasl and not await authenticate(self, security):
                     return
             while True:
                 try:
@@ -160,7 +169,9 @@ class Connection:
                 # meanwhile (their fsyncs shared), up to MAX_DEFERRED of them.
                 await self._drain(deferred=False)
         except FrameTooLargeError as exc:
-            log.warning("closing connection from %s: %s", self.peer, exc)
+            # A TLS ClientHello starts 0x16 0x03: read as a size, a frame of about 370 MB.
+            hint = " (a TLS client on a plaintext listener?)" if exc.size >> 16 == 0x1603 else ""
+            log.warning("closing connection from %s: %s%s", self.peer, exc, hint)
         except InvalidFrameError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
         except (ConnectionError, TimeoutError):
@@ -170,6 +181,34 @@ class Connection:
                 log.warning("connection from %s failed: %s", self.peer, exc)
         finally:
             self.close()
+
+    async def _tls_handshake(self, tls) -> bool:
+        """The TLS handshake, then the principal of the client's certificate; False (one log
+        line) if the connection is to be closed."""
+        sock = self.sock
+        try:
+            while True:
+                try:
+                    sock.handshake()
+                    break
+                except WantWrite:
+                    await self._writable()
+                except BlockingIOError:
+                    await self._readable()
+            self.principal = tls.principal(sock)
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):  # port probes, health checks
+            log.debug("connection from %s on listener %s closed during the TLS handshake", self.peer,
+                      self.listener_name)
+            return False
+        except (ssl.SSLError, NoMatchingRule) as exc:
+            log.warning("Failed authentication with %s on listener %s (SSL handshake failed): %s",
+                        self.peer, self.listener_name, getattr(exc, "reason", None) or exc)
+            return False
+        self.last_active = self.loop.time()
+        if self.principal != "User:ANONYMOUS":
+            log.info("authenticated %s from %s on listener %s with a TLS client certificate (%s)",
+                     self.principal, self.peer, self.listener_name, sock.version())
+        return True
 
     async def _handle(self, frame: bytes, received: float) -> bool:
         """Answer one request; False if the connection must be closed."""
@@ -400,12 +439,27 @@ class Connection:
             for piece in pieces:
                 if isinstance(piece, bytes):
                     self._write(piece)
+                elif self.tls:
+                    await self._send_region_encrypted(fds[piece.fd], piece.position, piece.length)
                 else:
                     await self._drain()
                     await self._sendfile(fds[piece.fd], piece.position, piece.length)
         finally:
             for fd in fds.values():
                 os.close(fd)
+
+    async def _send_region_encrypted(self, fd: int, offset: int, count: int) -> None:
+        """A file region on a TLS connection: read in chunks and queued as bytes (TLS must
+        encrypt them), at most MAX_QUEUED_BYTES held at a time."""
+        while count > 0:
+            chunk = os.pread(fd, min(count, TLS_READ_CHUNK), offset)
+            if not chunk:  # the file ended early (truncated under us)
+                raise ConnectionError("segment file shorter than the region being sent")
+            self._write(chunk)
+            offset += len(chunk)
+            count -= len(chunk)
+            if self._out_bytes > MAX_QUEUED_BYTES:
+                await self._drain()
 
     async def _sendfile(self, fd: int, offset: int, count: int) -> None:
         while count > 0:

@@ -145,7 +145,7 @@ def check_dynamic_configs(configs: Mapping[str, str | None]) -> None:
     """The keys a dynamic layer (one broker's, or the cluster-wide default) may hold, and
     their values' types: DynamicConfigError (INVALID_CONFIG) names what is refused. Keys brook
     does not know are kept and shown, as Kafka keeps custom configs."""
-    read_only = sorted(k for k in configs if k in defs.KEYS and not defs.is_dynamic(k))
+    read_only = sorted(k for k in configs if defs.key_of(k) is not None and not defs.is_dynamic(k))
     if read_only:
         raise DynamicConfigError("Cannot update these configs dynamically: "
                                  f"{', '.join(read_only)} (the broker reads them at start only)")

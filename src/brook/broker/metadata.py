@@ -182,6 +182,8 @@ class MetadataStore:
         #: Client quotas: the entity's path under ZooKeeper's /config (users/alice/clients/app,
         #: brook.broker.quotas.Entity.path) -> quota key -> value.
         self.client_quotas: dict[str, dict[str, float]] = {}
+        #: ACL bindings (brook.security.acls.AclBinding.to_json), in the order created.
+        self.acls: list[dict] = []
         self._journal_fd = -1
         self._journal_records = 0
         self._pending: list[dict] = []
@@ -209,6 +211,7 @@ class MetadataStore:
                                for k, v in data.get("user_scram", {}).items()}
             self.client_quotas = {str(k): {str(a): float(b) for a, b in v.items()}
                                   for k, v in data.get("client_quotas", {}).items()}
+            self.acls = list(data.get("acls", []))
         self._replay_journal()
         # Ids of the block handed out before a restart are never reused.
         self.next_producer_id = self.producer_id_block_end
@@ -270,6 +273,10 @@ class MetadataStore:
                 self.client_quotas[str(record["client_quota"])] = values
             else:
                 self.client_quotas.pop(str(record["client_quota"]), None)
+        elif "acls_added" in record:
+            self.acls.extend(b for b in record["acls_added"] if b not in self.acls)
+        elif "acls_removed" in record:
+            self.acls = [b for b in self.acls if b not in record["acls_removed"]]
         elif "producer_id_block_end" in record:
             self.producer_id_block_end = max(self.producer_id_block_end, int(record["producer_id_block_end"]))
         else:
@@ -352,6 +359,7 @@ class MetadataStore:
             "broker_configs": self.broker_configs,
             "user_scram": self.user_scram,
             "client_quotas": self.client_quotas,
+            "acls": self.acls,
         }
         _atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
         os.ftruncate(self._journal_fd, 0)
@@ -444,6 +452,14 @@ class MetadataStore:
         """A quota entity's values (`entity_path` as under ZooKeeper's /config), replacing
         what was there; {} removes them."""
         self._record({"client_quota": entity_path, "values": dict(values)})
+    # -------------------------------------------------------------- ACLs
+
+    def add_acls(self, bindings: list[dict]) -> None:
+        """ACL bindings (their JSON), durable before this returns; present ones are kept once."""
+        self._record({"acls_added": list(bindings)})
+
+    def remove_acls(self, bindings: list[dict]) -> None:
+        self._record({"acls_removed": list(bindings)})
 
     # -------------------------------------------------------------- producer ids
 

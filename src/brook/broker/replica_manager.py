@@ -267,7 +267,7 @@ class ReplicaManager:
                 ch.close()
             ch = self._controller_channel = BrokerChannel(
                 controller, *address, client_id=f"broker-{self.broker_id}-alter-partition",
-                sasl=self.broker.config.inter_broker_sasl)
+                sasl=self.broker.config.inter_broker_sasl, tls=self.broker.config.inter_broker_tls)
         else:
             ch.retarget(*address)
         cls = request_class(ALTER_PARTITION_KEY, ALTER_PARTITION_VERSION)

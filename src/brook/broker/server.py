@@ -16,6 +16,7 @@ from .broker import Broker
 from .config import BrokerConfig, Listener
 from .connection import Connection
 from .metrics import BrokerMetrics
+from .tls_socket import TlsSocket
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +230,7 @@ class BrokerServer:
                     return
                 channel = BrokerChannel(controller, *address, client_id=f"broker-{self.broker.broker_id}-shutdown",
                                         timeout_s=cfg.request_timeout_ms / 1000,
-                                        sasl=cfg.inter_broker_sasl)
+                                        sasl=cfg.inter_broker_sasl, tls=cfg.inter_broker_tls)
                 try:
                     response = await channel.request(ib.ControlledShutdownRequest(
                         broker_id=self.broker.broker_id, broker_epoch=-1))
@@ -331,6 +332,9 @@ class BrokerServer:
             self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            security = self.config.listener_security.get(listener.name)
+            if security is not None and security.tls is not None:  # the handshake runs in the connection's task
+                client = TlsSocket(client, security.tls.context)
             conn = Connection(self.broker, client, peer, listener.name)
             self.connections.add(conn)
             task = asyncio.create_task(conn.run())

@@ -16,7 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from .. import __version__
-from . import cluster, configs, console, dump_log, groups, offsets, options, topics, users
+from . import acls, cluster, configs, console, dump_log, groups, offsets, options, topics, users
 from . import quotas
 from .broker import broker
 from .errors import CliError
@@ -29,6 +29,9 @@ class BrookGroup(TyperGroup):
              standalone_mode: bool = True, **extra: Any) -> Any:
         options.reset()
         _flags_without_metavar(self)
+        args, command_config = options.take_command_config(list(sys.argv[1:] if args is None else args))
+        if command_config is not None:  # given to the root, wherever it stood
+            args = ["--command-config", command_config, *args]
         try:
             rv = super().main(args=args, prog_name=prog_name or "brook",
                               complete_var=complete_var, standalone_mode=False, **extra)
@@ -114,8 +117,12 @@ def root(
     bootstrap: Optional[str] = typer.Option(
         None, "--bootstrap-server", "-b", show_default=False,
         help="host:port of a broker (also after the command, where it wins)."),
+    command_config: Optional[str] = typer.Option(
+        None, "--command-config", show_default=False,
+        help="A client.properties file: security.protocol, sasl.*, ssl.* in Kafka's or "
+             f"librdkafka's names (also after the command). [default: ${options.COMMAND_CONFIG_ENV}]"),
 ) -> None:
-    options.reset(debug=debug, timeout=timeout, bootstrap=bootstrap)
+    options.reset(debug=debug, timeout=timeout, bootstrap=bootstrap, command_config=command_config)
 
 
 app.command()(broker)
@@ -125,6 +132,7 @@ app.add_typer(groups.app, name="groups")
 app.add_typer(offsets.app, name="offsets")
 app.add_typer(configs.app, name="configs")
 app.add_typer(users.app, name="users")
+app.add_typer(acls.app, name="acls")
 app.add_typer(quotas.app, name="quotas")
 app.command("produce")(console.produce)
 app.command("consume")(console.consume)

@@ -132,6 +132,7 @@ class Cluster:
     def __init__(self, bootstrap: str | None, timeout: float | None = None) -> None:
         self.bootstrap = options.bootstrap(bootstrap)
         self.timeout = options.timeout(timeout)
+        self.security = options.security()
         probe(self.bootstrap, min(self.timeout, PROBE_TIMEOUT))
         self.admin = AdminClient(self.config())
 
@@ -142,6 +143,7 @@ class Cluster:
             "client.id": "brook-cli",
             "socket.timeout.ms": int(self.timeout * 1000),
             "logger": _librdkafka_logger(),
+            **self.security.librdkafka(),
         }
         conf.update(extra)
         return conf

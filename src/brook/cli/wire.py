@@ -1,56 +1,35 @@
-"""One Kafka request over a blocking socket, for the API confluent-kafka's Python client does not
+"""One Kafka request over a blocking connection (brook.client's), for the API confluent-kafka's Python client does not
 expose: OffsetDelete (KIP-496), which `brook groups delete-offsets` needs. Entities are kio's,
 as everywhere in brook; everything else goes through confluent-kafka (client.py)."""
 
 from __future__ import annotations
 
-import io
-import socket
-import struct
-
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from ..protocol.messages import make, request_class, response_class
+from ..client.connection import BrokerConnection, KafkaClientError
+from ..protocol.messages import request_class
+from . import options
 from .errors import CliError
 
 OFFSET_DELETE = 47
-_SIZE = struct.Struct(">i")
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        out += chunk
-    return bytes(out)
 
 
 def request(host: str, port: int, body, timeout: float):
-    """Send `body` (a kio request entity) to host:port and return the response entity."""
-    cls = type(body)
-    header_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, make(header_cls, request_api_key=cls.__api_key__,
-                                        request_api_version=cls.__version__,
-                                        correlation_id=1, client_id="brook-cli"))
-    entity_writer(cls)(buf, body)
-    frame = buf.getvalue()
+    """Send `body` (a kio request entity) to host:port and return the response entity, over
+    TLS and SASL when --command-config says so."""
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.sendall(_SIZE.pack(len(frame)) + frame)
-            (size,) = _SIZE.unpack(_recv_exactly(sock, 4))
-            data = _recv_exactly(sock, size)
-    except OSError as exc:
-        raise CliError(f"request to {host}:{port} failed: {exc}") from exc
-    response_cls = response_class(cls.__api_key__, cls.__version__)
-    _, pos = entity_reader(response_cls.__header_schema__)(data, 0)
-    body, _ = entity_reader(response_cls)(data, pos)
-    return body
+        connection = BrokerConnection(host, port, timeout, client_id="brook-cli",
+                                      security=options.security())
+    except KafkaClientError as exc:
+        raise CliError(str(exc)) from exc
+    try:
+        return connection.request(body)
+    except KafkaClientError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        connection.close()
 
 
 def offset_delete(host: str, port: int, group_id: str, topics: dict[str, list[int]],

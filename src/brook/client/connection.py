@@ -9,6 +9,8 @@ import struct
 from kio.serial import entity_reader, entity_writer
 
 from ..protocol.messages import make, response_class
+from ..security.client import ClientCredentials, SaslClientError, sasl_exchange
+from ..security.client_settings import ClientSecurity
 
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
@@ -32,7 +34,8 @@ class BrokerConnection:
     """Requests one at a time over one socket. Any socket error closes it; the caller
     (the fetcher) reconnects, and treats the failure as retriable."""
 
-    def __init__(self, host: str, port: int, timeout: float, client_id: str = "brook") -> None:
+    def __init__(self, host: str, port: int, timeout: float, client_id: str = "brook",
+                 security: ClientSecurity | None = None) -> None:
         self.host, self.port = host, port
         self.timeout = timeout
         self.client_id = client_id
@@ -44,6 +47,26 @@ class BrokerConnection:
         except OSError as exc:
             raise KafkaClientError(f"cannot connect to {host}:{port}: {exc}") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if security is not None and security.tls:
+            try:
+                self.sock = security.ssl_context().wrap_socket(self.sock, server_hostname=host)
+            except (OSError, ValueError) as exc:
+                self.close()
+                raise KafkaClientError(f"TLS with {host}:{port} failed: {exc}") from None
+        if security is not None and security.sasl:
+            self._authenticate(security.credentials())
+
+    def _authenticate(self, credentials: ClientCredentials) -> None:
+        exchange = sasl_exchange(credentials)
+        try:
+            request = next(exchange)
+            while True:
+                request = exchange.send(self.request(request))
+        except StopIteration:
+            return
+        except SaslClientError as exc:
+            self.close()
+            raise KafkaClientError(f"{self.host}:{self.port}: {exc}") from None
 
     def close(self) -> None:
         self.sock.close()

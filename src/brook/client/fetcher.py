@@ -35,6 +35,7 @@ from kio.static.constants import EntityType
 
 from ..protocol.messages import request_class
 from ..records.arrow import decode
+from ..security.client_settings import ClientSecurity
 from .connection import BrokerConnection, KafkaClientError, parse_bootstrap
 
 log = logging.getLogger("brook.client")
@@ -82,6 +83,7 @@ class FetchSettings:
     retry_backoff_ms: int = _SETTINGS["retry.backoff.ms"]
     read_committed: bool = True  # librdkafka's default isolation level
     client_id: str = "brook"
+    security: ClientSecurity = ClientSecurity()  # TLS and SASL settings, PLAINTEXT by default
 
     @classmethod
     def from_client(cls, client: Mapping[str, str]) -> "FetchSettings":
@@ -90,10 +92,7 @@ class FetchSettings:
         bootstrap = client.get("bootstrap.servers")
         if not bootstrap:
             raise ValueError("bootstrap.servers is required")
-        protocol = client.get("security.protocol", "plaintext").lower()
-        if protocol != "plaintext":
-            raise ValueError(f"security.protocol={protocol} is not supported by brook's reader "
-                             "yet (plaintext only)")
+        security = ClientSecurity.from_properties(client)  # ClientSecurityError is a ValueError
         isolation = client.get("isolation.level", "read_committed").lower()
         if isolation not in ("read_committed", "read_uncommitted"):
             raise ValueError(f"invalid isolation.level {isolation!r}")
@@ -107,6 +106,7 @@ class FetchSettings:
             retry_backoff_ms=values["retry.backoff.ms"],
             read_committed=isolation == "read_committed",
             client_id=client.get("client.id", "brook"),
+            security=security,
         )
 
 
@@ -416,7 +416,8 @@ class RangeReader:
         connection = self._connections.get(address)
         if connection is None:
             connection = BrokerConnection(*address, timeout=self.settings.socket_timeout_ms / 1000,
-                                          client_id=self.settings.client_id)
+                                          client_id=self.settings.client_id,
+                                          security=self.settings.security)
             self._connections[address] = connection
         return connection
 

@@ -25,8 +25,10 @@ class ChannelError(Exception):
 
 class BrokerChannel:
     def __init__(self, broker_id: int, host: str, port: int, *, client_id: str,
-                 timeout_s: float = 30.0, sasl=None) -> None:
+                 timeout_s: float = 30.0, sasl=None, tls=None) -> None:
         self.broker_id = broker_id
+        #: An ssl.SSLContext when the inter-broker listener is SSL or SASL_SSL.
+        self.tls = tls
         #: ClientCredentials when the inter-broker listener is SASL: each new connection
         #: authenticates before its first request.
         self.sasl = sasl
@@ -60,34 +62,25 @@ class BrokerChannel:
 
     async def _exchange(self, body):
         if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            self._reader, self._writer = await asyncio.open_connection(
+                self.host, self.port, ssl=self.tls,
+                server_hostname=self.host if self.tls is not None else None)
             if self.sasl is not None:
                 await self._authenticate()
         return await self._send(body)
 
     async def _authenticate(self) -> None:
-        """SaslHandshake v1, then SaslAuthenticate v2 for each of the mechanism's messages."""
-        from kio.index import load_request_schema
+        from ..security.client import SaslClientError, sasl_exchange
 
-        from ..security.client import SaslClientError, client_for
-
-        handshake = await self._send(load_request_schema(17, 1)(mechanism=self.sasl.mechanism))
-        if handshake.error_code.value != 0:
-            raise ValueError(f"SaslHandshake: {handshake.error_code.name} (the broker has "
-                             f"{', '.join(handshake.mechanisms)})")
-        steps = client_for(self.sasl).messages()
-        message = next(steps)
-        while True:
-            answer = await self._send(load_request_schema(36, 2)(auth_bytes=message))
-            if answer.error_code.value != 0:
-                raise ValueError(f"authentication as {self.sasl.username} with {self.sasl.mechanism} "
-                                 f"failed: {answer.error_message}")
-            try:
-                message = steps.send(answer.auth_bytes)
-            except StopIteration:
-                return
-            except SaslClientError as exc:
-                raise ValueError(str(exc)) from None
+        exchange = sasl_exchange(self.sasl)
+        try:
+            request = next(exchange)
+            while True:
+                request = exchange.send(await self._send(request))
+        except StopIteration:
+            return
+        except SaslClientError as exc:
+            raise ValueError(str(exc)) from None
 
     async def _send(self, body):
         cls = type(body)

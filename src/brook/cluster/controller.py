@@ -51,13 +51,15 @@ def topic_id_text(value: uuid.UUID) -> str:
 
 class Controller:
     def __init__(self, zk: ZkClient, broker_id: int, epoch: int, epoch_zk_version: int,
-                 view: ClusterView, *, listener: str, unclean: bool = False, sasl=None) -> None:
+                 view: ClusterView, *, listener: str, unclean: bool = False, sasl=None,
+                 tls=None) -> None:
         self.zk = zk
         self.broker_id = broker_id
         self.epoch = epoch
         self.epoch_zk_version = epoch_zk_version
         self.listener = listener  # the inter-broker listener's name
         self.sasl = sasl  # ClientCredentials on a SASL inter-broker listener
+        self.tls = tls  # an ssl.SSLContext on a TLS inter-broker listener
         self.unclean = unclean
         self.live: dict[int, LiveBroker] = dict(view.brokers)
         self.assignments: dict[str, TopicAssignment] = {}
@@ -596,7 +598,7 @@ class Controller:
                 if ch is None:
                     ch = self._channels[broker] = BrokerChannel(
                         broker, ep.host, ep.port, client_id=f"broker-{self.broker_id}-controller",
-                        sasl=self.sasl)
+                        sasl=self.sasl, tls=self.tls)
                 else:
                     ch.retarget(ep.host, ep.port)
                 try:

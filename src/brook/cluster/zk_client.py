@@ -20,7 +20,7 @@ from kazoo.exceptions import (BadVersionError, KazooException, NodeExistsError, 
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from . import zk_data, zk_paths
+from . import zk_acls, zk_data, zk_paths
 from .errors import BrokerIdInUseError
 from .view import NO_CONTROLLER, LiveBroker
 from .zk_paths import ConnectString
@@ -558,6 +558,80 @@ class ZkClient:
         except NoNodeError:
             return None
         return zk_data.decode_config_change(data)
+
+    # ------------------------------------------------------------ ACLs (zk_acls has the layout)
+
+    def ensure_acl_paths(self) -> None:
+        """What Kafka's authorizer makes sure of at start."""
+        for path in zk_acls.PATHS:
+            self.kz.ensure_path(self.p(path))
+
+    def read_all_acls(self) -> list[tuple[str, str, str, bytes]]:
+        """(root, type dir, name, data) of every resource with ACLs."""
+        out = []
+        for root in (zk_acls.ACLS, zk_acls.PREFIXED_ACLS):
+            try:
+                types = self.kz.get_children(self.p(root))
+            except NoNodeError:
+                continue
+            for rtype in types:
+                try:
+                    names = self.kz.get_children(self.p(f"{root}/{rtype}"))
+                except NoNodeError:
+                    continue
+                for name in names:
+                    try:
+                        data, _ = self.kz.get(self.p(f"{root}/{rtype}/{name}"))
+                    except NoNodeError:
+                        continue
+                    out.append((root, rtype, name, data))
+        return out
+
+    def read_acls(self, path: str) -> tuple[bytes | None, int]:
+        """A resource's ACL data and its znode version (-1: no node)."""
+        try:
+            data, stat = self.kz.get(self.p(path))
+        except NoNodeError:
+            return None, -1
+        return data, stat.version
+
+    def update_acls(self, path: str, change: Callable[[bytes | None], bytes | None],
+                    notification: tuple[str, bytes]) -> bytes | None:
+        """Rewrite a resource's ACLs with `change(old data) -> new data` (None: none left, the
+        node goes), conditionally on the version read, again if another broker wrote first;
+        then announce it. Returns the data written."""
+        path_in = self.p(path)
+        while True:
+            data, version = self.read_acls(path)
+            new = change(data)
+            try:
+                if new is None:
+                    if version >= 0:
+                        self.kz.delete(path_in, version=version)
+                elif version < 0:
+                    self.kz.create(path_in, new, makepath=True)
+                else:
+                    self.kz.set(path_in, new, version=version)
+                break
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # someone else changed it meanwhile: read it again
+        prefix, payload = notification
+        self.kz.create(self.p(prefix), payload, sequence=True, makepath=True)
+        return new
+
+    def watch_acl_changes(self) -> dict[str, list[str]]:
+        """The change notifications under both change paths (watched: "acls" when they change)."""
+        if getattr(self, "_acl_watch", None) is None:
+            self._acl_watch = lambda event: self._notify("acls")  # one object (kazoo keeps sets)
+        return {d: sorted(self.kz.get_children(self.p(d), watch=self._acl_watch))
+                for d in (zk_acls.ACL_CHANGES, zk_acls.EXTENDED_ACL_CHANGES)}
+
+    def read_acl_change(self, changes_dir: str, name: str) -> bytes | None:
+        try:
+            data, _ = self.kz.get(self.p(f"{changes_dir}/{name}"))
+        except NoNodeError:
+            return None
+        return data
 
     # ------------------------------------------------------------ producer ids
 

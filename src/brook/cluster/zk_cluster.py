@@ -62,6 +62,12 @@ class ZkCluster:
         self.on_user_config = None
         #: Called with the entity path of a changed quota entity ("users/alice/clients/app").
         self.on_quota_config = None
+        #: ACLs: called with a (resource type, pattern type, name) whose ACLs changed in
+        #: ZooKeeper, or None for all of them (at start); set before watch_configs.
+        self.on_acl_change = None
+        self._acl_task: asyncio.Task | None = None
+        self._acls_again = False
+        self._seen_acl_changes: dict[str, set[str]] = {}
         self._config_task: asyncio.Task | None = None
         self._configs_again = False
         self._seen_changes: set[str] | None = None
@@ -182,6 +188,12 @@ class ZkCluster:
         elif what == "topics":
             if self.controller is not None:
                 self.controller.on_topics_changed()
+            return
+        elif what == "acls":
+            if self._acl_task is None or self._acl_task.done():
+                self._acl_task = asyncio.create_task(self._read_acl_changes())
+            else:
+                self._acls_again = True
             return
         elif what == "configs":
             if self._config_task is None or self._config_task.done():
@@ -314,6 +326,46 @@ class ZkCluster:
         """Start following /config/changes (changes before now are already in what the broker
         read at start)."""
         self._seen_changes = set(await asyncio.to_thread(self._client.watch_config_changes))
+        if self.on_acl_change is not None:
+            await self._watch_acls()
+
+    async def _watch_acls(self) -> None:
+        """Start following the ACL change notifications, then read every ACL (a change made
+        in between is read twice, never missed)."""
+        def start():
+            self._client.ensure_acl_paths()
+            return self._client.watch_acl_changes()
+
+        seen = await asyncio.to_thread(start)
+        self._seen_acl_changes = {d: set(names) for d, names in seen.items()}
+        await self.on_acl_change(None)
+
+    async def _read_acl_changes(self) -> None:
+        from . import zk_acls
+        while True:
+            self._acls_again = False
+            try:
+                current = await asyncio.to_thread(self._client.watch_acl_changes)
+                for changes_dir, names in current.items():
+                    for name in names:
+                        if name in self._seen_acl_changes.get(changes_dir, set()):
+                            continue
+                        data = await asyncio.to_thread(self._client.read_acl_change, changes_dir, name)
+                        if data is None:
+                            continue
+                        try:
+                            resource = zk_acls.decode_change(changes_dir, data)
+                        except (ValueError, KeyError) as exc:
+                            log.warning("ignoring ACL change %s/%s: %s", changes_dir, name, exc)
+                            continue
+                        await self.on_acl_change(resource)
+                self._seen_acl_changes = {d: set(names) for d, names in current.items()}
+            except TRANSIENT_ERRORS as exc:
+                log.warning("reading ACL changes failed: %s; trying again", _describe(exc))
+                await asyncio.sleep(RETRY_DELAY_S)
+                self._acls_again = True
+            if not self._acls_again:
+                return
 
     async def _read_config_changes(self) -> None:
         while True:
@@ -353,7 +405,7 @@ class ZkCluster:
         self.controller = Controller(self._client, self.broker_id, election.epoch,
                                      election.epoch_zk_version, view, listener=listener,
                                      unclean=cfg.unclean_leader_election_enable,
-                                     sasl=cfg.inter_broker_sasl)
+                                     sasl=cfg.inter_broker_sasl, tls=cfg.inter_broker_tls)
         self.controller.start(
             cfg.leader_imbalance_check_interval_seconds if cfg.auto_leader_rebalance_enable else None,
             cfg.leader_imbalance_per_broker_percentage / 100)

@@ -61,3 +61,27 @@ def client_for(credentials: ClientCredentials):
     if credentials.mechanism == "PLAIN":
         return PlainClient(credentials.username, credentials.password)
     return ScramClient(scram.MECHANISMS[credentials.mechanism], credentials.username, credentials.password)
+
+
+def sasl_exchange(credentials: ClientCredentials):
+    """A client's whole SASL exchange as a generator, for a blocking or an asyncio connection
+    alike: it yields the requests to send (SaslHandshake v1, then a SaslAuthenticate v2 for
+    each of the mechanism's messages) and is sent each answer; a refusal raises
+    SaslClientError."""
+    from kio.index import load_request_schema
+
+    handshake = yield load_request_schema(17, 1)(mechanism=credentials.mechanism)
+    if handshake.error_code.value != 0:
+        raise SaslClientError(f"SaslHandshake: {handshake.error_code.name} (the broker has "
+                              f"{', '.join(handshake.mechanisms)})")
+    steps = client_for(credentials).messages()
+    message = next(steps)
+    while True:
+        answer = yield load_request_schema(36, 2)(auth_bytes=message)
+        if answer.error_code.value != 0:
+            raise SaslClientError(f"authentication as {credentials.username} with "
+                                  f"{credentials.mechanism} failed: {answer.error_message}")
+        try:
+            message = steps.send(answer.auth_bytes)
+        except StopIteration:
+            return

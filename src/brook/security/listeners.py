@@ -1,7 +1,8 @@
 """The security of each listener, from Kafka's keys: ``listener.security.protocol.map``
 (Kafka's default map names PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL as themselves),
-``sasl.enabled.mechanisms`` (or ``listener.name.<name>.sasl.enabled.mechanisms``) and the
-PLAIN users of ``listener.name.<name>.plain.sasl.jaas.config``."""
+``sasl.enabled.mechanisms`` (or ``listener.name.<name>.sasl.enabled.mechanisms``), the
+PLAIN users of ``listener.name.<name>.plain.sasl.jaas.config``, and the ``ssl.*`` keys of TLS
+listeners (see tls.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from . import jaas
 from .client import ClientCredentials
 from .scram import MECHANISMS as SCRAM_MECHANISMS
+from .tls import TlsConfigError, TlsServer, prop as _prop, server_tls
 
 DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -27,10 +29,11 @@ class ListenerSecurity:
     protocol: str
     mechanisms: tuple[str, ...] = ()
     plain_users: dict[str, str] = field(default_factory=dict, repr=False)  # never logged
+    tls: TlsServer | None = None  # SSL and SASL_SSL
 
     @property
     def sasl(self) -> bool:
-        return self.protocol == "SASL_PLAINTEXT"
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
 
 def parse_protocol_map(text: str) -> dict[str, str]:
@@ -47,27 +50,23 @@ def parse_protocol_map(text: str) -> dict[str, str]:
     return out
 
 
-def _prop(props: dict[str, str], listener: str, key: str) -> str | None:
-    """A listener's own value of `key` (listener.name.<name lowercased>.<key>), else the
-    broker-wide one."""
-    own = props.get(f"listener.name.{listener.lower()}.{key}")
-    return own if own is not None else props.get(key)
-
-
 def listener_security(props: dict[str, str], name: str, protocols: dict[str, str]) -> ListenerSecurity:
     protocol = protocols.get(name)
     if protocol is None:
         raise SecurityConfigError(f"No security protocol defined for listener {name} (add it to "
                                   "listener.security.protocol.map)")
+    tls = None
     if protocol in ("SSL", "SASL_SSL"):
-        raise SecurityConfigError(f"listener {name} uses {protocol}: TLS is not yet supported by "
-                                  "brook (PLAINTEXT and SASL_PLAINTEXT are)")
-    if protocol == "PLAINTEXT":
-        return ListenerSecurity(name, protocol)
+        try:
+            tls = server_tls(props, name)
+        except TlsConfigError as exc:
+            raise SecurityConfigError(str(exc)) from None
+    if protocol in ("PLAINTEXT", "SSL"):
+        return ListenerSecurity(name, protocol, tls=tls)
     text = _prop(props, name, "sasl.enabled.mechanisms")
     if text is None:
         raise SecurityConfigError(
-            f"listener {name} is SASL_PLAINTEXT but sasl.enabled.mechanisms is not set (Kafka's "
+            f"listener {name} is {protocol} but sasl.enabled.mechanisms is not set (Kafka's "
             f"default, GSSAPI, is not supported: use {', '.join(SUPPORTED_MECHANISMS)})")
     mechanisms = tuple(m.strip().upper() for m in text.split(",") if m.strip())
     unknown = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
@@ -90,7 +89,7 @@ def listener_security(props: dict[str, str], name: str, protocols: dict[str, str
         if module.name != PLAIN_LOGIN_MODULE:
             raise SecurityConfigError(f"{key}: login module {module.name} is not {PLAIN_LOGIN_MODULE}")
         users = {k[len("user_"):]: v for k, v in module.options.items() if k.startswith("user_")}
-    return ListenerSecurity(name, protocol, mechanisms, users)
+    return ListenerSecurity(name, protocol, mechanisms, users, tls)
 
 
 def inter_broker_credentials(props: dict[str, str], security: ListenerSecurity) -> ClientCredentials:

@@ -12,6 +12,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
+from .. import authz
 from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from . import Api
@@ -50,7 +51,7 @@ async def create_topics(broker, request, connection):
     mod = response_module(19, version)
     validate_only = getattr(body, "validate_only", False)
     if broker.replicas is not None:
-        return await _create_topics_in_cluster(broker, request, mod, validate_only)
+        return await _create_topics_in_cluster(broker, request, mod, validate_only, connection)
     seen: dict[str, int] = {}
     for t in body.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
@@ -58,6 +59,8 @@ async def create_topics(broker, request, connection):
     total = 0
     for plan in plans:
         _check_topic(broker, plan, seen)
+        if broker.authorizer is not None:
+            _authorize_creation(broker, connection, plan)
         if plan.code == ErrorCode.none:
             total += plan.partitions
     cap = broker.config.max_partitions_per_request
@@ -110,7 +113,7 @@ async def create_topics(broker, request, connection):
     return make(response_class(19, version), throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-async def _create_topics_in_cluster(broker, request, mod, validate_only: bool):
+async def _create_topics_in_cluster(broker, request, mod, validate_only: bool, connection=None):
     """CreateTopics in a cluster: each topic written to ZooKeeper with its replica
     assignment; answered once the controller has given every partition a leader (or the
     request's timeout has passed, as Kafka answers: the topic exists all the same)."""
@@ -128,6 +131,8 @@ async def _create_topics_in_cluster(broker, request, mod, validate_only: bool):
         try:
             if names.count(t.name) > 1:
                 raise TopicRefused(ErrorCode.invalid_request, f"topic {t.name!r} appears more than once")
+            if broker.authorizer is not None and not authz.may_create_topic(broker, connection, t.name):
+                raise TopicRefused(ErrorCode.topic_authorization_failed, "Authorization failed.")
             topic_id = await create_topic(broker, t.name, partitions, t.replication_factor, configs,
                                           explicit=explicit, validate_only=validate_only)
         except TopicRefused as exc:
@@ -147,7 +152,7 @@ async def _create_topics_in_cluster(broker, request, mod, validate_only: bool):
     return make(response_class(19, version), throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-async def _delete_topics_in_cluster(broker, request, mod, wanted):
+async def _delete_topics_in_cluster(broker, request, mod, wanted, connection=None):
     """DeleteTopics in a cluster: each topic marked in /admin/delete_topics for the
     controller, answered once this broker's metadata no longer has it (or at the timeout)."""
     import asyncio
@@ -158,6 +163,7 @@ async def _delete_topics_in_cluster(broker, request, mod, wanted):
     results, marked = [], []
     for name, topic_id in wanted:
         code, text = ErrorCode.none, None
+        by_id = name is None
         if name is None:
             name = next((n for n, i in cache.topic_ids.items() if i == topic_id), None)
             if name is None:
@@ -167,6 +173,8 @@ async def _delete_topics_in_cluster(broker, request, mod, wanted):
                 # TOPIC_DELETION_DISABLED came with v3: earlier versions get INVALID_REQUEST
                 code = ErrorCode.topic_deletion_disabled if version >= 3 else ErrorCode.invalid_request
                 text = "delete.topic.enable is false"
+            elif (refusal := _delete_refusal(broker, connection, name, by_id)) is not None:
+                code, name = refusal
             elif name not in cache.topics:
                 code, text = ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
             elif name in INTERNAL_TOPICS:
@@ -198,6 +206,7 @@ class _Plan:
         self.logs: list = []
         self.tm = None
         self.created = False
+        self.configs_hidden = False  # no DescribeConfigs on the topic: its configs are not shown
 
     def refuse(self, code: ErrorCode, text: str) -> None:
         self.code, self.text = code, text
@@ -220,9 +229,17 @@ def _check_topic(broker, plan: _Plan, seen: dict[str, int]) -> None:
         plan.refuse(exc.code, str(exc))
 
 
+def _authorize_creation(broker, connection, plan: _Plan) -> None:
+    """Cluster Create or Topic Create; and DescribeConfigs on the topic to see its configs."""
+    if plan.code == ErrorCode.none and not authz.may_create_topic(broker, connection, plan.name):
+        plan.refuse(ErrorCode.topic_authorization_failed, "Authorization failed.")
+    plan.configs_hidden = not authz.allowed(broker, connection, authz.Op.DESCRIBE_CONFIGS, authz.TOPIC,
+                                            plan.name, log_denied=False)
+
+
 def _result(broker, plan: _Plan, version: int, mod):
     described = ()
-    if plan.created and version >= 5:
+    if plan.created and version >= 5 and not plan.configs_hidden:
         described = tuple(
             make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
                  config_source=CONFIG_SOURCE_DYNAMIC_TOPIC if k in plan.configs else CONFIG_SOURCE_DEFAULT,
@@ -230,7 +247,8 @@ def _result(broker, plan: _Plan, version: int, mod):
             for k, v in sorted(broker.topic_config_values(plan.name, plan.configs).items()))
     return make(mod.CreatableTopicResult, name=plan.name,
                 topic_id=plan.tm.topic_id if plan.tm is not None else ZERO_UUID,
-                error_code=plan.code, error_message=plan.text, topic_config_error_code=0,
+                error_code=plan.code, error_message=plan.text,
+                topic_config_error_code=ErrorCode.topic_authorization_failed if plan.configs_hidden else 0,
                 num_partitions=plan.partitions if plan.created else -1,
                 replication_factor=1 if plan.created else -1, configs=described)
 
@@ -244,11 +262,12 @@ async def delete_topics(broker, request, connection):
     else:
         wanted = [(name, None) for name in body.topic_names]
     if broker.replicas is not None:
-        return await _delete_topics_in_cluster(broker, request, mod, wanted)
+        return await _delete_topics_in_cluster(broker, request, mod, wanted, connection)
     results = []
     deleted = []
     for name, topic_id in wanted:
         code, text = ErrorCode.none, None
+        by_id = name is None
         if name is None:
             tm = broker.metadata.by_id.get(topic_id)
             if tm is None:
@@ -261,6 +280,8 @@ async def delete_topics(broker, request, connection):
                 # TOPIC_DELETION_DISABLED came with v3: earlier versions get INVALID_REQUEST
                 code = ErrorCode.topic_deletion_disabled if version >= 3 else ErrorCode.invalid_request
                 text = "delete.topic.enable is false"
+            elif (refusal := _delete_refusal(broker, connection, name, by_id)) is not None:
+                code, name = refusal
             elif tm is None:
                 code, text = ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
             elif tm.internal:
@@ -281,6 +302,17 @@ async def delete_topics(broker, request, connection):
     return make(response_class(20, version), throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
+def _delete_refusal(broker, connection, name: str, by_id: bool):
+    """(TOPIC_AUTHORIZATION_FAILED, the name to answer) without Topic Delete, checked before
+    anything tells whether the topic exists; a topic asked for by id is not named to a
+    principal that may not Describe it."""
+    if broker.authorizer is None or authz.allowed(broker, connection, authz.Op.DELETE, authz.TOPIC, name):
+        return None
+    if by_id and not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, name, log_denied=False):
+        name = None
+    return ErrorCode.topic_authorization_failed, name
+
+
 async def create_partitions(broker, request, connection):
     body = request.body
     version = request.api_version
@@ -288,6 +320,12 @@ async def create_partitions(broker, request, connection):
     results = []
     for t in body.topics:
         code, text = ErrorCode.none, None
+        if broker.authorizer is not None and not authz.allowed(broker, connection, authz.Op.ALTER,
+                                                               authz.TOPIC, t.name):
+            results.append(make(mod.CreatePartitionsTopicResult, name=t.name,
+                                error_code=ErrorCode.topic_authorization_failed,
+                                error_message="The topic authorization is failed."))
+            continue
         if broker.replicas is not None:
             from ..cluster_topics import TopicRefused, add_partitions
             try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
+from .. import authz
 from . import Api
 from .common import INT32_MIN, NO_THROTTLE
 
@@ -29,10 +30,14 @@ async def handle(broker, request, connection):
                 brokers.append(make(mod.DescribeClusterBroker, broker_id=broker_id, host=endpoint.host,
                                     port=endpoint.port, rack=live.registration.rack))
         brokers = tuple(brokers)
+    ops = INT32_MIN
+    if request.body.include_cluster_authorized_operations:
+        ops = (authz.authorized_operations(broker, connection, authz.CLUSTER, authz.CLUSTER_NAME)
+               if authz.cluster_allowed(broker, connection, authz.Op.DESCRIBE) else 0)
     return make(response_class(API_KEY, request.api_version), throttle_time=NO_THROTTLE,
                 error_code=ErrorCode.none, error_message=None,
                 endpoint_type=getattr(request.body, "endpoint_type", 1), cluster_id=broker.metadata.cluster_id,
-                controller_id=broker.controller_id, brokers=brokers, cluster_authorized_operations=INT32_MIN)
+                controller_id=broker.controller_id, brokers=brokers, cluster_authorized_operations=ops)
 
 
 APIS = [Api(API_KEY, "DescribeCluster", 0, 1, handle)]

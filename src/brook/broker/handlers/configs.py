@@ -9,6 +9,7 @@ import asyncio
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
+from .. import authz
 from ..errors import error_code_for
 from ..metadata import MetadataError
 from . import Api
@@ -99,6 +100,22 @@ def _describe_resource(broker, resource, include_synonyms, include_docs, cluster
                    f"resource type {resource.resource_type} is not supported")
 
 
+BROKER_LOGGER = 8
+
+
+def _refusal(broker, connection, resource, op: authz.Op) -> tuple[ErrorCode, str] | None:
+    """A topic's configs need the operation on the topic, a broker's on the cluster."""
+    if broker.authorizer is None:
+        return None
+    if resource.resource_type == TOPIC:
+        if not authz.allowed(broker, connection, op, authz.TOPIC, resource.resource_name):
+            return ErrorCode.topic_authorization_failed, f"Topic authorization failed: {op.name}"
+    elif resource.resource_type in (BROKER, BROKER_LOGGER):
+        if not authz.cluster_allowed(broker, connection, op):
+            return ErrorCode.cluster_authorization_failed, f"Cluster authorization failed: {op.name}"
+    return None
+
+
 def _encode(mod, entry: Entry):
     synonyms = tuple(make(mod.DescribeConfigsSynonym, name=s.name, value=s.value, source=s.source)
                      for s in entry.synonyms)
@@ -114,6 +131,11 @@ async def describe_configs(broker, request, connection):
     mod = response_module(32, version)
     results = []
     for r in body.resources:
+        refused = _refusal(broker, connection, r, authz.Op.DESCRIBE_CONFIGS)
+        if refused is not None:
+            results.append(make(mod.DescribeConfigsResult, error_code=refused[0], error_message=refused[1],
+                                resource_type=r.resource_type, resource_name=r.resource_name, configs=()))
+            continue
         try:
             configs = await _cluster_configs(broker, r)
             entries = _describe_resource(broker, r, getattr(body, "include_synonyms", False),
@@ -223,7 +245,8 @@ async def alter_configs(broker, request, connection):
     results = []
     for r in body.resources:
         replacement = {c.name: c.value for c in r.configs if c.value is not None}
-        code, text = await _alter_any(broker, r, lambda _old, rep=replacement: rep, body.validate_only)
+        code, text = _refusal(broker, connection, r, authz.Op.ALTER_CONFIGS) or await _alter_any(
+            broker, r, lambda _old, rep=replacement: rep, body.validate_only)
         results.append(make(mod.AlterConfigsResourceResponse, error_code=code, error_message=text,
                             resource_type=r.resource_type, resource_name=r.resource_name))
     return make(response_class(33, request.api_version), throttle_time=NO_THROTTLE, responses=tuple(results))
@@ -263,7 +286,8 @@ async def incremental_alter_configs(broker, request, connection):
             apply = _incremental(r.configs, broker.topic_config_values(r.resource_name, {}))
         else:  # a broker's list configs append to the layer's value, else Kafka's default
             apply = _incremental(r.configs, defs.defaults(), BROKER_LIST_KEYS)
-        code, text = await _alter_any(broker, r, apply, body.validate_only)
+        code, text = _refusal(broker, connection, r, authz.Op.ALTER_CONFIGS) or await _alter_any(
+            broker, r, apply, body.validate_only)
         results.append(make(mod.AlterConfigsResourceResponse, error_code=code, error_message=text,
                             resource_type=r.resource_type, resource_name=r.resource_name))
     return make(response_class(44, request.api_version), throttle_time=NO_THROTTLE, responses=tuple(results))

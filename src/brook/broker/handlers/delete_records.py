@@ -17,6 +17,7 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
+from .. import authz
 from . import Api
 from .common import NO_THROTTLE
 
@@ -30,11 +31,16 @@ async def handle(broker, request, connection):
     version = request.api_version
     mod = response_module(API_KEY, version)
     topics = []
+    may = None if broker.authorizer is None else authz.allowed_names(
+        broker, connection, authz.Op.DELETE, authz.TOPIC, (t.name for t in request.body.topics))
     for t in request.body.topics:
         tm = broker.metadata.get(t.name)
         results = []
         for p in t.partitions:
-            code, low = _delete(broker, tm, t.name, p.partition_index, p.offset, connection)
+            if may is not None and t.name not in may:  # Topic Delete
+                code, low = ErrorCode.topic_authorization_failed, -1
+            else:
+                code, low = _delete(broker, tm, t.name, p.partition_index, p.offset, connection)
             results.append(make(mod.DeleteRecordsPartitionResult, partition_index=p.partition_index,
                                 low_watermark=low, error_code=code))
         topics.append(make(mod.DeleteRecordsTopicResult, name=t.name, partitions=tuple(results)))

@@ -28,6 +28,7 @@ from ...protocol.fetch_response import (
     encode_fetch_response,
 )
 from ...storage.errors import OffsetOutOfRangeError
+from .. import authz
 from ..errors import error_code_for
 from ..fetch_session import FINAL_EPOCH, INVALID_SESSION_ID
 from ..throttling import fetch_throttle, fetch_with_throttle, release
@@ -125,7 +126,10 @@ async def handle(broker, request, connection):
     session_id = getattr(body, "session_id", INVALID_SESSION_ID)  # v7+
     epoch = getattr(body, "session_epoch", FINAL_EPOCH)
     if session_id == INVALID_SESSION_ID and epoch == FINAL_EPOCH:
-        results = await _fetch(broker, body, _topics(broker, body, version), legacy_magic(version))
+        topics = _topics(broker, body, version)
+        if broker.authorizer is not None:
+            topics = _authorized(broker, connection, body, topics)
+        results = await _fetch(broker, body, topics, legacy_magic(version))
         if version <= _LAST_WITHOUT_STORAGE_ERROR:
             _storage_error_as_not_leader(results)
         if broker.metrics is not None:
@@ -138,7 +142,21 @@ async def handle(broker, request, connection):
                 pieces, size = encode_fetch_response(version, request.correlation_id, [],
                                                      throttle_time_ms=throttle)
         return RawResponse(pieces, size)
-    return await _handle_in_session(broker, request, session_id, epoch, connection)
+    return await _handle_in_session(broker, request, connection, session_id, epoch)
+
+
+def _authorized(broker, connection, body, topics):
+    """`topics` with TOPIC_AUTHORIZATION_FAILED for those the principal may not Read; a
+    follower's fetch needs Cluster ClusterAction, and without it gets that for every one."""
+    if _replica_id(body) >= 0:
+        if authz.cluster_allowed(broker, connection, authz.Op.CLUSTER_ACTION):
+            return topics
+        may = set()
+    else:
+        may = authz.allowed_names(broker, connection, authz.Op.READ, authz.TOPIC,
+                                  (name for name, _, _, error in topics if error is None and name))
+    return [(name, topic_id, parts, error if error is not None or name in may
+             else ErrorCode.topic_authorization_failed) for name, topic_id, parts, error in topics]
 
 
 #: Consumers of Fetch v0-v5 may not know KAFKA_STORAGE_ERROR (they take it for a fatal unknown
@@ -207,7 +225,7 @@ def _replica_id(body) -> int:
 
 # ---------------------------------------------------------------- fetch sessions (KIP-227)
 
-async def _handle_in_session(broker, request, session_id: int, epoch: int, connection=None):
+async def _handle_in_session(broker, request, connection, session_id: int, epoch: int):
     body = request.body
     version = request.api_version
     uses_topic_ids = version >= TOPIC_IDS_FROM
@@ -221,6 +239,8 @@ async def _handle_in_session(broker, request, session_id: int, epoch: int, conne
                                              error_code=context.error_code)
         return RawResponse(pieces, size)
     topics = _session_topics(broker, context.partitions, uses_topic_ids)
+    if broker.authorizer is not None:
+        topics = _authorized(broker, connection, body, topics)
     results = await _fetch(broker, body, topics)
     done = context.complete([pr for tr in results for pr in tr.partitions])
     if done.error_code:

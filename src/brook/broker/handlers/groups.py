@@ -11,6 +11,7 @@ from ...coordinator import classic
 from ...coordinator.runtime import OFFSETS_TOPIC, CoordinatorError, CoordinatorNotAvailable
 from ...protocol.group_responses import heartbeat_response
 from ...protocol.messages import make, response_class, response_module
+from .. import authz
 from . import Api, RawResponse
 from .common import INT32_MIN, NO_THROTTLE, message, ms
 
@@ -24,6 +25,11 @@ LIST_GROUPS = 16
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+
+
+def _may_read(broker, connection, group_id: str) -> bool:
+    """Group Read: what joining, syncing, heartbeating and leaving need."""
+    return broker.authorizer is None or authz.allowed(broker, connection, authz.Op.READ, authz.GROUP, group_id)
 
 
 def client_host(connection) -> str:
@@ -50,6 +56,9 @@ async def run_group_op(broker, group_id: str, op):
 
 def _coordinator(broker, connection, key: str, key_type: int):
     """(error, detail, (node id, host, port) of the coordinator)."""
+    if key_type == GROUP_KEY_TYPE and not authz.allowed(broker, connection, authz.Op.DESCRIBE,
+                                                         authz.GROUP, key):
+        return ErrorCode.group_authorization_failed, None, None
     code, detail = _coordinator_error(broker, key, key_type)
     if code != ErrorCode.none:
         return code, detail, None
@@ -123,7 +132,9 @@ async def handle_join_group(broker, request, connection):
         version=version,
         reason=getattr(body, "reason", None),
     )
-    if not body.group_id:
+    if not _may_read(broker, connection, body.group_id):
+        resp = classic.JoinGroupResponse(error=ErrorCode.group_authorization_failed, member_id=body.member_id)
+    elif not body.group_id:
         resp = classic.JoinGroupResponse(error=ErrorCode.invalid_group_id, member_id=body.member_id)
     else:
         try:
@@ -156,7 +167,9 @@ async def handle_sync_group(broker, request, connection):
         protocol_type=getattr(body, "protocol_type", None),
         protocol=getattr(body, "protocol_name", None),
     )
-    if not body.group_id:
+    if not _may_read(broker, connection, body.group_id):
+        resp = classic.SyncGroupResponse(error=ErrorCode.group_authorization_failed)
+    elif not body.group_id:
         resp = classic.SyncGroupResponse(error=ErrorCode.invalid_group_id)
     else:
         try:
@@ -177,7 +190,9 @@ async def handle_heartbeat(broker, request, connection):
     req = classic.Heartbeat(group_id=body.group_id, member_id=body.member_id,
                             generation=body.generation_id,
                             group_instance_id=getattr(body, "group_instance_id", None))
-    if not body.group_id:
+    if not _may_read(broker, connection, body.group_id):
+        code = ErrorCode.group_authorization_failed
+    elif not body.group_id:
         code = ErrorCode.invalid_group_id
     else:
         try:
@@ -202,7 +217,9 @@ async def handle_leave_group(broker, request, connection):
     else:
         leaving = (classic.LeavingMember(body.member_id),)
     req = classic.LeaveGroup(group_id=body.group_id, members=leaving)
-    if not body.group_id:
+    if not _may_read(broker, connection, body.group_id):
+        resp = classic.LeaveGroupResponse(ErrorCode.group_authorization_failed)
+    elif not body.group_id:
         resp = classic.LeaveGroupResponse(ErrorCode.invalid_group_id)
     else:
         try:
@@ -238,9 +255,13 @@ async def handle_describe_groups(broker, request, connection):
     body, version = request.body, request.api_version
     mod = response_module(DESCRIBE_GROUPS, version)
     out = []
+    include_ops = getattr(body, "include_authorized_operations", False)
     for group_id in body.groups:
         code, summary = ErrorCode.none, None
-        if not group_id:
+        ops = INT32_MIN
+        if not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.GROUP, group_id):
+            code = ErrorCode.group_authorization_failed
+        elif not group_id:
             code = ErrorCode.invalid_group_id
         else:
             try:
@@ -249,12 +270,14 @@ async def handle_describe_groups(broker, request, connection):
                 described = await broker.coordinator.read(
                     group_id, lambda shard, now: shard.describe_group(group_id))
                 summary = _described(described, mod)
+                if include_ops:
+                    ops = authz.authorized_operations(broker, connection, authz.GROUP, group_id)
             except CoordinatorError as exc:
                 code = exc.code
         if summary is None:
             summary = dict(group_state="", protocol_type="", protocol_data="", members=())
         out.append(make(mod.DescribedGroup, error_code=code, error_message=None, group_id=group_id,
-                        authorized_operations=INT32_MIN, **summary))
+                        authorized_operations=ops, **summary))
     return make(response_class(DESCRIBE_GROUPS, version), throttle_time=NO_THROTTLE,
                 groups=tuple(out))
 
@@ -281,6 +304,12 @@ async def handle_list_groups(broker, request, connection):
         groups = [make(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
                        group_state=g.state, group_type="classic")
                   for shard_groups in listed for g in shard_groups]
+        if broker.authorizer is not None and not authz.cluster_allowed(broker, connection, authz.Op.DESCRIBE,
+                                                                       log_denied=False):
+            # without Cluster Describe, only the groups it may Describe (silently)
+            may = authz.allowed_names(broker, connection, authz.Op.DESCRIBE, authz.GROUP,
+                                      (g.group_id for g in groups), log_denied=False)
+            groups = [g for g in groups if g.group_id in may]
     return make(response_class(LIST_GROUPS, version), throttle_time=NO_THROTTLE, error_code=code,
                 groups=tuple(groups))
 

@@ -8,6 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from ...storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+from .. import authz
 from ..errors import error_code_for
 from . import Api
 from .common import NO_THROTTLE
@@ -37,8 +38,9 @@ def _legacy_offsets(partition, timestamp: int, max_num_offsets: int, from_consum
 async def handle(broker, request, connection):
     body = request.body
     version = request.api_version
+    may = _describable(broker, connection, body)
     if version == 0:
-        return _handle_v0(broker, body)
+        return _handle_v0(broker, body, may)
     mod = response_module(API_KEY, version)
     seen: dict[tuple[str, int], int] = {}
     for t in body.topics:
@@ -53,7 +55,9 @@ async def handle(broker, request, connection):
         for p in t.partitions:
             code, offset, ts, epoch = ErrorCode.none, -1, -1, -1
             partition = broker.partition(t.name, p.partition_index)
-            if seen[t.name, p.partition_index] > 1:
+            if may is not None and t.name not in may:
+                code, partition = ErrorCode.topic_authorization_failed, None
+            elif seen[t.name, p.partition_index] > 1:
                 code, partition = ErrorCode.invalid_request, None
             elif p.timestamp < 0 and version < TIMESTAMP_MIN_VERSION.get(p.timestamp, 1 << 15):
                 code, partition = ErrorCode.unsupported_version, None
@@ -82,7 +86,14 @@ async def handle(broker, request, connection):
     return make(response_class(API_KEY, version), throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-def _handle_v0(broker, body):
+def _describable(broker, connection, body) -> set[str] | None:
+    """The topics the principal may Describe (None: no authorizer, all)."""
+    if broker.authorizer is None:
+        return None
+    return authz.describable_topics(broker, connection, (t.name for t in body.topics))
+
+
+def _handle_v0(broker, body, may):
     mod = response_module(API_KEY, 0)
     from_consumer = body.replica_id == CONSUMER_REPLICA_ID
     topics = []
@@ -91,7 +102,9 @@ def _handle_v0(broker, body):
         for p in t.partitions:
             code, offsets = ErrorCode.none, []
             partition = broker.partition(t.name, p.partition_index)
-            if p.timestamp < EARLIEST_TIMESTAMP:
+            if may is not None and t.name not in may:
+                code = ErrorCode.topic_authorization_failed
+            elif p.timestamp < EARLIEST_TIMESTAMP:
                 # v0 knows only latest (-1) and earliest (-2) among the negative timestamps
                 code = ErrorCode.unsupported_version
             elif partition is None:

@@ -15,6 +15,7 @@ import shutil
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
+from .. import authz
 from . import Api
 from .common import NO_THROTTLE
 
@@ -24,6 +25,9 @@ API_KEY = 35
 async def handle(broker, request, connection):
     version = request.api_version
     mod = response_module(API_KEY, version)
+    if broker.authorizer is not None and not authz.cluster_allowed(broker, connection, authz.Op.DESCRIBE):
+        return make(response_class(API_KEY, version), throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.cluster_authorization_failed, results=())
     asked = request.body.topics
     wanted = None if asked is None else {t.topic: set(t.partitions) for t in asked}
     by_dir: dict[str, dict[str, list]] = {d: {} for d in broker.config.log_dirs}

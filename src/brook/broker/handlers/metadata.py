@@ -6,12 +6,14 @@ and the request allow it (topic names Kafka would refuse get INVALID_TOPIC_EXCEP
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import encode_response, make, response_class, response_module
+from .. import authz
 from ..errors import error_code_for
 from ...coordinator.runtime import OFFSETS_TOPIC
 from ..metadata import INTERNAL_TOPICS, MetadataError
@@ -65,7 +67,7 @@ async def handle(broker, request, connection):
     version = request.api_version
     if broker.replicas is not None:
         return await _build_in_cluster(broker, request, connection)
-    key = _cache_key(request, connection)
+    key = _cache_key(request, connection) if broker.authorizer is None else None  # per principal
     generation = broker.metadata.generation
     cache = broker.metadata_responses
     if key is not None:
@@ -96,7 +98,9 @@ def _cache_key(request, connection):
             names.append(name)
         names = tuple(names)
     return (request.api_version, names, getattr(body, "allow_auto_topic_creation", True),
-            getattr(connection, "listener_name", None))
+            getattr(connection, "listener_name", None),
+            getattr(body, "include_cluster_authorized_operations", False),
+            getattr(body, "include_topic_authorized_operations", False))
 
 
 def _build(broker, request, connection):
@@ -104,9 +108,14 @@ def _build(broker, request, connection):
     version = request.api_version
     mod = response_module(API_KEY, version)
     topics = []
+    refused = []  # TOPIC_AUTHORIZATION_FAILED: named but not to be described (or created)
+    checked = broker.authorizer is not None
     requested = body.topics
     if requested is None or (version == 0 and not requested):
         names = sorted(broker.metadata.topics)
+        if checked:  # every topic: those it may not Describe are left out, silently
+            may = authz.describable_topics(broker, connection, names, log_denied=False)
+            names = [n for n in names if n in may]
         topics = [topic_entry(broker, mod, version, n) for n in names]
     else:
         allow = getattr(body, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
@@ -124,8 +133,23 @@ def _build(broker, request, connection):
                                               topic_id))
                     continue
                 name = tm.name
+                if checked and not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, name):
+                    # ids are not secret: answered with the id and without the name
+                    refused.append(make(mod.MetadataResponseTopic,
+                                        error_code=ErrorCode.topic_authorization_failed, name=None,
+                                        topic_id=topic_id, is_internal=False, partitions=(),
+                                        topic_authorized_operations=INT32_MIN))
+                    continue
+            elif checked and not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, name):
+                # before anything that could tell whether it exists
+                refused.append(_refused(mod, name))
+                continue
             error = ErrorCode.none
             if broker.metadata.get(name) is None:
+                if allow and checked and name not in INTERNAL_TOPICS \
+                        and not authz.may_create_topic(broker, connection, name):
+                    refused.append(_refused(mod, name))
+                    continue
                 if name == OFFSETS_TOPIC:  # made as the coordinator makes it, never as a plain topic
                     if not broker.ensure_offsets_topic():
                         error = ErrorCode.unknown_topic_or_partition
@@ -137,10 +161,32 @@ def _build(broker, request, connection):
                 else:
                     error = ErrorCode.unknown_topic_or_partition
             topics.append(topic_entry(broker, mod, version, name, error))
+    topics, cluster_ops = _with_authorized_operations(broker, connection, body, version, topics)
     return make(response_class(API_KEY, version), throttle_time=NO_THROTTLE,
                 brokers=brokers_of(broker, mod, connection), cluster_id=broker.metadata.cluster_id,
-                controller_id=broker.broker_id, topics=tuple(topics),
-                cluster_authorized_operations=INT32_MIN)
+                controller_id=broker.broker_id, topics=tuple(topics + refused),
+                cluster_authorized_operations=cluster_ops)
+
+
+def _refused(mod, name: str):
+    return make(mod.MetadataResponseTopic, error_code=ErrorCode.topic_authorization_failed, name=name,
+                topic_id=ZERO_UUID, is_internal=name in INTERNAL_TOPICS, partitions=(),
+                topic_authorized_operations=INT32_MIN)
+
+
+def _with_authorized_operations(broker, connection, body, version: int, topics: list):
+    """The topics with their authorized operations and the cluster's (Metadata v8+, when the
+    request asks for them; the cluster's in v8-v10 only, and 0 without Cluster Describe)."""
+    cluster_ops = INT32_MIN
+    if version < 8:
+        return topics, cluster_ops
+    if version <= 10 and getattr(body, "include_cluster_authorized_operations", False):
+        cluster_ops = (authz.authorized_operations(broker, connection, authz.CLUSTER, authz.CLUSTER_NAME)
+                       if authz.cluster_allowed(broker, connection, authz.Op.DESCRIBE) else 0)
+    if getattr(body, "include_topic_authorized_operations", False):
+        topics = [dataclasses.replace(t, topic_authorized_operations=authz.authorized_operations(
+            broker, connection, authz.TOPIC, t.name)) for t in topics]
+    return topics, cluster_ops
 
 
 async def _build_in_cluster(broker, request, connection):
@@ -153,8 +199,13 @@ async def _build_in_cluster(broker, request, connection):
     cache = broker.replicas.cache
     listener = broker.advertised_listener(connection)
     requested = body.topics
+    checked = broker.authorizer is not None
+    refused = []
     if requested is None or (version == 0 and not requested):
         names = sorted(cache.topics)
+        if checked:
+            may = authz.describable_topics(broker, connection, names, log_denied=False)
+            names = [n for n in names if n in may]
     else:
         names = []
         allow = getattr(body, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
@@ -166,9 +217,15 @@ async def _build_in_cluster(broker, request, connection):
                 name = next((n for n, i in cache.topic_ids.items() if i == topic_id), None)
                 if name is None:
                     continue
-            names.append(name)
+            if checked and not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.TOPIC, name):
+                refused.append(_refused(mod, name))
+                continue
             if name not in cache.topics and allow and name not in INTERNAL_TOPICS:
+                if checked and not authz.may_create_topic(broker, connection, name):
+                    refused.append(_refused(mod, name))
+                    continue
                 creating.append(name)
+            names.append(name)
         if creating:
             from ..cluster_topics import TopicRefused, create_topic, wait_for_leaders
             for name in creating:
@@ -202,9 +259,10 @@ async def _build_in_cluster(broker, request, connection):
         if address is not None:
             brokers.append(make(mod.MetadataResponseBroker, node_id=b.broker_id, host=address[0],
                                 port=address[1], rack=b.rack))
+    topics, cluster_ops = _with_authorized_operations(broker, connection, body, version, topics)
     return make(response_class(API_KEY, version), throttle_time=NO_THROTTLE, brokers=tuple(brokers),
                 cluster_id=broker.metadata.cluster_id, controller_id=broker.cluster.view.controller_id,
-                topics=tuple(topics), cluster_authorized_operations=INT32_MIN)
+                topics=tuple(topics + refused), cluster_authorized_operations=cluster_ops)
 
 
 APIS = [Api(API_KEY, "Metadata", 0, 12, handle)]

@@ -23,6 +23,7 @@ from ...protocol.group_responses import (
     offset_fetch_response,
 )
 from ...protocol.messages import make, response_class, response_module
+from .. import authz
 from . import Api, Deferred, RawResponse
 from .common import NO_THROTTLE, ms
 
@@ -76,20 +77,37 @@ def commit_request(body, version: int) -> OffsetCommit:
 async def handle_offset_commit(broker, request, connection):
     version = request.api_version
     req = commit_request(request.body, version)
+    denied: list = []  # (topic, partition, error) of what the principal may not commit
+    if broker.authorizer is not None:
+        req, denied = _authorize_commit(broker, connection, req)
+        if not req.topics:
+            return _commit_answer(request, req, denied)
     try:
         runtime = _runtime(broker)
         done = runtime.submit(
             req.group_id, lambda shard, now: shard.commit_offsets(req, now, broker.partition_count))
     except CoordinatorError as exc:
         return _commit_answer(request, req, [(t.name, p.partition, exc.code)
-                                             for t in req.topics for p in t.partitions])
+                                             for t in req.topics for p in t.partitions] + denied)
     if done.done():  # answered at once: the hot path
-        return _committed(done, request, req)
+        return _committed(done, request, req, denied)
     # log.flush.before.ack: the connection goes on while the commit waits for its fsync
-    return Deferred(done, lambda d: _committed(d, request, req))
+    return Deferred(done, lambda d: _committed(d, request, req, denied))
 
 
-def _committed(done, request, req: OffsetCommit) -> RawResponse:
+def _authorize_commit(broker, connection, req: OffsetCommit) -> tuple[OffsetCommit, list]:
+    """Group Read, else every partition is refused; then Topic Read for each topic. The
+    commit keeps the topics it may commit, and the errors of the others."""
+    if not authz.allowed(broker, connection, authz.Op.READ, authz.GROUP, req.group_id):
+        return req._replace(topics=()), [(t.name, p.partition, ErrorCode.group_authorization_failed)
+                                         for t in req.topics for p in t.partitions]
+    may = authz.allowed_names(broker, connection, authz.Op.READ, authz.TOPIC, (t.name for t in req.topics))
+    denied = [(t.name, p.partition, ErrorCode.topic_authorization_failed)
+              for t in req.topics if t.name not in may for p in t.partitions]
+    return req._replace(topics=tuple(t for t in req.topics if t.name in may)), denied
+
+
+def _committed(done, request, req: OffsetCommit, denied: list = ()) -> RawResponse:
     """The answer of a commit whose operation has ended (it is never parked)."""
     exc = done.exception()
     if exc is None:
@@ -98,7 +116,7 @@ def _committed(done, request, req: OffsetCommit) -> RawResponse:
         errors = [(t.name, p.partition, exc.code) for t in req.topics for p in t.partitions]
     else:
         raise exc
-    return _commit_answer(request, req, errors)
+    return _commit_answer(request, req, list(errors) + list(denied))
 
 
 def _commit_answer(request, req: OffsetCommit, errors) -> RawResponse:
@@ -121,14 +139,30 @@ def _by_topic(fetched) -> list:
     return list(out.items())
 
 
-async def fetch_group(broker, group_id: str, topics):
-    """(error, topics) for one group; ``topics`` as (name, partitions) pairs or None."""
+async def fetch_group(broker, group_id: str, topics, connection=None):
+    """(error, topics) for one group; ``topics`` as (name, partitions) pairs or None. With
+    ACLs: Group Describe, and only topics the principal may Describe (those asked for by
+    name and refused answer TOPIC_AUTHORIZATION_FAILED; of all topics, the others are left out)."""
+    checked = broker.authorizer is not None
+    refused = []
+    if checked:
+        if not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.GROUP, group_id):
+            return ErrorCode.group_authorization_failed, None
+        if topics is not None:
+            may = authz.describable_topics(broker, connection, (t for t, _ in topics))
+            refused = [(t, [(p, NO_OFFSET, NO_EPOCH, "", ErrorCode.topic_authorization_failed) for p in ps])
+                       for t, ps in topics if t not in may]
+            topics = [(t, ps) for t, ps in topics if t in may]
     try:
         fetched = await _runtime(broker).read(
             group_id, lambda shard, now: shard.fetch_offsets(group_id, topics))
     except CoordinatorError as exc:
         return exc.code, None
-    return ErrorCode.none, _by_topic(fetched)
+    found = _by_topic(fetched)
+    if checked and topics is None:
+        may = authz.describable_topics(broker, connection, (t for t, _ in found), log_denied=False)
+        found = [(t, ps) for t, ps in found if t in may]
+    return ErrorCode.none, found + refused
 
 
 def _topics_of(requested):
@@ -142,11 +176,11 @@ async def handle_offset_fetch(broker, request, connection):
     if version >= 8:
         groups = []
         for g in body.groups:
-            code, topics = await fetch_group(broker, g.group_id, _topics_of(g.topics))
+            code, topics = await fetch_group(broker, g.group_id, _topics_of(g.topics), connection)
             groups.append((g.group_id, topics or [], code))
         return _raw(offset_fetch_groups_response(version, request.correlation_id, groups))
     requested = _topics_of(body.topics)
-    code, topics = await fetch_group(broker, body.group_id, requested)
+    code, topics = await fetch_group(broker, body.group_id, requested, connection)
     if code != ErrorCode.none and version < 2:
         # v0-v1 have no top-level error: each partition asked for carries it.
         topics = [(t, [(p, NO_OFFSET, NO_EPOCH, "", code) for p in ps]) for t, ps in requested or []]
@@ -161,6 +195,10 @@ async def handle_delete_groups(broker, request, connection):
     mod = response_module(DELETE_GROUPS, version)
     results = []
     for group_id in body.groups_names:
+        if not authz.allowed(broker, connection, authz.Op.DELETE, authz.GROUP, group_id):
+            results.append(make(mod.DeletableGroupResult, group_id=group_id,
+                                error_code=ErrorCode.group_authorization_failed))
+            continue
         try:
             code = await _runtime(broker).run(
                 group_id, lambda shard, now: shard.delete_group(group_id, now))
@@ -178,11 +216,20 @@ async def handle_offset_delete(broker, request, connection):
     body, version = request.body, request.api_version
     mod = response_module(OFFSET_DELETE, version)
     topics = [(t.name, [p.partition_index for p in t.partitions]) for t in body.topics]
+    denied = []
+    if broker.authorizer is not None:  # Group Delete, then Read on each topic
+        if not authz.allowed(broker, connection, authz.Op.DELETE, authz.GROUP, body.group_id):
+            return make(response_class(OFFSET_DELETE, version), throttle_time=NO_THROTTLE,
+                        error_code=ErrorCode.group_authorization_failed, topics=())
+        may = authz.allowed_names(broker, connection, authz.Op.READ, authz.TOPIC, (t for t, _ in topics))
+        denied = [(t, p, ErrorCode.topic_authorization_failed) for t, ps in topics if t not in may for p in ps]
+        topics = [(t, ps) for t, ps in topics if t in may]
     try:
         code, errors = await _runtime(broker).run(
             body.group_id, lambda shard, now: shard.delete_offsets(body.group_id, topics, now))
     except CoordinatorError as exc:
         code, errors = exc.code, []
+    errors = list(errors) + denied
     by_topic: dict[str, list] = {}
     for topic, partition, err in errors:
         by_topic.setdefault(topic, []).append(

@@ -22,6 +22,7 @@ from ...protocol.messages import make, response_class, response_module
 from ...records.batch import ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 from ...records.compression import CODEC_MASK, Codec
 from ...records.legacy import produced_to_v2
+from .. import authz
 from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from ..throttling import produce_throttle
@@ -57,10 +58,23 @@ async def handle(broker, request, connection):
     # Client quotas (producer_byte_rate): the wait this request earns, the connection muted.
     throttle = timedelta(milliseconds=produce_throttle(broker, request, connection)) \
         if broker.quotas.active else NO_THROTTLE
+    checked = broker.authorizer is not None
     for td in body.topic_data:
         name = td.name
+        if checked and not transactional and not authz.allowed(broker, connection, authz.Op.WRITE,
+                                                               authz.TOPIC, name):
+            # Topic Write, checked before anything that could tell whether the topic exists
+            # (a transactional produce is refused as a whole below, as Kafka refuses it first)
+            any_error = True
+            topics.append(make(mod.TopicProduceResponse, name=name, partition_responses=tuple(
+                make(mod.PartitionProduceResponse, index=pd.index,
+                     error_code=ErrorCode.topic_authorization_failed, base_offset=-1,
+                     log_append_time=None, log_start_offset=-1, record_errors=(), error_message=None)
+                for pd in td.partition_data)))
+            continue
         if broker.metadata.get(name) is None and broker.config.auto_create_topics_enable \
-                and name not in INTERNAL_TOPICS:
+                and name not in INTERNAL_TOPICS \
+                and (not checked or authz.may_create_topic(broker, connection, name)):
             try:
                 broker.create_topic(name, broker.config.num_partitions)
             except MetadataError:

@@ -14,6 +14,7 @@ from datetime import timedelta
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class
+from .. import authz
 from . import Api
 from .common import NO_THROTTLE
 
@@ -24,6 +25,12 @@ async def handle(broker, request, connection):
     cls = response_class(API_KEY, request.api_version)
     if request.body.transactional_id is not None:
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed,
+                    producer_id=-1, producer_epoch=-1)
+    if broker.authorizer is not None and not (
+            authz.cluster_allowed(broker, connection, authz.Op.IDEMPOTENT_WRITE, log_denied=False)
+            or authz.any_allowed(broker, connection, authz.Op.WRITE, authz.TOPIC)):
+        # an idempotent producer needs Cluster IdempotentWrite, or Write on some topic (KIP-679)
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
                     producer_id=-1, producer_epoch=-1)
     delay = broker.producer_id_quota.record(request.client_id, connection.peer.rpartition(":")[0])
     if delay > 0:

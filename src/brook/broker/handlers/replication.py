@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol import inter_broker as ib
 from ...protocol.messages import make, response_class, response_module
 from ...storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET
+from .. import authz
 from . import Api
 from .common import NO_THROTTLE
 
@@ -25,7 +26,15 @@ OFFSET_FOR_LEADER_EPOCH = 23
 ALTER_PARTITION = 56
 
 
-def _from_controller(broker, request) -> ErrorCode:
+def _cluster_action_refused(broker, connection) -> bool:
+    """Brokers' requests need Cluster ClusterAction (brokers run as super users, or with it)."""
+    return broker.authorizer is not None and not authz.cluster_allowed(broker, connection,
+                                                                       authz.Op.CLUSTER_ACTION)
+
+
+def _from_controller(broker, request, connection) -> ErrorCode:
+    if _cluster_action_refused(broker, connection):
+        return ErrorCode.cluster_authorization_failed
     if broker.replicas is None:
         return ErrorCode.invalid_request  # not a cluster
     body = request.body
@@ -38,7 +47,7 @@ def _from_controller(broker, request) -> ErrorCode:
 
 
 async def handle_leader_and_isr(broker, request, connection):
-    code = _from_controller(broker, request)
+    code = _from_controller(broker, request, connection)
     topics = []
     if code == ErrorCode.none:
         code, results = await broker.replicas.leader_and_isr(request.body)
@@ -49,14 +58,14 @@ async def handle_leader_and_isr(broker, request, connection):
 
 
 async def handle_update_metadata(broker, request, connection):
-    code = _from_controller(broker, request)
+    code = _from_controller(broker, request, connection)
     if code == ErrorCode.none:
         code = broker.replicas.update_metadata(request.body)
     return ib.UpdateMetadataResponse(error_code=code)
 
 
 async def handle_stop_replica(broker, request, connection):
-    code = _from_controller(broker, request)
+    code = _from_controller(broker, request, connection)
     errors = []
     if code == ErrorCode.none:
         for ts in request.body.topic_states:
@@ -69,6 +78,9 @@ async def handle_stop_replica(broker, request, connection):
 
 
 async def handle_controlled_shutdown(broker, request, connection):
+    if _cluster_action_refused(broker, connection):
+        return ib.ControlledShutdownResponse(error_code=ErrorCode.cluster_authorization_failed,
+                                             remaining_partitions=())
     cluster = broker.cluster
     controller = cluster.controller if cluster is not None else None
     if controller is None:
@@ -84,6 +96,9 @@ async def handle_alter_partition(broker, request, connection):
     version = request.api_version
     mod = response_module(ALTER_PARTITION, version)
     cls = response_class(ALTER_PARTITION, version)
+    if _cluster_action_refused(broker, connection):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
+                    topics=())
     cluster = broker.cluster
     controller = cluster.controller if cluster is not None else None
     if controller is None:
@@ -123,12 +138,18 @@ async def handle_offset_for_leader_epoch(broker, request, connection):
     mod = response_module(OFFSET_FOR_LEADER_EPOCH, version)
     body = request.body
     topics = []
+    may = None  # followers (ClusterAction) may ask of every topic, clients of those they may Describe
+    if broker.authorizer is not None and not authz.cluster_allowed(broker, connection, authz.Op.CLUSTER_ACTION,
+                                                                   log_denied=False):
+        may = authz.describable_topics(broker, connection, (t.topic for t in body.topics))
     for t in body.topics:
         parts = []
         for pr in t.partitions:
             p = broker.partition(t.topic, pr.partition)
             epoch, end = UNDEFINED_EPOCH, UNDEFINED_OFFSET
-            if broker.replicas is not None:
+            if may is not None and t.topic not in may:
+                code = ErrorCode.topic_authorization_failed
+            elif broker.replicas is not None:
                 code = broker.replicas.leader_error(p, getattr(pr, "current_leader_epoch", -1))
             else:
                 code = ErrorCode.unknown_topic_or_partition if p is None else ErrorCode.none
@@ -162,7 +183,11 @@ async def handle_elect_leaders(broker, request, connection):
     wanted = None if body.topic_partitions is None else [
         (t.topic, p) for t in body.topic_partitions for p in t.partitions]
     election_type = getattr(body, "election_type", 0)
-    if controller is None:
+    if broker.authorizer is not None and not authz.cluster_allowed(broker, connection, authz.Op.ALTER):
+        code = ErrorCode.cluster_authorization_failed
+        results = {tp: (code, None) for tp in wanted or []}
+        top = code
+    elif controller is None:
         code = ErrorCode.not_controller if cluster is not None else ErrorCode.invalid_request
         results = {tp: (code, None) for tp in wanted or []}
         top = ErrorCode.none if wanted else code
@@ -198,6 +223,8 @@ async def handle_alter_reassignments(broker, request, connection):
     mod = response_module(ALTER_REASSIGNMENTS, version)
     cls = response_class(ALTER_REASSIGNMENTS, version)
     controller, code = _controller_or_error(broker)
+    if broker.authorizer is not None and not authz.cluster_allowed(broker, connection, authz.Op.ALTER):
+        controller, code = None, ErrorCode.cluster_authorization_failed
     if controller is None:
         return make(cls, throttle_time=NO_THROTTLE, error_code=code, error_message=None, responses=())
     wanted = {(t.name, p.partition_index): None if p.replicas is None else tuple(p.replicas)
@@ -217,6 +244,8 @@ async def handle_list_reassignments(broker, request, connection):
     mod = response_module(LIST_REASSIGNMENTS, version)
     cls = response_class(LIST_REASSIGNMENTS, version)
     controller, code = _controller_or_error(broker)
+    if broker.authorizer is not None and not authz.cluster_allowed(broker, connection, authz.Op.DESCRIBE):
+        controller, code = None, ErrorCode.cluster_authorization_failed
     if controller is None:
         return make(cls, throttle_time=NO_THROTTLE, error_code=code, error_message=None, topics=())
     ongoing = controller.ongoing_reassignments()

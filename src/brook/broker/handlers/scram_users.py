@@ -7,6 +7,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from ...security import credentials as creds
+from .. import authz
 from . import Api
 from .common import NO_THROTTLE
 
@@ -17,6 +18,9 @@ ALTER_KEY = 51
 async def describe(broker, request, connection):
     v = request.api_version
     mod = response_module(DESCRIBE_KEY, v)
+    if broker.authorizer is not None and not authz.cluster_allowed(broker, connection, authz.Op.DESCRIBE):
+        return make(response_class(DESCRIBE_KEY, v), throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.cluster_authorization_failed, error_message=None, results=())
     users = request.body.users
     names = [u.name for u in users] if users else None  # none or empty: every user (Kafka's)
     results = tuple(
@@ -31,6 +35,12 @@ async def alter(broker, request, connection):
     v = request.api_version
     mod = response_module(ALTER_KEY, v)
     body = request.body
+    if broker.authorizer is not None and not authz.cluster_allowed(broker, connection, authz.Op.ALTER):
+        users = dict.fromkeys([d.name for d in body.deletions] + [u.name for u in body.upsertions])
+        return make(response_class(ALTER_KEY, v), throttle_time=NO_THROTTLE, results=tuple(
+            make(mod.AlterUserScramCredentialsResult, user=user,
+                 error_code=ErrorCode.cluster_authorization_failed, error_message=None)
+            for user in users))
     results, changes = creds.alter(
         broker.user_scram(),
         [creds.Deletion(d.name, d.mechanism) for d in body.deletions],
