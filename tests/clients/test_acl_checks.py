@@ -225,6 +225,13 @@ ROWS = [
     Row("AlterUserScramCredentials", [acl("CLUSTER", "kafka-cluster", "ALTER")],
         lambda c: _codes(c.request(request(51, 0, deletions=[{"name": "nobody", "mechanism": 1}])),
                          "results", "error_code"), CAF, frozenset({E.resource_not_found})),
+    Row("DescribeClientQuotas", [acl("CLUSTER", "kafka-cluster", "DESCRIBE_CONFIGS")],
+        lambda c: _codes(c.request(request(48, 1, components=[], strict=False)), "error_code"), CAF),
+    Row("AlterClientQuotas", [acl("CLUSTER", "kafka-cluster", "ALTER_CONFIGS")],
+        lambda c: _codes(c.request(request(49, 1, validate_only=True, entries=[{
+            "entity": [{"entity_type": "user", "entity_name": "q"}],
+            "ops": [{"key": "producer_byte_rate", "value": 1.0, "remove": False}]}])),
+            "entries", "error_code"), CAF),
     Row("DescribeLogDirs", [acl("CLUSTER", "kafka-cluster", "DESCRIBE")],
         lambda c: _codes(c.request(request(35, 4, topics=None)), "error_code"), CAF),
     Row("OffsetForLeaderEpoch", [acl("TOPIC", T, "DESCRIBE")], _epochs, TAF),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
+from .. import authz
 from .. import quotas as q
 from . import Api
 from .common import NO_THROTTLE
@@ -52,6 +53,10 @@ async def describe(broker, request, connection):
     v = request.api_version
     mod = response_module(DESCRIBE_KEY, v)
     cls = response_class(DESCRIBE_KEY, v)
+    if broker.authorizer is not None and not authz.cluster_allowed(
+            broker, connection, authz.Op.DESCRIBE_CONFIGS):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
+                    error_message=None, entries=None)
     try:
         filters = _filters(request.body.components)
     except _Refused as exc:
@@ -108,6 +113,13 @@ async def alter(broker, request, connection):
     v = request.api_version
     mod = response_module(ALTER_KEY, v)
     current = broker.quotas.configs
+    if broker.authorizer is not None and not authz.cluster_allowed(
+            broker, connection, authz.Op.ALTER_CONFIGS):
+        return make(response_class(ALTER_KEY, v), throttle_time=NO_THROTTLE, entries=tuple(
+            make(mod.EntryData, error_code=ErrorCode.cluster_authorization_failed, error_message=None,
+                 entity=tuple(make(mod.EntityData, entity_type=e.entity_type, entity_name=e.entity_name)
+                              for e in entry.entity))
+            for entry in request.body.entries))
     results = []
     changes: dict[q.Entity, dict[str, float]] = {}
     seen: set[q.Entity] = set()
