@@ -9,8 +9,8 @@ even rate in every 10 s: a new client is measured over ten whole windows, so its
 seconds' worth goes through at once, and that burst comes back each time its sample leaves the
 window (about every 11 s), the client waiting in between (Kafka's behaviour too; see
 docs/security.md). What is asserted is what that rate guarantees: over two window spans from
-the first byte the client gets its quota within 10%, and no 10 s window gets more than the
-12 s of quota the longest span the rate is measured over holds.
+the first byte the client gets its quota within 10%, and no 10 s window gets much more than
+the 12 s of quota the longest span the rate is measured over holds.
 """
 
 from __future__ import annotations
@@ -131,9 +131,10 @@ def _check_held_to_quota(events: list, what: str) -> None:
     mean = _rate(events, t0, t0 + 2 * SPAN) * WIRE / QUOTA
     print(f"{what}: quota {QUOTA} B/s; over the first two spans (22 s) {mean:.3f} of it; "
           f"10 s from 11 s, 11.5 s, 12 s: {', '.join(f'{r:.3f}' for r in tens)}")
-    slack = 2 * 16384 / (10 * QUOTA)  # two requests in flight at a window's edge
     assert 0.9 <= mean <= 1.1
-    assert max(tens) <= 1.2 + slack
+    # The rate's span is at most 12 windows: 12 s of quota, and a request, in 10 s; 5% more
+    # for what WIRE only estimates and for client-side times of what the broker counted.
+    assert max(tens) <= 1.25
 
 
 def _wire_produce_rate(bootstrap: str, topic: str, seconds: float, throttles: list) -> float:
