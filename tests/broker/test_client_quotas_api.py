@@ -103,7 +103,8 @@ def test_refusals_are_invalid_request_per_entry(broker, entity, ops, text):
 
 
 def test_a_duplicate_entity_or_key_is_refused(broker):
-    results = alter(broker, [({"user": "a"}, {"producer_byte_rate": 5}), ({"user": "a"}, {"producer_byte_rate": 6})])
+    results = alter(broker, [({"user": "a"}, {"producer_byte_rate": 5}),
+                             ({"user": "a"}, {"producer_byte_rate": 6})])
     assert results[1][0] == ErrorCode.invalid_request
     mod = request_module(49, 1)
     body = make(request_class(49, 1), validate_only=False, entries=(make(

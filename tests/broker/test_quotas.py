@@ -235,7 +235,8 @@ def test_describe_filters_strict_and_not():
     assert found([("user", 0, "alice")], False) == {LEVELS[0], LEVELS[1], LEVELS[2]}
     assert found([("user", 0, "alice")], True) == {LEVELS[2]}
     assert found([("user", 1, None)], False) == {LEVELS[3], LEVELS[4], LEVELS[5]}
-    assert found([("user", 2, None), ("client-id", 2, None)], True) == {LEVELS[0], LEVELS[1], LEVELS[3], LEVELS[4]}
+    assert found([("user", 2, None), ("client-id", 2, None)], True) == {
+        LEVELS[0], LEVELS[1], LEVELS[3], LEVELS[4]}
     assert found([("client-id", 1, None)], True) == {LEVELS[7]}
     assert found([], False) == set(LEVELS)
     assert found([], True) == set()

@@ -69,7 +69,8 @@ def test_errors(broker):
     result = brook(broker, "quotas", "alter", "--entity-type", "groups", "--entity-name", "g",
                    "--add-config", "producer_byte_rate=1")
     assert result.exit_code == 2 and "unknown entity type" in result.output
-    result = brook(broker, "quotas", "alter", "--entity-type", "users", "--add-config", "producer_byte_rate=1")
+    result = brook(broker, "quotas", "alter", "--entity-type", "users",
+                   "--add-config", "producer_byte_rate=1")
     assert result.exit_code == 2 and "--entity-name or --entity-default" in result.output
     result = brook(broker, "quotas", "alter", "--user", "carol")
     assert result.exit_code == 2 and "nothing to change" in result.output

@@ -639,8 +639,10 @@ class Broker:
             def write() -> None:
                 for entity, values in changes.items():
                     path = entity.path()
-                    others = {k: v for k, v in zk.read_entity_config(path).items() if k not in QUOTA_KEYS}
-                    zk.write_entity_config(path, {**others, **{k: quota_text(k, v) for k, v in values.items()}})
+                    others = {k: v for k, v in zk.read_entity_config(path).items()
+                              if k not in QUOTA_KEYS}  # SCRAM credentials stay
+                    zk.write_entity_config(path, {**others, **{k: quota_text(k, v)
+                                                               for k, v in values.items()}})
 
             await asyncio.to_thread(write)
         for entity, values in changes.items():
