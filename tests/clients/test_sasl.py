@@ -420,3 +420,105 @@ def test_describe_configs_shows_the_mechanisms_and_hides_the_jaas_config(sasl_br
     assert not configs["sasl.enabled.mechanisms"].is_sensitive
     jaas = configs["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
     assert jaas.is_sensitive and jaas.value is None
+
+
+# ------------------------------------------------------------------ re-authentication (KIP-368)
+
+REAUTH_MS = 1500
+
+
+@pytest.fixture(scope="module")
+def reauth_broker(tmp_path_factory):
+    b = SaslBroker(tmp_path_factory.mktemp("reauth"))
+    b.proc.overrides["connections.max.reauth.ms"] = REAUTH_MS
+    b.proc.start()
+    try:
+        _create_scram_users(b.plain)
+        yield b
+    finally:
+        b.proc.close()
+
+
+def _login(c: WireClient, user="scram512", password="secret-512"):
+    assert handshake(c, "SCRAM-SHA-512").error_code == ErrorCode.none
+    scram = ScramClient("sha512", user, password)
+    first = authenticate(c, scram.first())
+    return authenticate(c, scram.final(first.auth_bytes))
+
+
+def _metadata(c: WireClient):
+    return c.request(load_request_schema(3, 1)(topics=None))
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_librdkafka_re_authenticates_on_its_connections_and_keeps_producing(reauth_broker, mechanism):
+    from confluent_kafka import Producer
+    user, password = USERS[mechanism]
+    p = Producer({"bootstrap.servers": reauth_broker.sasl, "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password,
+                  "linger.ms": 5})
+    delivered = []
+    deadline = time.monotonic() + 3.5 * REAUTH_MS / 1000  # sessions expire twice meanwhile
+    i = 0
+    while time.monotonic() < deadline:
+        p.produce(f"reauth-{mechanism}", f"m{i}".encode(), on_delivery=lambda e, m: delivered.append(e))
+        p.poll(0.05)
+        i += 1
+    assert p.flush(30) == 0
+    assert len(delivered) == i and all(e is None for e in delivered)
+    log = reauth_broker.log()
+    assert re.search(rf"re-authenticated User:{user} from .* with {mechanism}", log), log[-3000:]
+    assert "its SASL session expired" not in log
+
+
+def test_the_session_lifetime_is_given_and_an_expired_session_closes_on_its_next_request(reauth_broker):
+    with WireClient(reauth_broker.sasl) as c:
+        final = _login(c)
+        assert final.error_code == ErrorCode.none
+        assert final.session_lifetime.total_seconds() * 1000 == REAUTH_MS
+        assert _metadata(c).brokers  # within the session: served
+        time.sleep(REAUTH_MS / 1000 + 0.2)
+        c.send(load_request_schema(3, 1)(topics=None))
+        assert c.closed_by_peer()
+    _wait_logged(reauth_broker, "its SASL session expired without re-authentication")
+
+
+def test_re_authenticating_in_time_extends_the_session(reauth_broker):
+    with WireClient(reauth_broker.sasl) as c:
+        assert _login(c).error_code == ErrorCode.none
+        time.sleep(REAUTH_MS / 1000 * 0.7)
+        again = _login(c)  # the same exchange, on the same connection
+        assert again.error_code == ErrorCode.none
+        assert again.session_lifetime.total_seconds() * 1000 == REAUTH_MS
+        time.sleep(REAUTH_MS / 1000 * 0.7)  # past the first session's end
+        assert _metadata(c).brokers
+    _wait_logged(reauth_broker, "re-authenticated User:scram512")
+
+
+def test_re_authenticating_as_someone_else_is_refused_and_closes(reauth_broker):
+    with WireClient(reauth_broker.sasl) as c:
+        assert handshake(c, "PLAIN").error_code == ErrorCode.none
+        assert authenticate(c, b"\0alice\0alice-secret").error_code == ErrorCode.none
+        assert handshake(c, "PLAIN").error_code == ErrorCode.none
+        r = authenticate(c, b"\0admin\0admin-secret")
+        assert (r.error_code, r.error_message) == (
+            ErrorCode.sasl_authentication_failed,
+            "Cannot change principals during re-authentication from User.alice: User.admin")
+        assert c.closed_by_peer()
+    with WireClient(reauth_broker.sasl) as c:  # another mechanism: refused too
+        assert handshake(c, "PLAIN").error_code == ErrorCode.none
+        assert authenticate(c, b"\0alice\0alice-secret").error_code == ErrorCode.none
+        assert handshake(c, "SCRAM-SHA-512").error_code == ErrorCode.none
+        r = authenticate(c, ScramClient("sha512", "alice", "x").first())
+        assert r.error_code == ErrorCode.sasl_authentication_failed
+        assert r.error_message == ("SASL mechanism 'SCRAM-SHA-512' requested by client is not supported "
+                                   "for re-authentication of mechanism 'PLAIN'")
+        assert c.closed_by_peer()
+    _wait_logged(reauth_broker, "failed re-authentication of User:alice")
+
+
+def test_without_a_session_lifetime_a_second_handshake_is_an_illegal_state(sasl_broker):
+    with WireClient(sasl_broker.sasl) as c:
+        final = _login(c)
+        assert final.session_lifetime.total_seconds() == 0
+        assert handshake(c, "SCRAM-SHA-512").error_code == ErrorCode.illegal_sasl_state
