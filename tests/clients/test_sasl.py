@@ -4,9 +4,7 @@ refusals get Kafka's errors, one log line, and the broker goes on serving others
 
 from __future__ import annotations
 
-import asyncio
 import re
-import shutil
 import struct
 import subprocess
 import sys
@@ -16,13 +14,13 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from tests.support import client_roundtrips as roundtrips
 from tests.support.broker_harness import BROKER_DEFAULTS, BrokerProcess, free_port
 from tests.support.kafka_wire import WireClient
 from tests.support.sasl_wire import ScramClient, authenticate, handshake
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
         'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
-KCAT = shutil.which("kcat")
 DELAY_MS = 250
 
 
@@ -93,55 +91,27 @@ def _wait_logged(b: SaslBroker, text: str, timeout: float = 10.0) -> str:
 # ------------------------------------------------------------------ real clients
 
 
+def _ck(b: SaslBroker, mechanism: str) -> dict:
+    user, password = USERS[mechanism]
+    return {"bootstrap.servers": b.sasl, "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+
+
+def _kp(b: SaslBroker, mechanism: str) -> dict:
+    user, password = USERS[mechanism]
+    return dict(bootstrap_servers=b.sasl, security_protocol="SASL_PLAINTEXT",
+                sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password)
+
+
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_confluent_kafka_produces_consumes_in_a_group_and_commits(sasl_broker, mechanism):
-    from confluent_kafka import Consumer, Producer, TopicPartition
-    user, password = USERS[mechanism]
-    conf = {"bootstrap.servers": sasl_broker.sasl, "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
-    topic, group = f"ck-{mechanism}", f"ck-group-{mechanism}"
-    p = Producer(conf)
-    for i in range(5):
-        p.produce(topic, f"m{i}".encode())
-    assert p.flush(30) == 0
-    c = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
-    got = []
-    deadline = time.monotonic() + 30
-    while len(got) < 5 and time.monotonic() < deadline:
-        m = c.poll(1)
-        if m is not None and m.error() is None:
-            got.append(m.value())
-    assert sorted(got) == [f"m{i}".encode() for i in range(5)]
-    c.commit(asynchronous=False)
-    committed = c.committed([TopicPartition(topic, p) for p in range(4)], timeout=10)
-    assert sum(tp.offset for tp in committed if tp.offset > 0) == 5
-    c.close()
-    _wait_logged(sasl_broker, f"authenticated User:{user} from")
+    roundtrips.confluent(_ck(sasl_broker, mechanism), f"ck-{mechanism}", f"ck-group-{mechanism}")
+    _wait_logged(sasl_broker, f"authenticated User:{USERS[mechanism][0]} from")
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_kafka_python_produces_consumes_in_a_group_and_commits(sasl_broker, mechanism):
-    from kafka import KafkaConsumer, KafkaProducer
-    user, password = USERS[mechanism]
-    conf = dict(bootstrap_servers=sasl_broker.sasl, security_protocol="SASL_PLAINTEXT",
-                sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password)
-    topic, group = f"kp-{mechanism}", f"kp-group-{mechanism}"
-    p = KafkaProducer(**conf)
-    for i in range(3):
-        p.send(topic, f"m{i}".encode()).get(30)
-    p.close()
-    c = KafkaConsumer(topic, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
-                      consumer_timeout_ms=15000, **conf)
-    got = []
-    for m in c:
-        got.append(m.value)
-        if len(got) == 3:
-            break
-    assert sorted(got) == [b"m0", b"m1", b"m2"]
-    c.commit()
-    assert sum(c.committed(tp) or 0 for tp in c.assignment()) == 3
-    c.close()
+    roundtrips.kafka_python(_kp(sasl_broker, mechanism), f"kp-{mechanism}", f"kp-group-{mechanism}")
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
@@ -162,58 +132,13 @@ def test_kafka_python_told_kafka_0_10_2_uses_handshake_v0_and_bare_tokens(sasl_b
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_aiokafka_produces_consumes_in_a_group_and_commits(sasl_broker, mechanism):
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-    user, password = USERS[mechanism]
-    conf = dict(bootstrap_servers=sasl_broker.sasl, security_protocol="SASL_PLAINTEXT",
-                sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password)
-    topic, group = f"aio-{mechanism}", f"aio-group-{mechanism}"
-
-    async def run():
-        p = AIOKafkaProducer(**conf)
-        await p.start()
-        try:
-            for i in range(3):
-                await p.send_and_wait(topic, f"m{i}".encode())
-        finally:
-            await p.stop()
-        c = AIOKafkaConsumer(topic, group_id=group, auto_offset_reset="earliest",
-                             enable_auto_commit=False, **conf)
-        await c.start()
-        try:
-            got = []
-            async with asyncio.timeout(30):
-                async for m in c:
-                    got.append(m.value)
-                    if len(got) == 3:
-                        break
-            await c.commit()
-            committed = [await c.committed(tp) or 0 for tp in c.assignment()]
-        finally:
-            await c.stop()
-        return sorted(got), sum(committed)
-
-    assert asyncio.run(run()) == ([b"m0", b"m1", b"m2"], 3)
+    roundtrips.aiokafka(_kp(sasl_broker, mechanism), f"aio-{mechanism}", f"aio-group-{mechanism}")
 
 
-@pytest.mark.skipif(KCAT is None, reason="kcat is not installed (make tools)")
+@pytest.mark.skipif(roundtrips.KCAT is None, reason="kcat is not installed (make tools)")
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_kcat_produces_and_consumes_in_a_group(sasl_broker, mechanism):
-    user, password = USERS[mechanism]
-    topic = f"kcat-{mechanism}"
-    sec = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", f"sasl.mechanism={mechanism}",
-           "-X", f"sasl.username={user}", "-X", f"sasl.password={password}",
-           "-X", "broker.address.family=v4"]
-
-    def kcat(*args, input=None):
-        proc = subprocess.run([KCAT, "-b", sasl_broker.sasl, *sec, *args], input=input,
-                              capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return proc.stdout
-
-    kcat("-P", "-t", topic, input="a\nb\nc\n")
-    out = kcat("-G", f"kcat-group-{mechanism}", "-o", "beginning", "-c", "3", "-e", "-f", "%s\n",
-               "-X", "enable.auto.commit=true", "-X", "auto.commit.interval.ms=100", topic)
-    assert sorted(out.split()) == ["a", "b", "c"]
+    roundtrips.kcat(_ck(sasl_broker, mechanism), f"kcat-{mechanism}", f"kcat-group-{mechanism}")
 
 
 def test_a_user_made_with_brook_users_authenticates_and_survives_a_restart(tmp_path):
@@ -278,7 +203,7 @@ def test_a_wrong_password_is_refused_with_kafkas_error_and_closed(sasl_broker, m
                 f"Authentication failed during authentication due to invalid credentials with SASL "
                 f"mechanism {mechanism}")
     assert expected in errors[0].str()
-    _wait_logged(sasl_broker, f"failed authentication from")
+    _wait_logged(sasl_broker, "failed authentication from")
     _still_serves(sasl_broker)
 
 
@@ -420,3 +345,105 @@ def test_describe_configs_shows_the_mechanisms_and_hides_the_jaas_config(sasl_br
     assert not configs["sasl.enabled.mechanisms"].is_sensitive
     jaas = configs["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
     assert jaas.is_sensitive and jaas.value is None
+
+
+# ------------------------------------------------------------------ re-authentication (KIP-368)
+
+REAUTH_MS = 1500
+
+
+@pytest.fixture(scope="module")
+def reauth_broker(tmp_path_factory):
+    b = SaslBroker(tmp_path_factory.mktemp("reauth"))
+    b.proc.overrides["connections.max.reauth.ms"] = REAUTH_MS
+    b.proc.start()
+    try:
+        _create_scram_users(b.plain)
+        yield b
+    finally:
+        b.proc.close()
+
+
+def _login(c: WireClient, user="scram512", password="secret-512"):
+    assert handshake(c, "SCRAM-SHA-512").error_code == ErrorCode.none
+    scram = ScramClient("sha512", user, password)
+    first = authenticate(c, scram.first())
+    return authenticate(c, scram.final(first.auth_bytes))
+
+
+def _metadata(c: WireClient):
+    return c.request(load_request_schema(3, 1)(topics=None))
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_librdkafka_re_authenticates_on_its_connections_and_keeps_producing(reauth_broker, mechanism):
+    from confluent_kafka import Producer
+    user, password = USERS[mechanism]
+    p = Producer({"bootstrap.servers": reauth_broker.sasl, "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password,
+                  "linger.ms": 5})
+    delivered = []
+    deadline = time.monotonic() + 3.5 * REAUTH_MS / 1000  # sessions expire twice meanwhile
+    i = 0
+    while time.monotonic() < deadline:
+        p.produce(f"reauth-{mechanism}", f"m{i}".encode(), on_delivery=lambda e, m: delivered.append(e))
+        p.poll(0.05)
+        i += 1
+    assert p.flush(30) == 0
+    assert len(delivered) == i and all(e is None for e in delivered)
+    log = reauth_broker.log()
+    assert re.search(rf"re-authenticated User:{user} from .* with {mechanism}", log), log[-3000:]
+    assert "its SASL session expired" not in log
+
+
+def test_the_session_lifetime_is_given_and_an_expired_session_closes_on_its_next_request(reauth_broker):
+    with WireClient(reauth_broker.sasl) as c:
+        final = _login(c)
+        assert final.error_code == ErrorCode.none
+        assert final.session_lifetime.total_seconds() * 1000 == REAUTH_MS
+        assert _metadata(c).brokers  # within the session: served
+        time.sleep(REAUTH_MS / 1000 + 0.2)
+        c.send(load_request_schema(3, 1)(topics=None))
+        assert c.closed_by_peer()
+    _wait_logged(reauth_broker, "its SASL session expired without re-authentication")
+
+
+def test_re_authenticating_in_time_extends_the_session(reauth_broker):
+    with WireClient(reauth_broker.sasl) as c:
+        assert _login(c).error_code == ErrorCode.none
+        time.sleep(REAUTH_MS / 1000 * 0.7)
+        again = _login(c)  # the same exchange, on the same connection
+        assert again.error_code == ErrorCode.none
+        assert again.session_lifetime.total_seconds() * 1000 == REAUTH_MS
+        time.sleep(REAUTH_MS / 1000 * 0.7)  # past the first session's end
+        assert _metadata(c).brokers
+    _wait_logged(reauth_broker, "re-authenticated User:scram512")
+
+
+def test_re_authenticating_as_someone_else_is_refused_and_closes(reauth_broker):
+    with WireClient(reauth_broker.sasl) as c:
+        assert handshake(c, "PLAIN").error_code == ErrorCode.none
+        assert authenticate(c, b"\0alice\0alice-secret").error_code == ErrorCode.none
+        assert handshake(c, "PLAIN").error_code == ErrorCode.none
+        r = authenticate(c, b"\0admin\0admin-secret")
+        assert (r.error_code, r.error_message) == (
+            ErrorCode.sasl_authentication_failed,
+            "Cannot change principals during re-authentication from User.alice: User.admin")
+        assert c.closed_by_peer()
+    with WireClient(reauth_broker.sasl) as c:  # another mechanism: refused too
+        assert handshake(c, "PLAIN").error_code == ErrorCode.none
+        assert authenticate(c, b"\0alice\0alice-secret").error_code == ErrorCode.none
+        assert handshake(c, "SCRAM-SHA-512").error_code == ErrorCode.none
+        r = authenticate(c, ScramClient("sha512", "alice", "x").first())
+        assert r.error_code == ErrorCode.sasl_authentication_failed
+        assert r.error_message == ("SASL mechanism 'SCRAM-SHA-512' requested by client is not supported "
+                                   "for re-authentication of mechanism 'PLAIN'")
+        assert c.closed_by_peer()
+    _wait_logged(reauth_broker, "failed re-authentication of User:alice")
+
+
+def test_without_a_session_lifetime_a_second_handshake_is_an_illegal_state(sasl_broker):
+    with WireClient(sasl_broker.sasl) as c:
+        final = _login(c)
+        assert final.session_lifetime.total_seconds() == 0
+        assert handshake(c, "SCRAM-SHA-512").error_code == ErrorCode.illegal_sasl_state

@@ -5,8 +5,6 @@ huge frame before authentication are refused with one log line while others are 
 
 from __future__ import annotations
 
-import asyncio
-import shutil
 import socket
 import ssl
 import struct
@@ -17,13 +15,11 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from tests.support import client_roundtrips as roundtrips
 from tests.support.kafka_wire import WireClient
 from tests.support.sasl_wire import handshake
 from tests.support.tls_broker import TlsBroker
 from tests.support.tls_certs import TlsFiles
-
-KCAT = shutil.which("kcat")
-
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
@@ -79,26 +75,7 @@ def _kp_conf(b: TlsBroker, way: str) -> dict:
 
 @pytest.mark.parametrize("way", WAYS)
 def test_confluent_kafka_produces_consumes_in_a_group_and_commits(tls_broker, way):
-    from confluent_kafka import Consumer, Producer, TopicPartition
-    conf = _ck_conf(tls_broker, way)
-    topic, group = f"ck-{way}", f"ck-group-{way}"
-    p = Producer(conf)
-    for i in range(5):
-        p.produce(topic, f"m{i}".encode())
-    assert p.flush(30) == 0
-    c = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
-    got = []
-    deadline = time.monotonic() + 30
-    while len(got) < 5 and time.monotonic() < deadline:
-        m = c.poll(1)
-        if m is not None and m.error() is None:
-            got.append(m.value())
-    assert sorted(got) == [f"m{i}".encode() for i in range(5)]
-    c.commit(asynchronous=False)
-    committed = c.committed([TopicPartition(topic, p) for p in range(4)], timeout=10)
-    assert sum(tp.offset for tp in committed if tp.offset > 0) == 5
-    c.close()
+    roundtrips.confluent(_ck_conf(tls_broker, way), f"ck-{way}", f"ck-group-{way}")
     tls_broker.wait_logged(f"authenticated {PRINCIPALS[way]} from")
 
 
@@ -129,29 +106,11 @@ def test_a_fetch_of_many_megabytes_arrives_whole_over_tls(tls_broker):
 
 @pytest.mark.parametrize("way", WAYS)
 def test_kafka_python_produces_consumes_in_a_group_and_commits(tls_broker, way):
-    from kafka import KafkaConsumer, KafkaProducer
-    conf = _kp_conf(tls_broker, way)
-    topic, group = f"kp-{way}", f"kp-group-{way}"
-    p = KafkaProducer(**conf)
-    for i in range(3):
-        p.send(topic, f"m{i}".encode()).get(30)
-    p.close()
-    c = KafkaConsumer(topic, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
-                      consumer_timeout_ms=15000, **conf)
-    got = []
-    for m in c:
-        got.append(m.value)
-        if len(got) == 3:
-            break
-    assert sorted(got) == [b"m0", b"m1", b"m2"]
-    c.commit()
-    assert sum(c.committed(tp) or 0 for tp in c.assignment()) == 3
-    c.close()
+    roundtrips.kafka_python(_kp_conf(tls_broker, way), f"kp-{way}", f"kp-group-{way}")
 
 
 @pytest.mark.parametrize("way", ["SSL", "SASL_SSL-SCRAM"])
 def test_aiokafka_produces_consumes_in_a_group_and_commits(tls_broker, way):
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.helpers import create_ssl_context
     kp = _kp_conf(tls_broker, way)
     context = create_ssl_context(cafile=kp["ssl_cafile"], certfile=kp.get("ssl_certfile"),
@@ -161,53 +120,13 @@ def test_aiokafka_produces_consumes_in_a_group_and_commits(tls_broker, way):
     if way != "SSL":
         conf.update(sasl_mechanism=kp["sasl_mechanism"], sasl_plain_username=kp["sasl_plain_username"],
                     sasl_plain_password=kp["sasl_plain_password"])
-    topic, group = f"aio-{way}", f"aio-group-{way}"
-
-    async def run():
-        p = AIOKafkaProducer(**conf)
-        await p.start()
-        try:
-            for i in range(3):
-                await p.send_and_wait(topic, f"m{i}".encode())
-        finally:
-            await p.stop()
-        c = AIOKafkaConsumer(topic, group_id=group, auto_offset_reset="earliest",
-                             enable_auto_commit=False, **conf)
-        await c.start()
-        try:
-            got = []
-            async with asyncio.timeout(30):
-                async for m in c:
-                    got.append(m.value)
-                    if len(got) == 3:
-                        break
-            await c.commit()
-            committed = [await c.committed(tp) or 0 for tp in c.assignment()]
-        finally:
-            await c.stop()
-        return sorted(got), sum(committed)
-
-    assert asyncio.run(run()) == ([b"m0", b"m1", b"m2"], 3)
+    roundtrips.aiokafka(conf, f"aio-{way}", f"aio-group-{way}")
 
 
-@pytest.mark.skipif(KCAT is None, reason="kcat is not installed (make tools)")
+@pytest.mark.skipif(roundtrips.KCAT is None, reason="kcat is not installed (make tools)")
 @pytest.mark.parametrize("way", ["SSL", "SASL_SSL-SCRAM"])
 def test_kcat_produces_and_consumes_in_a_group(tls_broker, way):
-    conf = _ck_conf(tls_broker, way)
-    bootstrap = conf.pop("bootstrap.servers")
-    sec = [a for k, v in conf.items() for a in ("-X", f"{k}={v}")] + ["-X", "broker.address.family=v4"]
-    topic = f"kcat-{way}"
-
-    def kcat(*args, input=None):
-        proc = subprocess.run([KCAT, "-b", bootstrap, *sec, *args], input=input,
-                              capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return proc.stdout
-
-    kcat("-P", "-t", topic, input="a\nb\nc\n")
-    out = kcat("-G", f"kcat-group-{way}", "-o", "beginning", "-c", "3", "-e", "-f", "%s\n",
-               "-X", "enable.auto.commit=true", "-X", "auto.commit.interval.ms=100", topic)
-    assert sorted(out.split()) == ["a", "b", "c"]
+    roundtrips.kcat(_ck_conf(tls_broker, way), f"kcat-{way}", f"kcat-group-{way}")
 
 
 # ------------------------------------------------------------------ refusals

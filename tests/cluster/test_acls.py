@@ -201,3 +201,33 @@ def test_concurrent_changes_of_one_resource_all_land(zk):
     finally:
         for c in clients:
             c.close()
+
+
+def test_change_notifications_older_than_the_expiration_are_purged(zk):
+    """Every broker deletes the change notifications it has read once they are older than
+    CHANGE_EXPIRATION_MS (Kafka's 15 minutes), config changes and ACL changes alike; newer
+    ones stay for brokers that have not read them yet."""
+    import threading
+    import time
+
+    from brook.cluster import zk_acls, zk_paths
+    from brook.cluster.zk_client import ZkClient
+    from brook.cluster.zk_cluster import CHANGE_EXPIRATION_MS
+    from brook.cluster.zk_paths import parse_connect
+
+    assert CHANGE_EXPIRATION_MS == 15 * 60 * 1000
+    client = ZkClient(parse_connect(zk.connect), 10_000, lambda what: None)
+    assert client.connect_until(threading.Event(), 10_000)
+    try:
+        client.ensure_acl_paths()
+        for directory in (zk_paths.CONFIG_CHANGES, zk_acls.ACL_CHANGES):
+            client.kz.ensure_path(client.p(directory))
+            old = [client.kz.create(client.p(f"{directory}/change_"), b"{}", sequence=True) for _ in range(3)]
+            time.sleep(0.6)
+            new = client.kz.create(client.p(f"{directory}/change_"), b"{}", sequence=True)
+            names = sorted(client.kz.get_children(client.p(directory)))
+            assert client.purge_changes(directory, names, 500) == 3
+            assert sorted(client.kz.get_children(client.p(directory))) == [new.rsplit("/", 1)[1]]
+            assert client.purge_changes(directory, [o.rsplit("/", 1)[1] for o in old], 500) == 0  # gone already
+    finally:
+        client.close()

@@ -45,3 +45,4 @@ def test_change_notifications():
     assert zk_acls.decode_change(zk_acls.EXTENDED_ACL_CHANGES, data) == (RT.TOPIC, PT.PREFIXED, "t-")
     with pytest.raises(ValueError):
         zk_acls.decode_change(zk_acls.ACL_CHANGES, b"Nonsense:t")
+

@@ -38,6 +38,7 @@ from ..security.plain import PlainServer
 from ..security.errors import SaslError
 from ..security.scram import ScramServer
 from .handlers.api_versions import build_response as api_versions_response
+from .handlers.common import CloseConnection
 from .handlers.sasl import AUTHENTICATE_KEY, HANDSHAKE_KEY
 
 log = logging.getLogger(__name__)
@@ -188,8 +189,9 @@ async def _exchange(conn, security) -> bool:
             await _fail_later(conn, _authenticate_response(request, ErrorCode.sasl_authentication_failed,
                                                            message, b"") if framed else None)
             return False
+        lifetime_ms = _start_session(conn, security, mechanism) if server.complete else 0
         if framed:
-            await _send(conn, _authenticate_response(request, ErrorCode.none, None, reply))
+            await _send(conn, _authenticate_response(request, ErrorCode.none, None, reply, lifetime_ms))
         else:
             await _send(conn, _SIZE.pack(len(reply)) + reply)
     conn.principal = f"User:{server.user}"
@@ -198,7 +200,67 @@ async def _exchange(conn, security) -> bool:
     return True
 
 
-def _authenticate_response(request, code: ErrorCode, message: str | None, auth_bytes: bytes) -> bytes:
-    body = make(response_class(AUTHENTICATE_KEY, request.api_version), error_code=code,
-                error_message=message, auth_bytes=auth_bytes, session_lifetime=timedelta(0))
+def _start_session(conn, security, mechanism: str) -> int:
+    """The session's lifetime in ms (connections.max.reauth.ms of the mechanism; 0: the
+    connection's), from now."""
+    conn.sasl_mechanism = mechanism
+    lifetime_ms = security.max_reauth_ms.get(mechanism, 0)
+    conn.session_expires = conn.loop.time() + lifetime_ms / 1000 if lifetime_ms else None
+    return lifetime_ms
+
+
+def _authenticate_body(api_version: int, code: ErrorCode, message: str | None, auth_bytes: bytes,
+                       lifetime_ms: int = 0):
+    return make(response_class(AUTHENTICATE_KEY, api_version), error_code=code,
+                error_message=message, auth_bytes=auth_bytes,
+                session_lifetime=timedelta(milliseconds=lifetime_ms))
+
+
+def _authenticate_response(request, code: ErrorCode, message: str | None, auth_bytes: bytes,
+                           lifetime_ms: int = 0) -> bytes:
+    body = _authenticate_body(request.api_version, code, message, auth_bytes, lifetime_ms)
     return encode_response(AUTHENTICATE_KEY, request.api_version, request.correlation_id, body)
+
+
+class Reauthentication:
+    """KIP-368: an authenticated connection whose session has a lifetime authenticates again
+    on the same connection, with SaslHandshake (v1) and SaslAuthenticate requests in its
+    ordinary request stream, before its session expires. The mechanism and the principal must
+    stay the same; a failure is answered (after connection.failed.authentication.delay.ms)
+    and closes the connection."""
+
+    def __init__(self, conn, security, mechanism: str) -> None:
+        self.conn, self.security, self.mechanism = conn, security, mechanism
+        self.server = new_server(conn.broker, mechanism, security)
+
+    async def step(self, request):
+        """The answer to one SaslAuthenticate (CloseConnection carrying it on failure)."""
+        conn = self.conn
+        if self.mechanism != conn.sasl_mechanism:
+            await self._fail(request, f"SASL mechanism '{self.mechanism}' requested by client is not "
+                                      f"supported for re-authentication of mechanism '{conn.sasl_mechanism}'")
+        try:
+            reply = self.server.evaluate(request.body.auth_bytes)
+        except SaslError as exc:
+            await self._fail(request, str(exc) if exc.public else
+                             "Authentication failed during re-authentication due to invalid "
+                             f"credentials with SASL mechanism {self.mechanism}", exc)
+        if not self.server.complete:
+            return _authenticate_body(request.api_version, ErrorCode.none, None, reply)
+        principal = f"User:{self.server.user}"
+        if principal != conn.principal:
+            await self._fail(request, "Cannot change principals during re-authentication from "
+                                      f"{conn.principal.replace(':', '.', 1)}: {principal.replace(':', '.', 1)}")
+        conn.reauthentication = None
+        lifetime_ms = _start_session(conn, self.security, self.mechanism)
+        log.info("re-authenticated %s from %s on listener %s with %s", principal, conn.peer,
+                 conn.listener_name, self.mechanism)
+        return _authenticate_body(request.api_version, ErrorCode.none, None, reply, lifetime_ms)
+
+    async def _fail(self, request, message: str, exc: Exception | None = None):
+        conn = self.conn
+        log.warning("failed re-authentication of %s from %s on listener %s with %s: %s", conn.principal,
+                    conn.peer, conn.listener_name, self.mechanism, exc or message)
+        await asyncio.sleep(conn.broker.config.connection_failed_authentication_delay_ms / 1000)
+        raise CloseConnection("re-authentication failed", _authenticate_body(
+            request.api_version, ErrorCode.sasl_authentication_failed, message, b""))

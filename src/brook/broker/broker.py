@@ -84,7 +84,7 @@ class Broker:
         self.dir_locks = LogDirLocks(config.log_dirs)
         #: The cluster on ZooKeeper (a brook.cluster.zk_cluster.ZkCluster) when zookeeper.connect
         #: is set; None for the embedded single node.
-        self._cluster = None
+        self.cluster = None
         self._cluster_user_scram: dict[str, dict[str, str]] = {}  # see user_scram()
         #: The ACL authorizer (brook.security.acls.Authorizer) when authorizer.class.name
         #: selects it, with the ACLs as stored; None: everything is allowed (see authz.py).
@@ -114,19 +114,6 @@ class Broker:
         """Lock the log dirs ahead of `open` (a broker joining a cluster fails on dirs in use
         before it waits for ZooKeeper)."""
         self.dir_locks.acquire()
-
-    @property
-    def cluster(self):
-        """The cluster on ZooKeeper (a brook.cluster.zk_cluster.ZkCluster) when zookeeper.connect
-        is set; None for the embedded single node."""
-        return self._cluster
-
-    @cluster.setter
-    def cluster(self, cluster) -> None:
-        self._cluster = cluster
-        if cluster is not None and self.config.acl_authorizer:
-            # The ACLs are ZooKeeper's: read when the cluster starts following its changes.
-            cluster.on_acl_change = self.load_cluster_acls
 
     @property
     def controller_id(self) -> int:

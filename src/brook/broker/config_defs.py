@@ -154,6 +154,9 @@ _KEYS: list[ConfigKey] = [
               "The SASL mechanism brokers authenticate to each other with."),
     ConfigKey("sasl.server.max.receive.size", INT, "524288",
               "The largest frame accepted before a SASL connection has authenticated."),
+    ConfigKey("connections.max.reauth.ms", LONG, "0",
+              "How long a SASL session lasts before the client must authenticate again on its "
+              "connection (KIP-368); 0: for as long as the connection."),
     ConfigKey("connection.failed.authentication.delay.ms", INT, "100",
               "How long a failed authentication waits before its answer and the close."),
     ConfigKey("authorizer.class.name", STRING, "",

@@ -42,8 +42,9 @@ from ..protocol.messages import (
 from .authenticator import authenticate
 from .handlers import Deferred, RawResponse
 from .handlers.api_versions import build_response as api_versions_response
-from .handlers.common import InvalidRequest
-from .handlers.produce import CloseConnection
+from .handlers.common import CloseConnection, InvalidRequest
+from .handlers.sasl import AUTHENTICATE_KEY as SASL_AUTHENTICATE_KEY
+from .handlers.sasl import HANDSHAKE_KEY as SASL_HANDSHAKE_KEY
 from .tls_socket import TlsSocket, WantWrite
 from ..security.tls import NoMatchingRule
 
@@ -89,6 +90,11 @@ class Connection:
         self.fd = sock.fileno()
         self.peer = peer
         self.listener_name = listener_name
+        #: When its SASL session ends (loop time; connections.max.reauth.ms), if it does: a
+        #: request other than a re-authentication after it closes the connection (KIP-368).
+        self.session_expires: float | None = None
+        self.sasl_mechanism: str | None = None
+        self.reauthentication = None  # a re-authentication in progress (authenticator.py)
         #: Who the client is (Kafka's KafkaPrincipal): User:<name> once SASL authenticated it,
         #: or the mapped subject of its TLS client certificate.
         self.principal = "User:ANONYMOUS"
@@ -227,6 +233,8 @@ class Connection:
         except MalformedRequestError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
             return False
+        if self.session_expires is not None and self._session_expired(request.api_key):
+            return False
         api = broker.apis[request.api_key]
         self.busy = True
         try:
@@ -243,7 +251,10 @@ class Connection:
             if not isinstance(response, RawResponse):
                 response = encode_response(request.api_key, request.api_version,
                                            request.correlation_id, response)
-        except CloseConnection:
+        except CloseConnection as exc:
+            if exc.answer is not None:  # e.g. a failed re-authentication's, then the close
+                self._write(encode_response(request.api_key, request.api_version,
+                                            request.correlation_id, exc.answer))
             return False
         except InvalidRequest as exc:
             log.warning("closing connection from %s: invalid %s v%d request: %s", self.peer,
@@ -278,6 +289,14 @@ class Connection:
         finally:
             self.busy = False
             self.muted_until = 0.0
+
+    def _session_expired(self, api_key: int) -> bool:
+        if api_key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY) or self.loop.time() < self.session_expires:
+            return False
+        log.info("closing connection from %s (%s) on listener %s: its SASL session expired without "
+                 "re-authentication (connections.max.reauth.ms)", self.peer, self.principal,
+                 self.listener_name)
+        return True
 
     # ------------------------------------------------------------ deferred answers
 

@@ -164,6 +164,8 @@ class BrokerServer:
                 cluster.on_topic_config = self.broker.apply_topic_config
                 cluster.on_broker_config = self.broker.load_cluster_broker_configs
                 cluster.on_user_config = self.broker.load_cluster_user_scram
+                if self.config.acl_authorizer:  # the ACLs are ZooKeeper's, followed from now on
+                    cluster.on_acl_change = self.broker.load_cluster_acls
                 await cluster.watch_configs()
                 await self.broker.load_cluster_broker_configs()
                 await self.broker.load_cluster_user_scram()

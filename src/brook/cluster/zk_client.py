@@ -551,6 +551,23 @@ class ZkClient:
         return sorted(self.kz.get_children(self.p(zk_paths.CONFIG_CHANGES),
                                            watch=lambda event: self._notify("configs")))
 
+    def purge_changes(self, directory: str, names, older_than_ms: int) -> int:
+        """Delete the change notifications under `directory` created more than `older_than_ms`
+        ago, as every Kafka broker does (a broker that starts later reads the entities
+        themselves, never old notifications); the number deleted."""
+        deleted = 0
+        oldest = time.time() * 1000 - older_than_ms
+        for name in names:
+            path = self.p(f"{directory}/{name}")
+            try:
+                stat = self.kz.exists(path)
+                if stat is not None and stat.ctime < oldest:
+                    self.kz.delete(path, version=stat.version)
+                    deleted += 1
+            except (NoNodeError, BadVersionError):
+                pass  # another broker purged it first
+        return deleted
+
     def read_config_change(self, name: str) -> str | None:
         """The entity path of a change notification ("topics/<t>"), None if gone."""
         try:

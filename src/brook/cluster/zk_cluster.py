@@ -26,6 +26,9 @@ from .zk_client import TRANSIENT_ERRORS, Election, Snapshot, ZkClient
 log = logging.getLogger(__name__)
 
 RETRY_DELAY_S = 1.0  # between two tries of a failed ZooKeeper read while connected
+#: Change notifications older than this are deleted by the brokers that read them (Kafka's
+#: 15 minutes): without it /config/changes and the ACL change paths grow for ever.
+CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 
 
 class ZkCluster:
@@ -360,6 +363,9 @@ class ZkCluster:
                             continue
                         await self.on_acl_change(resource)
                 self._seen_acl_changes = {d: set(names) for d, names in current.items()}
+                for changes_dir, names in current.items():
+                    await asyncio.to_thread(self._client.purge_changes, changes_dir, names,
+                                            CHANGE_EXPIRATION_MS)
             except TRANSIENT_ERRORS as exc:
                 log.warning("reading ACL changes failed: %s; trying again", _describe(exc))
                 await asyncio.sleep(RETRY_DELAY_S)
@@ -391,6 +397,8 @@ class ZkCluster:
                         if entity in (zk_paths.DEFAULT_ENTITY, str(self.broker_id)):
                             await self.on_broker_config()
                 self._seen_changes = set(names)
+                await asyncio.to_thread(self._client.purge_changes, zk_paths.CONFIG_CHANGES, names,
+                                        CHANGE_EXPIRATION_MS)
             except TRANSIENT_ERRORS as exc:
                 log.warning("reading config changes failed: %s; trying again", _describe(exc))
                 await asyncio.sleep(RETRY_DELAY_S)

@@ -30,6 +30,9 @@ class ListenerSecurity:
     mechanisms: tuple[str, ...] = ()
     plain_users: dict[str, str] = field(default_factory=dict, repr=False)  # never logged
     tls: TlsServer | None = None  # SSL and SASL_SSL
+    #: connections.max.reauth.ms by mechanism (KIP-368): how long a SASL session lasts before
+    #: the client must authenticate again on its connection; absent or 0, for ever.
+    max_reauth_ms: dict[str, int] = field(default_factory=dict)
 
     @property
     def sasl(self) -> bool:
@@ -89,7 +92,24 @@ def listener_security(props: dict[str, str], name: str, protocols: dict[str, str
         if module.name != PLAIN_LOGIN_MODULE:
             raise SecurityConfigError(f"{key}: login module {module.name} is not {PLAIN_LOGIN_MODULE}")
         users = {k[len("user_"):]: v for k, v in module.options.items() if k.startswith("user_")}
-    return ListenerSecurity(name, protocol, mechanisms, users, tls)
+    return ListenerSecurity(name, protocol, mechanisms, users, tls, _max_reauth_ms(props, name, mechanisms))
+
+
+def _max_reauth_ms(props: dict[str, str], listener: str, mechanisms) -> dict[str, int]:
+    """connections.max.reauth.ms of each mechanism: listener.name.<l>.<mechanism>.connections.
+    max.reauth.ms (Kafka's only per-listener form), else the broker-wide key."""
+    out = {}
+    for m in mechanisms:
+        key = f"listener.name.{listener.lower()}.{m.lower()}.connections.max.reauth.ms"
+        text = props.get(key, props.get("connections.max.reauth.ms", "0"))
+        try:
+            value = int(str(text).strip())
+        except ValueError:
+            raise SecurityConfigError(f"connections.max.reauth.ms={text} is not a number of "
+                                      "milliseconds") from None
+        if value > 0:
+            out[m] = value
+    return out
 
 
 def inter_broker_credentials(props: dict[str, str], security: ListenerSecurity) -> ClientCredentials:

@@ -14,6 +14,15 @@ class InvalidRequest(Exception):
     its version: the connection is closed with one warning line."""
 
 
+class CloseConnection(Exception):
+    """Close the connection after this request: with `answer` (a response entity) sent first,
+    or with no answer at all."""
+
+    def __init__(self, reason: str = "", answer=None) -> None:
+        super().__init__(reason)
+        self.answer = answer
+
+
 INT32_MIN = -(2**31)  # "authorized operations not requested"
 
 

@@ -27,7 +27,7 @@ from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from ..throttling import produce_throttle
 from . import Api, Deferred
-from .common import NO_THROTTLE, ms
+from .common import NO_THROTTLE, CloseConnection, ms
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,6 @@ _FIRST_BATCH_ONLY_VERSION = 3  # before it, legacy message sets (magic 0 and 1) 
 _LEGACY_MAGICS = (0, 1)
 _LENGTH = struct.Struct(">i")
 _LOGGED_CODES = {ErrorCode.corrupt_message, ErrorCode.kafka_storage_error, ErrorCode.unknown_server_error}
-
-
-class CloseConnection(Exception):
-    pass
 
 
 async def handle(broker, request, connection):

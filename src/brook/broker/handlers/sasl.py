@@ -1,6 +1,7 @@
-"""SaslHandshake and SaslAuthenticate once the connection is past authentication (or on a
-listener without SASL): Kafka answers ILLEGAL_SASL_STATE. The exchange itself, before
-authentication, is `broker.authenticator`'s."""
+"""SaslHandshake and SaslAuthenticate once the connection is past authentication: a
+re-authentication (KIP-368) when the connection's session has a lifetime
+(connections.max.reauth.ms), else, as on a listener without SASL, ILLEGAL_SASL_STATE. The
+exchange itself is `broker.authenticator`'s."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class
 from . import Api
+from .common import CloseConnection
 
 HANDSHAKE_KEY = 17
 AUTHENTICATE_KEY = 36
@@ -21,11 +23,25 @@ def mechanisms(broker, connection) -> tuple[str, ...]:
 
 
 async def handshake(broker, request, connection):
-    return make(response_class(HANDSHAKE_KEY, request.api_version), error_code=ErrorCode.illegal_sasl_state,
-                mechanisms=mechanisms(broker, connection))
+    enabled = mechanisms(broker, connection)
+    if request.api_version < 1 or getattr(connection, "session_expires", None) is None:
+        return make(response_class(HANDSHAKE_KEY, request.api_version),
+                    error_code=ErrorCode.illegal_sasl_state, mechanisms=enabled)
+    if request.body.mechanism not in enabled:
+        raise CloseConnection("re-authentication with an unsupported mechanism", make(
+            response_class(HANDSHAKE_KEY, request.api_version),
+            error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=enabled))
+    from ..authenticator import Reauthentication
+    security = broker.config.listener_security[connection.listener_name]
+    connection.reauthentication = Reauthentication(connection, security, request.body.mechanism)
+    return make(response_class(HANDSHAKE_KEY, request.api_version), error_code=ErrorCode.none,
+                mechanisms=enabled)
 
 
 async def authenticate(broker, request, connection):
+    reauthentication = getattr(connection, "reauthentication", None)
+    if reauthentication is not None:
+        return await reauthentication.step(request)
     return make(response_class(AUTHENTICATE_KEY, request.api_version), error_code=ErrorCode.illegal_sasl_state,
                 error_message="SaslAuthenticate request received after successful authentication",
                 auth_bytes=b"", session_lifetime=timedelta(0))
