@@ -593,10 +593,6 @@ class Broker:
         notification; everyone's at start)."""
         zk = self.cluster.client
         if user is None:
-            # The server reads the users at start: their quotas (and client ids') come with
-            # them, and so do the quota entities' change notifications from now on.
-            self.cluster.on_quota_config = self.load_cluster_quotas
-            await self.load_cluster_quotas()
             users = await asyncio.to_thread(zk.read_user_configs)
             self._cluster_user_scram = {}
         else:

@@ -164,11 +164,13 @@ class BrokerServer:
                 cluster.on_topic_config = self.broker.apply_topic_config
                 cluster.on_broker_config = self.broker.load_cluster_broker_configs
                 cluster.on_user_config = self.broker.load_cluster_user_scram
+                cluster.on_quota_config = self.broker.load_cluster_quotas
                 if self.config.acl_authorizer:  # the ACLs are ZooKeeper's, followed from now on
                     cluster.on_acl_change = self.broker.load_cluster_acls
                 await cluster.watch_configs()
                 await self.broker.load_cluster_broker_configs()
                 await self.broker.load_cluster_user_scram()
+                await self.broker.load_cluster_quotas()
                 names = await asyncio.to_thread(cluster.client.topic_names)
                 await self.broker.drop_topics_not_in(set(names))
             if self.listeners_file:
