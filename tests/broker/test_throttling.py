@@ -95,13 +95,13 @@ def test_a_throttled_produce_mutes_its_connection_and_is_counted_in_the_metrics(
     async def test(broker, conn, ours, theirs):
         metrics = BrokerMetrics(broker)
         await broker.set_client_quotas({Entity(client_set=True, client_id="p"): {"producer_byte_rate": 100}})
-        request = Request(0, 9, 1, "p", None, 2000)  # 2000 bytes over 10 s: 200 B/s, 10 s over
-        assert produce_throttle(broker, request, conn) == 10_000
-        assert conn.muted_until == pytest.approx(conn.loop.time() + 10, abs=0.5)
+        request = Request(0, 9, 1, "p", None, 2000)  # 2000 bytes in the first 1 s window: 19 s over
+        assert produce_throttle(broker, request, conn) == 19_000
+        assert conn.muted_until == pytest.approx(conn.loop.time() + 19, abs=0.5)
         assert produce_throttle(broker, Request(0, 9, 2, "q", None, 2000), conn) == 0  # no quota
         got = samples(metrics)
         assert sample(got, "brook_quota_throttled_responses_total", quota_type="Produce") == 1
-        assert sample(got, "brook_quota_throttle_time_seconds_total", quota_type="Produce") == 10
+        assert sample(got, "brook_quota_throttle_time_seconds_total", quota_type="Produce") == 19
         assert sample(got, "brook_quota_throttle_time_seconds_total", quota_type="Fetch") == 0
         conn.muted_until = 0.0
 

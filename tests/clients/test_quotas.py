@@ -2,15 +2,12 @@
 2.16 nor kafka-python 3.0 has an admin call for it, so the requests are sent as they are on the
 wire), enforced on real clients.
 
-The acceptance test of issue 20: a producer over its byte-rate quota is held to it while an
-unthrottled client on the same broker is not slowed. Kafka's windowed rate (11 samples of 1 s
-and the one that overlaps their start, brook.broker.quotas) does not give a greedy client an
-even rate in every 10 s: a new client is measured over ten whole windows, so its first ten
-seconds' worth goes through at once, and that burst comes back each time its sample leaves the
-window (about every 11 s), the client waiting in between (Kafka's behaviour too; see
-docs/security.md). What is asserted is what that rate guarantees: over two window spans from
-the first byte the client gets its quota within 10%, and no 10 s window gets much more than
-the 12 s of quota the longest span the rate is measured over holds.
+The acceptance test of issue 20: a producer over its byte-rate quota is throttled to within
+10% of the quota over 10 s while an unthrottled client on the same broker is not slowed.
+Checked over every 10 s window from the first byte (in steps of half a second) through two
+window spans (22 s): brook measures a new client over the one window it has been in, where
+Kafka's ten would let it through ten seconds' worth at once every 11 s (see
+brook.broker.quotas and docs/security.md).
 """
 
 from __future__ import annotations
@@ -127,14 +124,12 @@ def _check_held_to_quota(events: list, what: str) -> None:
     """`events`: (time, value bytes) of what the client got through, in time order."""
     t0 = events[0][0]
     print(what, "per second:", [round(_rate(events, t0 + i, t0 + i + 1) / QUOTA, 2) for i in range(23)])
-    tens = [_rate(events, t0 + a, t0 + a + 10) * WIRE / QUOTA for a in (SPAN, SPAN + 0.5, SPAN + 1.0)]
+    tens = [_rate(events, t0 + a / 2, t0 + a / 2 + 10) * WIRE / QUOTA for a in range(25)]
     mean = _rate(events, t0, t0 + 2 * SPAN) * WIRE / QUOTA
     print(f"{what}: quota {QUOTA} B/s; over the first two spans (22 s) {mean:.3f} of it; "
-          f"10 s from 11 s, 11.5 s, 12 s: {', '.join(f'{r:.3f}' for r in tens)}")
+          f"10 s windows from 0 to 12 s: {min(tens):.3f} to {max(tens):.3f}")
     assert 0.9 <= mean <= 1.1
-    # The rate's span is at most 12 windows: 12 s of quota, and a request, in 10 s; 5% more
-    # for what WIRE only estimates and for client-side times of what the broker counted.
-    assert max(tens) <= 1.25
+    assert 0.9 <= min(tens) and max(tens) <= 1.1
 
 
 def _wire_produce_rate(bootstrap: str, topic: str, seconds: float, throttles: list) -> float:
@@ -223,8 +218,8 @@ def _alice(broker, client_id: str) -> Client:
 
 def test_the_quota_is_found_by_precedence(broker):
     """One 1 MB request from alice (SASL) as client "app" on a new connection: a rate of 1 MB
-    over the ten windows, 100 kB/s, so the throttle time says which quota applied:
-    (100 kB/s - q) / q * 10 s."""
+    over its first window, 1 MB/s, so the throttle time says which quota applied:
+    (1 MB/s - q) / q * 1 s."""
     with WireClient(broker.bootstrap) as c:
         create_topic(c, "quota-precedence")
     from tests.support.wire_requests import batch
@@ -238,10 +233,10 @@ def test_the_quota_is_found_by_precedence(broker):
         with _alice(broker, "app") as client:
             response = client.request(body)
             size = len(client.encode(body))  # the request's bytes, as the broker counts them
-        return response.throttle_time.total_seconds() * 1000, size / 10
+        return response.throttle_time.total_seconds() * 1000, size
 
     def expected(rate, quota):
-        return (rate - quota) / quota * 10_000
+        return (rate - quota) / quota * 1_000
 
     alter_quotas(broker.bootstrap, [({"user": "alice", "client-id": "app"}, {"producer_byte_rate": 10_000}),
                                     ({"user": "alice"}, {"producer_byte_rate": 20_000}),
@@ -274,10 +269,10 @@ def test_a_throttled_connection_is_muted(broker):
 
     with Client(broker.bootstrap, "muted") as client:
         start = time.monotonic()
-        first = client.request(body(1200))  # 1.2 MB over 10 s: 120 kB/s, throttled ~2 s
+        first = client.request(body(120))  # 120 kB in the first 1 s window: throttled ~0.2 s
         answered = time.monotonic() - start
         throttle = first.throttle_time.total_seconds()
-        assert 1.5 < throttle < 2.5 and answered < 1.0
+        assert 0.15 < throttle < 0.3 and answered < 0.15
         second = client.request(body(1))
         waited = time.monotonic() - start
         assert waited >= throttle - 0.05
@@ -286,7 +281,7 @@ def test_a_throttled_connection_is_muted(broker):
 
 
 def test_request_time_over_request_percentage_is_throttled(broker):
-    """request_percentage 0.01: 1 ms of handler time in the first ten windows; Metadata
+    """request_percentage 0.01: 0.1 ms of handler time in the first window; Metadata
     requests soon pass it, and their answers carry a wait of at most one window (1 s)."""
     alter_quotas(broker.bootstrap, [({"client-id": "chatty"}, {"request_percentage": 0.01})])
     m = req_mod(3, 12)
@@ -321,7 +316,7 @@ def test_a_fetch_in_a_session_over_its_quota_keeps_its_data_and_gets_the_wait(br
         with Client(broker.bootstrap, "session-reader") as client:
             response = client.request(request)
         assert response.session_id != 0
-        assert response.throttle_time > timedelta(seconds=1)  # 600 kB over 10 s against 10 kB/s
+        assert response.throttle_time > timedelta(seconds=1)  # 600 kB in 1 s against 10 kB/s
         assert len(response.responses[0].partitions[0].records) > 500_000
         with Client(broker.bootstrap, "session-reader") as client:  # sessionless: answered empty
             response = client.request(fetch_request("quota-session", {0: 0}))
