@@ -106,12 +106,64 @@ def in_own_process(side: str, bootstrap: str, topic: str) -> dict:
     return result
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(path: str) -> tuple[str, list[str]]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    return text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1].split()
+
+
+def jvm_threads(pid: int) -> dict[str, float]:
+    """CPU seconds of the JVM's threads: its tasks' threads, the JIT compilers, the rest."""
+    out = {"tasks": 0.0, "jit": 0.0, "other": 0.0}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            name, fields = _stat(f"/proc/{pid}/task/{tid}/stat")
+        except OSError:
+            continue
+        kind = ("tasks" if name.startswith("Executor task") else
+                "jit" if "CompilerThre" in name else "other")
+        out[kind] += (int(fields[11]) + int(fields[12])) / _TICK
+    return out
+
+
+def python_workers(jvm: int) -> float:
+    """CPU seconds of the Python processes running Spark's tasks (``pyspark.worker``: the
+    reading inside mapInArrow, the data source's reads), children of the JVM's daemon."""
+    parents, cpu = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            _, fields = _stat(f"/proc/{entry}/stat")
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        if b"pyspark.worker" in command and b"pyspark.sql.worker" not in command:
+            cpu[int(entry)] = sum(int(x) for x in fields[11:15]) / _TICK
+
+    def under_jvm(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == jvm:
+                return True
+        return False
+
+    return sum(c for pid, c in cpu.items() if under_jvm(pid))
+
+
 def spark_query(spark, broker, topic: str, checkpoint: str, bulk: bool) -> dict:
     import brook.spark
 
     options = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic,
                "startingOffsets": "earliest"}
-    clock = _Clock(broker, _jvm_pid(spark))
+    jvm = _jvm_pid(spark)
+    clock = _Clock(broker, jvm)
+    threads, workers = jvm_threads(jvm), python_workers(jvm)
     clock.start()
     df = (brook.spark.read_stream(spark, options) if bulk
           else spark.readStream.format("brook").options(**options).load())
@@ -125,13 +177,16 @@ def spark_query(spark, broker, topic: str, checkpoint: str, bulk: bool) -> dict:
     batches = sum(p["durationMs"].get("triggerExecution", 0) for p in progress
                   if p["numInputRows"] > 0) / 1000
     run = clock.stop(rows, batches)
+    threads = {k: v - threads[k] for k, v in jvm_threads(jvm).items()}
+    workers = python_workers(jvm) - workers
     if bulk:
         # mapInArrow's input rows are the descriptors: count the output (the noop sink's)
         rows = RECORDS
     elif rows != RECORDS:
         raise RuntimeError(f"the Spark query read {rows:,} rows, expected {RECORDS:,}")
     return {"seconds": run.seconds, "batch_seconds": run.batch_seconds, "rows": rows,
-            "jvm_cpu": run.jvm_cpu * run.seconds, "broker_cpu": run.broker_cpu * run.seconds}
+            "jvm_cpu": run.jvm_cpu * run.seconds, "broker_cpu": run.broker_cpu * run.seconds,
+            "jvm_tasks": threads["tasks"], "jvm_jit": threads["jit"], "workers": workers}
 
 
 def run() -> list[dict]:
@@ -204,7 +259,15 @@ def results(runs: dict[str, list[dict]], loads: list[float]) -> list[dict]:
              f"{_median([_us(r) for r in runs['direct']]):.2f} µs, bulk reader "
              f"{_median([_us(r) for r in runs['bulk']]):.2f} µs, Spark's JVM "
              f"{_median([_us(r, 'jvm_cpu') for r in stream]):.2f} µs (read_stream) and "
-             f"{_median([_us(r, 'jvm_cpu') for r in fmt]):.2f} µs (format brook); a "
+             f"{_median([_us(r, 'jvm_cpu') for r in fmt]):.2f} µs (format brook), of which its "
+             f"task threads {_median([_us(r, 'jvm_tasks') for r in stream]):.2f} and "
+             f"{_median([_us(r, 'jvm_tasks') for r in fmt]):.2f} µs and its JIT compiler "
+             f"threads {_median([_us(r, 'jvm_jit') for r in stream]):.2f} and "
+             f"{_median([_us(r, 'jvm_jit') for r in fmt]):.2f} µs (compiling Spark's planning "
+             f"code, still warming up after several queries: a cost per query, not per row); "
+             f"Spark's Python workers "
+             f"{_median([_us(r, 'workers') for r in stream]):.2f} µs (read_stream) and "
+             f"{_median([_us(r, 'workers') for r in fmt]):.2f} µs (format brook); a "
              f"read_stream query spent {_median([r['seconds'] - r['batch_seconds'] for r in stream]):.1f} s "
              f"outside its micro-batches (start-up and planning); {load}")
     peer = "confluent-kafka, 1 process"

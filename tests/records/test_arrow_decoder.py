@@ -223,3 +223,55 @@ def test_large_records_with_long_length_varints(codec):
                for i, size in enumerate(sizes)]
     buf = encode_batch(records, codec=codec)
     assert rows(decode(buf, "t", 0).batch) == reference(buf, "t", 0, 0, 2**63 - 1, False)
+
+
+@st.composite
+def run_batches(draw):
+    """One batch of many records coming in runs of one size (the decoder steps over a run in
+    one go) broken by records of other sizes, at offset and timestamp deltas whose varints
+    widen inside the batch."""
+    base = draw(st.integers(0, 2**40))
+    ts = draw(st.integers(0, 2**42))
+    records = []
+    for _ in range(draw(st.integers(1, 6))):
+        size = draw(st.sampled_from([0, 1, 10, 63, 64, 100, 200, 5000, 9000]))
+        key = draw(st.one_of(st.none(), st.binary(min_size=3, max_size=3)))
+        for _ in range(draw(st.integers(1, 120))):
+            i = len(records)
+            records.append(Record(base + i, ts + i * draw(st.sampled_from([0, 1, 3])), key,
+                                  None if size == 0 else bytes([i % 251]) * size))
+    return encode_batch(records, codec=draw(st.sampled_from([Codec.NONE, Codec.LZ4])))
+
+
+@SOME
+@given(batch=run_batches(), data=st.data())
+def test_runs_of_records_of_one_size_equal_the_record_decoder(batch, data):
+    offsets = [r.offset for r in decode_batch(batch).records]
+    start = data.draw(st.integers(offsets[0], offsets[-1] + 1))
+    buf = batch + batch_after(batch)
+    decoded = decode(buf, "t", 3, start=start)
+    assert rows(decoded.batch) == reference(buf, "t", 3, start, 2**63 - 1, False)
+
+
+def batch_after(batch: bytes) -> bytes:
+    last = decode_batch(batch).last_offset
+    return encode_batch([Record(last + 1 + i, 0, None, b"x" * 20) for i in range(40)])
+
+
+@SOME
+@given(batch=run_batches(), data=st.data())
+def test_damaged_runs_under_a_good_crc_fail_like_the_record_decoder(batch, data):
+    batch = bytearray(batch)
+    if batch[ATTRIBUTES_OFFSET + 1] & 0x07:
+        return
+    for _ in range(data.draw(st.integers(1, 2))):
+        at = data.draw(st.integers(61, len(batch) - 1))
+        batch[at] = data.draw(st.integers(0, 255))
+    buf = _recrc(batch)
+    try:
+        expected = reference(buf, "t", 0, 0, 2**63 - 1, False)
+    except RecordsError:
+        with pytest.raises(RecordsError):
+            decode(buf, "t", 0)
+        return
+    assert rows(decode(buf, "t", 0).batch) == expected

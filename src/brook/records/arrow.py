@@ -192,29 +192,82 @@ def _control_type(body, attributes: int, count: int, base_offset: int, base_ts: 
     return _CONTROL_KEY.unpack_from(records[0].key)[1]
 
 
-def _record_starts(buf: bytes, spans: _Spans) -> array:
-    """Where each record (its length varint) begins: the one per-record loop, a list
-    comprehension that steps from each record to the next (a record of under 8 KiB has a
-    one- or two-byte length; longer ones take a function call)."""
-    starts = array("q")
+def _record_starts(buf: bytes, arr: np.ndarray, spans: _Spans) -> np.ndarray:
+    """Where each record (its length varint) begins.
+
+    A record's length is the only thing that says where the next one begins, so this is a
+    walk from record to record. Records of one size often come in runs (values of a fixed
+    size, and the same key, offset-delta and timestamp-delta widths for many records in a
+    row): where the record at `p` and the two after it have the same size `L`, the records
+    from `p` on are taken to start every `L` bytes, and numpy checks that guess for a window
+    of them at once, keeping them up to the first whose length says otherwise (a run of
+    records that each say "I am L bytes" from a true start are true starts, one after the
+    other). Elsewhere a list comprehension steps from each record to the next (a record of
+    under 8 KiB has a one- or two-byte length; longer ones take a function call). Both give
+    exactly the walk's starts, and the batch's records must end where its body does.
+    """
+    parts: list[np.ndarray] = []
     sizes = np.asarray(spans.pos).tolist() + [spans.size]
     try:
         for i, count in enumerate(spans.count):
             p = sizes[i]
-            if not count:
-                continue
-            starts.append(p)
-            ends = [(p := p + (1 + (b >> 1) if (b := buf[p]) < 0x80 else
-                               2 + ((b & 0x7F | c << 7) >> 1) if (c := buf[p + 1]) < 0x80 else
-                               _record_size(buf, p)))
-                    for _ in range(count)]
-            if p != sizes[i + 1]:
+            end = sizes[i + 1]
+            k = 0
+            window, step = _RUN_WINDOW, _RUN_MIN
+            while k < count:
+                left = count - k
+                if left >= _RUN_MIN:
+                    size = _size_at(buf, p)
+                    if (size and p + 2 * size < end and _size_at(buf, p + size) == size
+                            and _size_at(buf, p + 2 * size) == size):
+                        m = min(left, window, (end - p - 1) // size + 1)
+                        at = p + size * np.arange(m, dtype=np.int64)
+                        b = arr[at].astype(np.int64)
+                        c = arr[at + 1].astype(np.int64)
+                        same = np.where(b < 0x80, 1 + (b >> 1),
+                                        np.where(c < 0x80, 2 + (((b & 0x7F) | (c << 7)) >> 1), 0))
+                        same = same == size
+                        run = m if same.all() else int(np.argmin(same))
+                        parts.append(at[:run])
+                        k += run
+                        p += run * size
+                        window = 2 * window if run == m else _RUN_WINDOW
+                        step = _RUN_MIN
+                        continue
+                    n = min(left, step)  # not a run here: step through some (more each time)
+                    step *= 4
+                else:
+                    n = left
+                starts = array("q", [p])
+                ends = [(p := p + (1 + (b >> 1) if (b := buf[p]) < 0x80 else
+                                   2 + ((b & 0x7F | c << 7) >> 1) if (c := buf[p + 1]) < 0x80 else
+                                   _record_size(buf, p)))
+                        for _ in range(n)]
+                starts.extend(array("q", ends[:-1]))
+                parts.append(np.frombuffer(starts, np.int64))
+                k += n
+            if p != end:
                 raise CorruptRecordError(
                     f"batch at offset {spans.base_offset[i]}: its records do not fill its body")
-            starts.extend(array("q", ends[:-1]))
     except IndexError:
         raise CorruptRecordError("a record runs past the end of its batch") from None
-    return starts
+    if not parts:
+        return np.zeros(0, np.int64)
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+_RUN_MIN = 16  # records left in a batch for a run to be looked for
+_RUN_WINDOW = 256  # records a run's guess is first checked over (doubling while it holds)
+
+
+def _size_at(buf: bytes, p: int) -> int:
+    """The size of the record at `p` with its length varint, if that varint has one or two
+    bytes; else 0."""
+    b = buf[p]
+    if b < 0x80:
+        return 1 + (b >> 1)
+    c = buf[p + 1]
+    return 2 + ((b & 0x7F | c << 7) >> 1) if c < 0x80 else 0
 
 
 def _record_size(buf: bytes, p: int) -> int:
@@ -280,7 +333,7 @@ def _columns(spans: _Spans, topic: str, partition: int, start: int, end: int,
     spans.bodies.append(_PAD)
     buf = b"".join(spans.bodies)
     arr = np.frombuffer(buf, np.uint8)
-    begins = np.frombuffer(_record_starts(buf, spans), np.int64)
+    begins = _record_starts(buf, arr, spans)
     if len(buf) < 2**31 - 64:  # positions in int32: half the memory traffic
         begins = begins.astype(np.int32)
     counts = np.frombuffer(spans.count, np.int64)

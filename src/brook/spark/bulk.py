@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSource, InputPartition
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from .options import SourceOptions
-from .reader import OffsetRange, read_ranges
+from .reader import OffsetRange, freeze_worker_heap, read_ranges
 from .schema import spark_schema
 from .source import BrookBatchReader, BrookStreamReader
 
@@ -35,6 +35,7 @@ RANGES = StructType([
 
 
 def _descriptor(partition: InputPartition) -> Iterator[tuple]:
+    freeze_worker_heap()
     if isinstance(partition, OffsetRange):  # Spark reads InputPartition(None) for no splits
         yield partition.topic, partition.partition, partition.start, partition.end
 
