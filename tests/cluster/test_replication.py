@@ -440,3 +440,43 @@ def _list_latest(topic: str, replica_id: int, current: int):
         mod.ListOffsetsTopic, name=topic, partitions=(make(
             mod.ListOffsetsPartition, partition_index=0, current_leader_epoch=current,
             timestamp=-1),)),))
+
+
+def test_create_topics_meeting_an_expired_zookeeper_session_is_answered_not_controller(own_zookeeper, tmp_path):
+    """A CreateTopics whose ZooKeeper write fails because this broker's session expired (the
+    server away for longer than the session timeout: the broker resigns as controller) is
+    answered NOT_CONTROLLER, which clients retry on the controller they find next; the
+    connection stays open (it was closed on the exception: a transport failure to clients)."""
+    from kio.schema.errors import ErrorCode
+
+    from tests.support.cluster_harness import ClusterBrokers, ZkView
+    from tests.support.kafka_wire import WireClient
+    from tests.support.wire_requests import create_topic, req_mod
+    server = own_zookeeper.start()
+    cluster = ClusterBrokers(tmp_path, lambda: server.connect)
+    view = ZkView(server, "")
+    try:
+        proc = cluster(1, {**FAST, "zookeeper.session.timeout.ms": 3000})
+        wait_for(lambda: view.broker_ids() == [1], 30, "registered", cluster)
+        view.close()
+        with WireClient(proc.bootstrap, timeout=60) as c:
+            server.stop()
+            m = req_mod(19, 7)
+            from datetime import timedelta
+
+            from brook.protocol.messages import make
+            body = make(m.CreateTopicsRequest, topics=(make(
+                m.CreatableTopic, name="meets-an-expired-session", num_partitions=1, replication_factor=1,
+                assignments=(), configs=()),), timeout=timedelta(seconds=30), validate_only=False)
+            sent = c.send(body)
+            time.sleep(6)  # twice the session timeout
+            server.start()
+            answer = c.recv(19, 7, sent).topics[0]
+            assert answer.error_code == ErrorCode.not_controller, answer
+            assert "ZooKeeper cannot be reached" in answer.error_message
+            wait_for(lambda: create_topic(c, "after-it", replication_factor=1).error_code
+                     in (ErrorCode.none, ErrorCode.topic_already_exists), 30, "created again", cluster)
+        wait_for(lambda: "Resigned as the controller" in proc.stderr_path.read_text() or
+                 "session expired" in proc.stderr_path.read_text(), 5, "the expiry logged", cluster)
+    finally:
+        cluster.close()

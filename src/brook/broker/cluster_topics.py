@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from ..cluster.assignment import (ReplicationFactorError, assign_replicas,
                                   assign_replicas_rack_aware)
 from ..cluster.controller import topic_id_text
+from ..cluster.zk_client import TRANSIENT_ERRORS
 from ..cluster.zk_data import TopicAssignment
 from .metadata import (INTERNAL_TOPICS, InvalidRequestError, MetadataError, validate_topic_configs,
                        validate_topic_name)
@@ -28,6 +29,17 @@ class TopicRefused(Exception):
     def __init__(self, code: ErrorCode, text: str) -> None:
         super().__init__(text)
         self.code = code
+
+
+async def _in_zookeeper(call, *args):
+    """A ZooKeeper call of an admin request. ZooKeeper out of reach, or this broker's session
+    expired (it then resigns as controller), is answered NOT_CONTROLLER: clients ask again,
+    of the controller they find next, instead of losing their connection to an exception."""
+    try:
+        return await asyncio.to_thread(call, *args)
+    except TRANSIENT_ERRORS as exc:
+        raise TopicRefused(ErrorCode.not_controller, "ZooKeeper cannot be reached from this broker "
+                           f"now ({type(exc).__name__}): ask again") from None
 
 
 def plan_assignment(broker, partitions: int, replication_factor: int,
@@ -88,8 +100,8 @@ async def create_topic(broker, name: str, partitions: int, replication_factor: i
         return None
     topic_id = uuid.uuid4()
     zk = broker.cluster.client
-    made = await asyncio.to_thread(zk.create_topic, name,
-                                   TopicAssignment(topic_id_text(topic_id), assignment), configs)
+    made = await _in_zookeeper(zk.create_topic, name,
+                               TopicAssignment(topic_id_text(topic_id), assignment), configs)
     if not made:
         raise TopicRefused(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
     log.info("Creating topic %s with configuration %s and initial partition assignment %s",
@@ -114,7 +126,7 @@ async def add_partitions(broker, name: str, count: int, explicit: list[tuple[int
     """CreatePartitions in a cluster: the topic's assignment grown to `count` partitions, the
     new ones spread as Kafka spreads them (same replication factor as partition 0)."""
     zk = broker.cluster.client
-    current = await asyncio.to_thread(zk.read_topic, name)
+    current = await _in_zookeeper(zk.read_topic, name)
     if current is None or name not in broker.replicas.cache.topics:
         raise TopicRefused(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
     have = len(current.partitions)
@@ -138,7 +150,7 @@ async def add_partitions(broker, name: str, count: int, explicit: list[tuple[int
     if validate_only:
         return
     grown = TopicAssignment(current.topic_id, {**current.partitions, **new})
-    if not await asyncio.to_thread(zk.add_partitions, name, grown, current):
+    if not await _in_zookeeper(zk.add_partitions, name, grown, current):
         raise TopicRefused(ErrorCode.reassignment_in_progress,
                            f"the assignment of {name!r} changed meanwhile; try again")
     log.info("Creating %d partitions for %s with the following replica assignment: %s",
