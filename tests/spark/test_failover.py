@@ -90,4 +90,8 @@ def test_a_streaming_query_carries_on_through_a_coordinator_failover(spark, zk, 
         assert pos not in got, f"{pos} written twice"
         got[pos] = (bytes(row.key), bytes(row.value) if row.value is not None else None, row.ts)
     want = {pos: (r.key, r.value, r.timestamp) for pos, r in zip(producing.positions, records)}
-    assert len(got) == len(records) and got == want
+    # Every record the producer had acknowledged, where it was acknowledged; and every record
+    # of the log once. The producer is not idempotent: a batch whose answer was lost with the
+    # killed broker is sent again and is in the log twice (a CI run saw 45 such records).
+    assert {pos: got.get(pos) for pos in want} == want
+    assert len(got) == sum(want_end["clicks"].values())
