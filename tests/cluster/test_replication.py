@@ -309,6 +309,82 @@ def test_a_rolling_restart_under_acks_all_load_loses_nothing(zk, brokers):
         pos = got.index(v, pos) + 1
 
 
+def test_leaders_killed_in_a_loop_under_an_idempotent_producer_lose_and_repeat_nothing(zk, brokers):
+    """SIGKILL of the partition's leader three times while an idempotent acks=all producer and
+    a consumer run: every acknowledged record is in the log once and in order (the producer
+    state moves with leadership, so a resent batch is not written twice), and the consumer
+    reads on past each failover. Each killed broker comes back before the next kill, so the
+    ISR can hold `min.insync.replicas=2`."""
+    import threading
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    procs = _three(brokers, zk)
+    bootstrap = _bootstrap(procs)
+    _create(bootstrap, "loop", rf=3, configs={"min.insync.replicas": "2"})
+    acked, failed, consumed = [], [], []
+    stop = threading.Event()
+
+    def report(err, msg):
+        (failed if err else acked).append(msg.value() if not err else (msg.value(), str(err)))
+
+    def produce():
+        p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
+                      "enable.idempotence": True, "message.timeout.ms": 120000})
+        i = 0
+        while not stop.is_set():
+            p.produce("loop", f"m{i:07d}".encode(), on_delivery=report)
+            p.poll(0)
+            i += 1
+            time.sleep(0.002)
+        p.flush(120)
+
+    def consume():
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "loop-reader",
+                      "enable.auto.commit": False})
+        c.assign([TopicPartition("loop", 0, 0)])
+        while not stop.is_set() or len(consumed) < len(acked):
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                consumed.append(m.value())
+            if stop.is_set() and time.monotonic() > stop_at[0] + 60:
+                break
+        c.close()
+
+    stop_at = [float("inf")]
+    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
+    for t in threads:
+        t.start()
+    epochs = []
+    try:
+        for _ in range(3):
+            before = len(consumed)
+            wait_for(lambda: len(consumed) > before + 100, 60, "the consumer reading on", brokers)
+            state = _state(zk, "loop")
+            epochs.append(state["leader_epoch"])
+            victim = state["leader"]
+            brokers[victim].proc.send_signal(signal.SIGKILL)
+            brokers[victim].proc.wait()
+            wait_for(lambda: _state(zk, "loop")["leader"] not in (victim, -1), 30,
+                     "a new leader elected", brokers)
+            brokers[victim].start()
+            wait_for(lambda: sorted(_state(zk, "loop")["isr"]) == [1, 2, 3], 60,
+                     f"broker {victim} back in the ISR", brokers)
+        before = len(consumed)
+        wait_for(lambda: len(consumed) > before + 100, 60, "the consumer reading after the last kill",
+                 brokers)
+    finally:
+        stop_at[0] = time.monotonic()
+        stop.set()
+        for t in threads:
+            t.join(180)
+    assert failed == [] and len(acked) > 300
+    assert epochs == sorted(set(epochs)), epochs
+    log = _consume_to_end(_bootstrap(procs), "loop")
+    assert len(log) == len(set(log)), "a record is in the log twice"
+    assert log == sorted(log), "records are out of order in the log"
+    assert set(acked) <= set(log), f"{len(set(acked) - set(log))} acknowledged records are lost"
+    assert consumed == log[:len(consumed)], "the consumer saw something other than the log"
+
+
 def _consume_to_end(bootstrap, topic, timeout=90):
     from confluent_kafka import Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"end-{time.monotonic_ns()}",
