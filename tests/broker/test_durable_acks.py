@@ -19,18 +19,50 @@ from brook.storage.errors import KafkaStorageError
 from brook.storage.log import Log
 
 
-@pytest.fixture
-def fsyncs(monkeypatch):
-    """Every fsync's file, as (device, inode), in order."""
-    seen: list[tuple[int, int]] = []
-    real = os.fsync
+class Synced:
+    """What the rounds made durable: each fsync's file and each syncfs's file system."""
+
+    def __init__(self, use_syncfs: bool) -> None:
+        self.use_syncfs = use_syncfs
+        self.files: list[tuple[int, int]] = []
+        self.filesystems: list[int] = []
+
+    def covers(self, path) -> bool:
+        dev, ino = file_id(path)
+        return (dev, ino) in self.files or dev in self.filesystems
+
+    def calls(self) -> int:
+        return len(self.files) + len(self.filesystems)
+
+    def clear(self) -> None:
+        self.files.clear()
+        self.filesystems.clear()
+
+    def config(self) -> dict:
+        return {"log.flush.before.ack": "true",
+                "log.flush.before.ack.syncfs": str(self.use_syncfs).lower()}
+
+
+@pytest.fixture(params=["syncfs", "fsync"])
+def synced(request, monkeypatch):
+    """Rounds of either kind: several files of a file system in one syncfs, or one fsync a
+    file; what they covered is recorded."""
+    if request.param == "syncfs" and not group_commit.SYNCFS_AVAILABLE:
+        pytest.skip("no syncfs reporting write-back errors here (Linux 5.8 and later)")
+    seen = Synced(request.param == "syncfs")
+    real_fsync, real_syncfs = os.fsync, group_commit.syncfs
 
     def fsync(fd):
         st = os.fstat(fd)
-        seen.append((st.st_dev, st.st_ino))
-        real(fd)
+        seen.files.append((st.st_dev, st.st_ino))
+        real_fsync(fd)
+
+    def syncfs(fd):
+        seen.filesystems.append(os.fstat(fd).st_dev)
+        real_syncfs(fd)
 
     monkeypatch.setattr(group_commit.os, "fsync", fsync)
+    monkeypatch.setattr(group_commit, "syncfs", syncfs)
     return seen
 
 
@@ -47,9 +79,9 @@ def append(lg: Log, value: bytes = b"v") -> None:
     lg.append(encode_batch([Record(0, 0, None, value)]))
 
 
-def test_waiters_share_fsync_rounds_and_each_round_covers_what_came_before_it(tmp_path, fsyncs):
+def test_waiters_share_fsync_rounds_and_each_round_covers_what_came_before_it(tmp_path, synced):
     lgs = logs(tmp_path, 4)
-    committer = GroupCommitter()
+    committer = GroupCommitter(synced.use_syncfs)
 
     async def main():
         waiters = []
@@ -63,27 +95,29 @@ def test_waiters_share_fsync_rounds_and_each_round_covers_what_came_before_it(tm
         asyncio.run(main())
         assert committer.answered == 40
         assert committer.rounds <= 2  # the first waiter's round, then everyone who came meanwhile
-        segments = {file_id(lg.segments[-1].log_path) for lg in lgs}
-        assert segments <= set(fsyncs)  # every log's segment, each once a round at most
-        assert len(fsyncs) <= committer.rounds * 8  # a segment and a directory per log
+        assert all(synced.covers(lg.segments[-1].log_path) for lg in lgs)
+        if synced.use_syncfs:  # the logs share a file system: one syncfs a round
+            assert synced.files == [] and len(synced.filesystems) == committer.rounds
+        else:
+            assert len(synced.files) <= committer.rounds * 8  # a segment and a directory per log
     finally:
         for lg in lgs:
             lg.close()
 
 
-def test_a_log_already_durable_is_not_fsynced_again(tmp_path, fsyncs):
+def test_a_log_already_durable_is_not_fsynced_again(tmp_path, synced):
     [lg] = logs(tmp_path, 1)
-    committer = GroupCommitter()
+    committer = GroupCommitter(synced.use_syncfs)
 
     async def main():
         append(lg)
         await committer.sync([lg])
-        count = len(fsyncs)
+        count = synced.calls()
         await committer.sync([lg])  # nothing new
-        assert len(fsyncs) == count
+        assert synced.calls() == count
         append(lg)
         await committer.sync([lg])
-        assert len(fsyncs) > count
+        assert synced.calls() > count
 
     try:
         asyncio.run(main())
@@ -91,32 +125,120 @@ def test_a_log_already_durable_is_not_fsynced_again(tmp_path, fsyncs):
         lg.close()
 
 
+@pytest.mark.parametrize("count", [1, 3])
 def test_a_failed_fsync_fails_the_waiters_of_its_round_and_the_next_round_tries_again(
-        tmp_path, monkeypatch):
-    [lg] = logs(tmp_path, 1)
-    committer = GroupCommitter()
+        tmp_path, monkeypatch, synced, count):
+    """One log (an fsync of its segment) or three new ones (a syncfs for their files and
+    directories, or an fsync each)."""
+    lgs = logs(tmp_path, count)
+    committer = GroupCommitter(synced.use_syncfs)
     failing = [True]
-    real = os.fsync
+    real_fsync, real_syncfs = group_commit.os.fsync, group_commit.syncfs
 
-    def fsync(fd):
-        if failing[0]:
-            raise OSError(5, "Input/output error")
-        real(fd)
+    def fail_or(real):
+        def sync(fd):
+            if failing[0]:
+                raise OSError(5, "Input/output error")
+            real(fd)
+        return sync
 
-    monkeypatch.setattr(group_commit.os, "fsync", fsync)
+    monkeypatch.setattr(group_commit.os, "fsync", fail_or(real_fsync))
+    monkeypatch.setattr(group_commit, "syncfs", fail_or(real_syncfs))
 
     async def main():
-        append(lg)
-        with pytest.raises(KafkaStorageError):
-            await committer.sync([lg])
+        for lg in lgs:
+            append(lg)
+        waiters = [asyncio.ensure_future(committer.sync([lg])) for lg in lgs]
+        for w in waiters:
+            with pytest.raises(KafkaStorageError):
+                await w
         failing[0] = False
-        await committer.sync([lg])  # not marked durable by the failed round
+        synced.clear()
+        await committer.sync(lgs)  # not marked durable by the failed round
+        assert all(synced.covers(lg.segments[-1].log_path) for lg in lgs)
 
     try:
         asyncio.run(main())
         assert committer.rounds == 2
     finally:
+        for lg in lgs:
+            lg.close()
+
+
+def test_waiters_joining_over_several_turns_of_the_loop_share_one_round(tmp_path):
+    """Requests handled one turn of the event loop after another (as connections' requests
+    are) wait for each other: one round for all, not one each."""
+    [lg] = logs(tmp_path, 1)
+    committer = GroupCommitter()
+
+    async def main():
+        waits = []
+        for _ in range(8):
+            append(lg)
+            waits.append(committer.durable([lg]))
+            await asyncio.sleep(0)
+        await asyncio.gather(*waits)
+
+    try:
+        asyncio.run(main())
+        assert (committer.rounds, committer.answered) == (1, 8)
+    finally:
         lg.close()
+
+
+def test_a_round_starts_while_waiters_keep_joining(tmp_path, monkeypatch):
+    """Gathering is bounded: a stream of waiters that never pauses still gets its rounds."""
+    import threading
+    [lg] = logs(tmp_path, 1)
+    committer = GroupCommitter(use_syncfs=False)
+    started = threading.Event()
+    real = os.fsync
+
+    def fsync(fd):
+        started.set()
+        real(fd)
+
+    monkeypatch.setattr(group_commit.os, "fsync", fsync)
+
+    async def main():
+        waits = []
+        deadline = time.monotonic() + 5
+        while not started.is_set() and time.monotonic() < deadline:
+            append(lg)
+            waits.append(committer.durable([lg]))  # a new waiter every turn
+            await asyncio.sleep(0)
+        in_time = started.is_set()
+        await asyncio.gather(*waits)
+        return in_time
+
+    try:
+        assert asyncio.run(main()), "no round started in 5 s of waiters joining every turn"
+        assert committer.rounds >= 1
+    finally:
+        lg.close()
+
+
+def test_a_waiter_cancelled_leaves_the_others_of_its_round_waiting(tmp_path):
+    """Waiters of a round share one future: cancelling one caller must not cancel it."""
+    lgs = logs(tmp_path, 2)
+    committer = GroupCommitter()
+
+    async def main():
+        for lg in lgs:
+            append(lg)
+        first = asyncio.ensure_future(committer.sync([lgs[0]]))
+        second = asyncio.ensure_future(committer.sync([lgs[1]]))
+        await asyncio.sleep(0)
+        first.cancel()
+        await second  # still answered by its round
+        assert first.cancelled()
+
+    try:
+        asyncio.run(main())
+        assert committer.answered == 2
+    finally:
+        for lg in lgs:
+            lg.close()
 
 
 async def roundtrip(theirs, request, api_key: int, version: int):
@@ -138,7 +260,7 @@ async def roundtrip(theirs, request, api_key: int, version: int):
     return entity_reader(cls)(body, offset)[0]
 
 
-def test_a_produce_is_answered_after_its_segment_is_fsynced(tmp_path, fsyncs):
+def test_a_produce_is_answered_after_its_segment_is_fsynced(tmp_path, synced):
     from tests.support.socketpair_broker import run_broker
 
     from brook.protocol.messages import make
@@ -154,14 +276,14 @@ def test_a_produce_is_answered_after_its_segment_is_fsynced(tmp_path, fsyncs):
                      records=encode_batch([Record(0, 0, None, b"v")])),)),))
         answer = await roundtrip(theirs, request, 0, 9)
         assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
-        assert file_id(broker.partition("t", 0).log.segments[-1].log_path) in fsyncs
+        assert synced.covers(broker.partition("t", 0).log.segments[-1].log_path)
         assert broker.group_commit.answered == 1
 
-    run_broker(tmp_path, {"log.flush.before.ack": "true"}, test)
+    run_broker(tmp_path, synced.config(), test)
 
 
 @pytest.mark.parametrize("durable", [True, False])
-def test_an_offset_commit_is_answered_after_its_offsets_partition_is_fsynced(tmp_path, fsyncs,
+def test_an_offset_commit_is_answered_after_its_offsets_partition_is_fsynced(tmp_path, synced,
                                                                             durable):
     """And without the setting, nothing waits for an fsync."""
     from tests.support.socketpair_broker import run_broker
@@ -172,10 +294,10 @@ def test_an_offset_commit_is_answered_after_its_offsets_partition_is_fsynced(tmp
         answer = await roundtrip(theirs, commit("g", 5), 8, 9)
         assert answer.topics[0].partitions[0].error_code == ErrorCode.none
         offsets = broker.partition("__consumer_offsets", 0).log
-        assert (file_id(offsets.segments[-1].log_path) in fsyncs) is durable
+        assert synced.covers(offsets.segments[-1].log_path) is durable
         assert (broker.group_commit is not None) is durable
 
-    run_broker(tmp_path, {"log.flush.before.ack": str(durable).lower()}, test)
+    run_broker(tmp_path, {**synced.config(), "log.flush.before.ack": str(durable).lower()}, test)
 
 
 def test_real_clients_produce_consume_and_commit_with_durable_acknowledgements(broker_factory):
@@ -249,14 +371,16 @@ def test_requests_read_after_a_deferred_answer_are_handled_while_it_waits_for_it
     from tests.support.kafka_wire import frame
 
     slow = threading.Event()
-    real = os.fsync
 
-    def fsync(fd):
-        if slow.is_set():
-            time.sleep(3.0)
-        real(fd)
+    def slowed(real):
+        def sync(fd):
+            if slow.is_set():
+                time.sleep(3.0)
+            real(fd)
+        return sync
 
-    monkeypatch.setattr(group_commit.os, "fsync", fsync)
+    monkeypatch.setattr(group_commit.os, "fsync", slowed(os.fsync))
+    monkeypatch.setattr(group_commit, "syncfs", slowed(group_commit.syncfs))
 
     async def test(broker, conn, ours, theirs):
         broker.create_topic("t", 1)
@@ -300,23 +424,24 @@ def _whole(data: bytes) -> bool:
     return pos == len(data)
 
 
-def test_a_segment_rolled_since_the_last_round_is_fsynced_with_its_directory(tmp_path, fsyncs):
+def test_a_segment_rolled_since_the_last_round_is_fsynced_with_its_directory(tmp_path, synced):
     lg = Log(str(tmp_path / "t-0"), LogConfig(segment_bytes=400))
-    committer = GroupCommitter()
+    committer = GroupCommitter(synced.use_syncfs)
 
     async def main():
         append(lg, b"x" * 250)
         await committer.sync([lg])
-        fsyncs.clear()
+        synced.clear()
         append(lg, b"y" * 250)  # does not fit: a new segment
         assert len(lg.segments) == 2
         await committer.sync([lg])
-        assert file_id(lg.segments[-1].log_path) in fsyncs
-        assert file_id(lg.directory) in fsyncs
-        fsyncs.clear()
+        assert synced.covers(lg.segments[-1].log_path)
+        assert synced.covers(lg.directory)
+        synced.clear()
         append(lg, b"z")
         await committer.sync([lg])
-        assert file_id(lg.directory) not in fsyncs  # no new entry to make durable
+        assert synced.files == [file_id(lg.segments[-1].log_path)]  # no new entry to make durable
+        assert synced.filesystems == []
 
     try:
         asyncio.run(main())

@@ -74,7 +74,8 @@ class Broker:
         #: Client quotas (brook.broker.quotas): what is set, and the clients' measured rates.
         self.quotas = ClientQuotas(config.quota_window_num, config.quota_window_size_seconds * 1000)
         #: log.flush.before.ack: what makes appends durable before they are answered
-        self.group_commit = GroupCommitter() if config.log_flush_before_ack else None
+        self.group_commit = (GroupCommitter(config.log_flush_before_ack_syncfs)
+                             if config.log_flush_before_ack else None)
         self.metadata_responses = EncodedResponseCache()
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
                                                 self.timeout_clock)

@@ -147,6 +147,7 @@ class BrokerConfig:
     # Answer produce (acks 1 and all) and group coordinator writes only once fsynced, fsyncs
     # shared among all waiting (brook's key: Kafka relies on replication instead).
     log_flush_before_ack: bool = False
+    log_flush_before_ack_syncfs: bool = True
     # The group coordinator and __consumer_offsets (Kafka's keys and defaults).
     offsets_topic_num_partitions: int = 50
     offsets_topic_segment_bytes: int = 104_857_600
@@ -268,6 +269,7 @@ class BrokerConfig:
                                                  _per_ip_overrides),
             max_incremental_fetch_session_cache_slots=get("max.incremental.fetch.session.cache.slots", 1000),
             log_flush_before_ack=get("log.flush.before.ack", False, _bool),
+            log_flush_before_ack_syncfs=get("log.flush.before.ack.syncfs", True, _bool),
             offsets_topic_num_partitions=get("offsets.topic.num.partitions", 50),
             offsets_topic_segment_bytes=get("offsets.topic.segment.bytes", 104_857_600),
             offsets_retention_minutes=get("offsets.retention.minutes", 10_080),

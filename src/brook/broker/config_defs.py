@@ -222,6 +222,9 @@ _KEYS: list[ConfigKey] = [
               "The maximum number of incremental fetch sessions."),
     ConfigKey("log.flush.before.ack", BOOLEAN, "false",
               "Answer produce and group writes only once they are fsynced (brook's)."),
+    ConfigKey("log.flush.before.ack.syncfs", BOOLEAN, "true",
+              "With log.flush.before.ack, make several files of one file system durable with "
+              "one syncfs instead of an fsync each (brook's; Linux 5.8 and later)."),
     ConfigKey("log.flush.scheduler.interval.ms", LONG, _s(_M.flush_scheduler_interval_ms),
               "How often logs are checked for a flush due by flush.ms."),
     ConfigKey("log.retention.check.interval.ms", LONG, _s(_M.retention_check_interval_ms),
