@@ -556,3 +556,86 @@ def test_create_topics_meeting_an_expired_zookeeper_session_is_answered_not_cont
                  "session expired" in proc.stderr_path.read_text(), 5, "the expiry logged", cluster)
     finally:
         cluster.close()
+
+
+def _admin_requests(topic: str, doomed: str) -> dict[str, tuple[int, int, object]]:
+    """An admin request of every kind that writes ZooKeeper (apart from CreateTopics, above),
+    as (api key, version, body)."""
+    import os
+    from datetime import timedelta
+
+    from brook.protocol.messages import make
+    from tests.support.wire_requests import req_mod
+    configs, scram, quotas, delete = req_mod(44, 1), req_mod(51, 0), req_mod(49, 1), req_mod(20, 6)
+    return {
+        "topic config": (44, 1, make(configs.IncrementalAlterConfigsRequest, validate_only=False, resources=(
+            make(configs.AlterConfigsResource, resource_type=2, resource_name=topic, configs=(
+                make(configs.AlterableConfig, name="retention.ms", config_operation=0, value="60000"),)),))),
+        "broker config": (44, 1, make(configs.IncrementalAlterConfigsRequest, validate_only=False, resources=(
+            make(configs.AlterConfigsResource, resource_type=4, resource_name="", configs=(
+                make(configs.AlterableConfig, name="message.max.bytes", config_operation=0,
+                     value="2000000"),)),))),
+        "scram user": (51, 0, make(scram.AlterUserScramCredentialsRequest, deletions=(), upsertions=(
+            make(scram.ScramCredentialUpsertion, name="alice", mechanism=1, iterations=4096,
+                 salt=os.urandom(16), salted_password=os.urandom(32)),))),
+        "client quota": (49, 1, make(quotas.AlterClientQuotasRequest, validate_only=False, entries=(
+            make(quotas.EntryData, entity=(make(quotas.EntityData, entity_type="client-id", entity_name="slow"),),
+                 ops=(make(quotas.OpData, key="producer_byte_rate", value=1000.0, remove=False),)),))),
+        "delete topic": (20, 6, make(delete.DeleteTopicsRequest, timeout=timedelta(seconds=5), topics=(
+            make(delete.DeleteTopicState, name=doomed, topic_id=__import__("uuid").UUID(int=0)),))),
+    }
+
+
+def _codes(api_key: int, answer) -> list[tuple[int, str | None]]:
+    """(error code, message) of each resource of an admin answer."""
+    items = {44: "responses", 51: "results", 49: "entries", 20: "responses"}[api_key]
+    return [(r.error_code, r.error_message) for r in getattr(answer, items)]
+
+
+def test_admin_requests_meeting_zookeeper_away_are_answered_with_error_codes(own_zookeeper, tmp_path):
+    """Configs, SCRAM users, quotas and topic deletion write ZooKeeper: with this broker's
+    session expired under them, each is answered with an error code (NOT_CONTROLLER for
+    DeleteTopics, which only the controller serves; UNKNOWN_SERVER_ERROR for the others, as
+    Kafka's ZooKeeper mode), on a connection that stays open (it was closed on the exception:
+    a transport failure to clients); they succeed once it is back."""
+    from kio.schema.errors import ErrorCode
+
+    from tests.support.cluster_harness import ClusterBrokers, ZkView
+    from tests.support.kafka_wire import WireClient
+    from tests.support.wire_requests import create_topic
+    server = own_zookeeper.start()
+    cluster = ClusterBrokers(tmp_path, lambda: server.connect)
+    view = ZkView(server, "")
+    try:
+        proc = cluster(1, {**FAST, "zookeeper.session.timeout.ms": 3000})
+        wait_for(lambda: view.broker_ids() == [1], 30, "registered", cluster)
+        view.close()
+        requests = _admin_requests("kept", "doomed")
+        clients = {what: WireClient(proc.bootstrap, timeout=60) for what in requests}
+        try:  # a connection each: a connection's requests are handled one after the other
+            c = clients["delete topic"]
+            for name in ("kept", "doomed"):
+                assert create_topic(c, name, replication_factor=1).error_code == ErrorCode.none
+            server.stop()
+            sent = {what: (key, v, clients[what].send(body)) for what, (key, v, body) in requests.items()}
+            time.sleep(6)  # twice the session timeout
+            server.start()
+            refused = []
+            for what, (key, v, correlation) in sent.items():
+                [(code, message)] = _codes(key, clients[what].recv(key, v, correlation))
+                # A call kazoo still had queued may go through on the next session instead.
+                expected = ErrorCode.not_controller if key == 20 else ErrorCode.unknown_server_error
+                assert code in (expected, ErrorCode.none), (what, code, message)
+                if code == expected:
+                    assert "ZooKeeper cannot be reached" in message, (what, message)
+                    refused.append(what)
+            assert len(refused) >= 3, f"only {refused} met ZooKeeper away"
+            for what in refused:  # the same, with ZooKeeper back
+                key, v, body = requests[what]
+                wait_for(lambda: _codes(key, clients[what].request(body)) == [(ErrorCode.none, None)],
+                         30, f"the {what} request served again", cluster)
+        finally:
+            for client in clients.values():
+                client.close()
+    finally:
+        cluster.close()

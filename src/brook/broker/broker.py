@@ -44,6 +44,7 @@ from .producer_id_quota import ProducerIdQuota
 from . import throttling
 from .quotas import KEYS as QUOTA_KEYS
 from .quotas import ClientQuotas, Entity, quota_text, quota_values
+from .zookeeper_calls import in_zookeeper
 from .response_cache import EncodedResponseCache
 
 log = logging.getLogger(__name__)
@@ -572,7 +573,7 @@ class Broker:
     async def set_user_scram(self, changes: dict[str, dict[str, str]]) -> None:
         """Users' new SCRAM credentials ({} removes a user's), durable before this returns. In
         a cluster each user's node keeps its other configs (quotas) and the other brokers
-        hear of it through /config/changes."""
+        hear of it through /config/changes (ZooKeeperUnavailable when ZooKeeper fails it)."""
         if self.cluster is None:
             with self.metadata.batch():
                 for user, credentials in changes.items():
@@ -585,7 +586,7 @@ class Broker:
                 configs = {k: v for k, v in zk.read_user_config(user).items() if k not in SCRAM_MECHANISMS}
                 zk.write_user_config(user, {**configs, **credentials})
 
-        await asyncio.to_thread(write)
+        await in_zookeeper(write)
         for user, credentials in changes.items():
             self._set_cluster_user_scram(user, credentials)
 
@@ -612,7 +613,8 @@ class Broker:
     async def set_client_quotas(self, changes: dict[Entity, dict[str, float]]) -> None:
         """Entities' new quotas ({} removes an entity's), durable before this returns. In a
         cluster they go to ZooKeeper's /config/users/..., /config/clients/... (a user's node
-        keeps its SCRAM credentials) and the other brokers hear of them through /config/changes."""
+        keeps its SCRAM credentials) and the other brokers hear of them through /config/changes
+        (ZooKeeperUnavailable when ZooKeeper fails it)."""
         if self.cluster is None:
             with self.metadata.batch():
                 for entity, values in changes.items():
@@ -628,7 +630,7 @@ class Broker:
                     zk.write_entity_config(path, {**others, **{k: quota_text(k, v)
                                                                for k, v in values.items()}})
 
-            await asyncio.to_thread(write)
+            await in_zookeeper(write)
         for entity, values in changes.items():
             self.quotas.replace(entity, values)
         throttling.install(self)

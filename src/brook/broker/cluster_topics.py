@@ -17,10 +17,10 @@ from kio.schema.errors import ErrorCode
 from ..cluster.assignment import (ReplicationFactorError, assign_replicas,
                                   assign_replicas_rack_aware)
 from ..cluster.controller import topic_id_text
-from ..cluster.zk_client import TRANSIENT_ERRORS
 from ..cluster.zk_data import TopicAssignment
 from .metadata import (INTERNAL_TOPICS, InvalidRequestError, MetadataError, validate_topic_configs,
                        validate_topic_name)
+from .zookeeper_calls import ZooKeeperUnavailable, in_zookeeper
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +32,12 @@ class TopicRefused(Exception):
 
 
 async def _in_zookeeper(call, *args):
-    """A ZooKeeper call of an admin request. ZooKeeper out of reach, or this broker's session
-    expired (it then resigns as controller), is answered NOT_CONTROLLER: clients ask again,
-    of the controller they find next, instead of losing their connection to an exception."""
+    """A ZooKeeper call of a topic admin request: a failure (this broker's session may have
+    expired, and it then resigns as controller) is answered NOT_CONTROLLER."""
     try:
-        return await asyncio.to_thread(call, *args)
-    except TRANSIENT_ERRORS as exc:
-        raise TopicRefused(ErrorCode.not_controller, "ZooKeeper cannot be reached from this broker "
-                           f"now ({type(exc).__name__}): ask again") from None
+        return await in_zookeeper(call, *args)
+    except ZooKeeperUnavailable as exc:
+        raise TopicRefused(ErrorCode.not_controller, str(exc)) from None
 
 
 def plan_assignment(broker, partitions: int, replication_factor: int,

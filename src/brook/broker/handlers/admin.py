@@ -15,6 +15,7 @@ from ...protocol.messages import make, response_class, response_module
 from .. import authz
 from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
+from ..zookeeper_calls import ZooKeeperUnavailable, in_zookeeper
 from . import Api
 from .common import NO_THROTTLE
 
@@ -181,8 +182,11 @@ async def _delete_topics_in_cluster(broker, request, mod, wanted, connection=Non
                 code, text = ErrorCode.invalid_request, f"internal topic {name!r} cannot be deleted"
             else:
                 topic_id = cache.topic_ids.get(name)
-                await asyncio.to_thread(broker.cluster.client.mark_for_deletion, name)
-                marked.append(name)
+                try:
+                    await in_zookeeper(broker.cluster.client.mark_for_deletion, name)
+                    marked.append(name)
+                except ZooKeeperUnavailable as exc:  # clients ask the next controller
+                    code, text = ErrorCode.not_controller, str(exc)
         results.append(make(mod.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID,
                             error_code=code, error_message=text))
     if marked:

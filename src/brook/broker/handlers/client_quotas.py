@@ -3,11 +3,14 @@ kept in the broker's metadata (brook.broker.quotas has what they mean)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from .. import authz
 from .. import quotas as q
+from ..zookeeper_calls import ZooKeeperUnavailable
 from . import Api
 from .common import NO_THROTTLE
 
@@ -138,7 +141,12 @@ async def alter(broker, request, connection):
                             entity=tuple(make(mod.EntityData, entity_type=e.entity_type,
                                               entity_name=e.entity_name) for e in entry.entity)))
     if changes and not request.body.validate_only:
-        await broker.set_client_quotas(changes)
+        try:
+            await broker.set_client_quotas(changes)
+        except ZooKeeperUnavailable as exc:
+            results = [dataclasses.replace(r, error_code=ErrorCode.unknown_server_error,
+                                           error_message=str(exc))
+                       if r.error_code == ErrorCode.none else r for r in results]
     return make(response_class(ALTER_KEY, v), throttle_time=NO_THROTTLE, entries=tuple(results))
 
 

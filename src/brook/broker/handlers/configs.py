@@ -4,14 +4,13 @@ Configs are validated as a whole before any is stored."""
 
 from __future__ import annotations
 
-import asyncio
-
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from .. import authz
 from ..errors import error_code_for
 from ..metadata import MetadataError
+from ..zookeeper_calls import ZooKeeperUnavailable, in_zookeeper
 from . import Api
 from .. import config_defs as defs
 from ..config_defs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC
@@ -154,13 +153,19 @@ async def _cluster_configs(broker, resource) -> dict[str, str] | None:
     if broker.replicas is None or resource.resource_type != TOPIC \
             or resource.resource_name not in broker.replicas.cache.topics:
         return None
-    return await asyncio.to_thread(broker.cluster.client.read_topic_config, resource.resource_name)
+    try:
+        return await in_zookeeper(broker.cluster.client.read_topic_config, resource.resource_name)
+    except ZooKeeperUnavailable as exc:
+        raise _Refused(ErrorCode.unknown_server_error, str(exc)) from None
 
 
 async def _alter_in_cluster(broker, resource, new_configs_of, validate_only):
     """A topic's configs written to ZooKeeper with a change notification; every broker
     holding the topic applies them when notified (Kafka's ZooKeeper mode)."""
-    current = await _cluster_configs(broker, resource)
+    try:
+        current = await _cluster_configs(broker, resource)
+    except _Refused as exc:
+        return exc.code, str(exc)
     if current is None:
         return ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist"
     try:
@@ -172,7 +177,10 @@ async def _alter_in_cluster(broker, resource, new_configs_of, validate_only):
     except _BadOperation as exc:
         return ErrorCode.invalid_request, str(exc)
     if not validate_only:
-        await asyncio.to_thread(broker.cluster.client.write_topic_config, resource.resource_name, configs)
+        try:
+            await in_zookeeper(broker.cluster.client.write_topic_config, resource.resource_name, configs)
+        except ZooKeeperUnavailable as exc:
+            return ErrorCode.unknown_server_error, str(exc)
     return ErrorCode.none, None
 
 
@@ -196,8 +204,10 @@ async def _alter_broker(broker, resource, new_configs_of, validate_only):
     async with broker.config_lock:  # read, change, write: one alteration at a time
         zk = broker.cluster.client if broker.cluster is not None else None
         if zk is not None:
-            current = await asyncio.to_thread(zk.read_broker_config,
-                                              None if default else broker.broker_id)
+            try:
+                current = await in_zookeeper(zk.read_broker_config, None if default else broker.broker_id)
+            except ZooKeeperUnavailable as exc:
+                return ErrorCode.unknown_server_error, str(exc)
         else:
             layers = broker.config_layers
             current = layers.cluster_default if default else layers.per_broker
@@ -209,9 +219,11 @@ async def _alter_broker(broker, resource, new_configs_of, validate_only):
                 return ErrorCode.none, None
             layers, cfg = broker.check_broker_configs(default, configs)
             if not validate_only:
-                await asyncio.to_thread(zk.write_broker_config,
-                                        None if default else broker.broker_id, configs)
+                await in_zookeeper(zk.write_broker_config, None if default else broker.broker_id,
+                                   configs)
                 broker.use_config(layers, cfg)  # here at once; the others when notified
+        except ZooKeeperUnavailable as exc:
+            return ErrorCode.unknown_server_error, str(exc)
         except DynamicConfigError as exc:
             return ErrorCode.invalid_config, f"Invalid config value for {what}: {exc}"
         except _BadOperation as exc:

@@ -8,6 +8,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol.messages import make, response_class, response_module
 from ...security import credentials as creds
 from .. import authz
+from ..zookeeper_calls import ZooKeeperUnavailable
 from . import Api
 from .common import NO_THROTTLE
 
@@ -47,7 +48,11 @@ async def alter(broker, request, connection):
         [creds.Upsertion(u.name, u.mechanism, u.iterations, u.salt, u.salted_password)
          for u in body.upsertions])
     if changes:
-        await broker.set_user_scram(changes)
+        try:
+            await broker.set_user_scram(changes)
+        except ZooKeeperUnavailable as exc:
+            results = [(user, ErrorCode.unknown_server_error, str(exc)) if code == ErrorCode.none
+                       else (user, code, msg) for user, code, msg in results]
     return make(response_class(ALTER_KEY, v), throttle_time=NO_THROTTLE, results=tuple(
         make(mod.AlterUserScramCredentialsResult, user=user, error_code=code, error_message=msg)
         for user, code, msg in results))
