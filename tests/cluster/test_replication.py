@@ -260,31 +260,35 @@ def test_sigterm_moves_leadership_away_before_the_broker_stops(zk, brokers):
     wait_for(lambda: sorted(_state(zk, "graceful")["isr"]) == [1, 2, 3], 60, "back in the ISR", brokers)
 
 
+def _produce_until(stop, bootstrap: str, topic: str, acked: list, failed: list, conf: dict) -> None:
+    """acks=all records m0000000, m0000001, ... every 2 ms until ``stop``, then flushed; the
+    acknowledged values go to ``acked``, (value, error) pairs to ``failed``."""
+    from confluent_kafka import Producer
+
+    def report(err, msg):
+        (failed if err else acked).append((msg.value(), str(err)) if err else msg.value())
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
+                  "message.timeout.ms": 120000, **conf})
+    i = 0
+    while not stop.is_set():
+        p.produce(topic, f"m{i:07d}".encode(), on_delivery=report)
+        p.poll(0)
+        i += 1
+        time.sleep(0.002)
+    p.flush(120)
+
+
 def test_a_rolling_restart_under_acks_all_load_loses_nothing(zk, brokers):
     import threading
     procs = _three(brokers, zk)
     bootstrap = _bootstrap(procs)
     _create(bootstrap, "rolling", rf=3, configs={"min.insync.replicas": "2"})
-    from confluent_kafka import Producer
     acked, failed = [], []
     stop = threading.Event()
-
-    def report(err, msg):
-        (failed if err else acked).append(msg.value())
-
-    def run():
-        p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
-                      "enable.idempotence": False, "max.in.flight.requests.per.connection": 1,
-                      "message.timeout.ms": 120000, "retries": 1000000})
-        i = 0
-        while not stop.is_set():
-            p.produce("rolling", f"m{i}".encode(), on_delivery=report)
-            p.poll(0)
-            i += 1
-            time.sleep(0.002)
-        p.flush(120)
-
-    t = threading.Thread(target=run)
+    t = threading.Thread(target=_produce_until, args=(stop, bootstrap, "rolling", acked, failed, {
+        "enable.idempotence": False, "max.in.flight.requests.per.connection": 1,
+        "retries": 1000000}))
     t.start()
     try:
         time.sleep(1)
@@ -316,26 +320,12 @@ def test_leaders_killed_in_a_loop_under_an_idempotent_producer_lose_and_repeat_n
     reads on past each failover. Each killed broker comes back before the next kill, so the
     ISR can hold `min.insync.replicas=2`."""
     import threading
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
     procs = _three(brokers, zk)
     bootstrap = _bootstrap(procs)
     _create(bootstrap, "loop", rf=3, configs={"min.insync.replicas": "2"})
     acked, failed, consumed = [], [], []
     stop = threading.Event()
-
-    def report(err, msg):
-        (failed if err else acked).append(msg.value() if not err else (msg.value(), str(err)))
-
-    def produce():
-        p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
-                      "enable.idempotence": True, "message.timeout.ms": 120000})
-        i = 0
-        while not stop.is_set():
-            p.produce("loop", f"m{i:07d}".encode(), on_delivery=report)
-            p.poll(0)
-            i += 1
-            time.sleep(0.002)
-        p.flush(120)
 
     def consume():
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": "loop-reader",
@@ -350,7 +340,9 @@ def test_leaders_killed_in_a_loop_under_an_idempotent_producer_lose_and_repeat_n
         c.close()
 
     stop_at = [float("inf")]
-    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
+    threads = [threading.Thread(target=_produce_until, args=(stop, bootstrap, "loop", acked, failed,
+                                                             {"enable.idempotence": True})),
+               threading.Thread(target=consume)]
     for t in threads:
         t.start()
     epochs = []
