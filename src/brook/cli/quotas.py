@@ -37,6 +37,22 @@ def _entity_default_option():
                         help="The default entity of the --entity-type(s) after those named.")
 
 
+def _user_option():
+    return typer.Option(None, "--user", help="Same as --entity-type users --entity-name.")
+
+
+def _client_option():
+    return typer.Option(None, "--client", help="Same as --entity-type clients --entity-name.")
+
+
+def _user_defaults_option():
+    return typer.Option(False, "--user-defaults", help="The default user.")
+
+
+def _client_defaults_option():
+    return typer.Option(False, "--client-defaults", help="The default client id.")
+
+
 def entity(types: list[str], names: list[str], defaults: int, user: str | None, client: str | None,
            user_defaults: bool, client_defaults: bool, *, describing: bool = False
            ) -> dict:
@@ -112,11 +128,10 @@ def describe(
     entity_type: list[str] = _entity_type_option(),
     entity_name: list[str] = _entity_name_option(),
     entity_default: int = _entity_default_option(),
-    user: Optional[str] = typer.Option(None, "--user", help="Same as --entity-type users --entity-name."),
-    client: Optional[str] = typer.Option(None, "--client",
-                                         help="Same as --entity-type clients --entity-name."),
-    user_defaults: bool = typer.Option(False, "--user-defaults", help="The default user."),
-    client_defaults: bool = typer.Option(False, "--client-defaults", help="The default client id."),
+    user: Optional[str] = _user_option(),
+    client: Optional[str] = _client_option(),
+    user_defaults: bool = _user_defaults_option(),
+    client_defaults: bool = _client_defaults_option(),
     bootstrap: Optional[str] = bootstrap_option(),
     timeout: Optional[float] = timeout_option(),
     fmt: Format = output_option(),
@@ -160,11 +175,10 @@ def alter(
     entity_type: list[str] = _entity_type_option(),
     entity_name: list[str] = _entity_name_option(),
     entity_default: int = _entity_default_option(),
-    user: Optional[str] = typer.Option(None, "--user", help="Same as --entity-type users --entity-name."),
-    client: Optional[str] = typer.Option(None, "--client",
-                                         help="Same as --entity-type clients --entity-name."),
-    user_defaults: bool = typer.Option(False, "--user-defaults", help="The default user."),
-    client_defaults: bool = typer.Option(False, "--client-defaults", help="The default client id."),
+    user: Optional[str] = _user_option(),
+    client: Optional[str] = _client_option(),
+    user_defaults: bool = _user_defaults_option(),
+    client_defaults: bool = _client_defaults_option(),
     add_config: list[str] = typer.Option([], "--add-config", metavar="K=V[,K=V]",
                                          help="Quotas to set, e.g. producer_byte_rate=1048576; repeatable."),
     delete_config: list[str] = typer.Option([], "--delete-config", metavar="K[,K]",
