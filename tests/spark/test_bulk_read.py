@@ -159,6 +159,28 @@ def test_batch_read_returns_exactly_the_produced_rows(spark, kafka):
     assert plain.count() == 10 + sum(1 for p, _ in want if p == 2)
 
 
+def test_ranges_are_packed_into_as_many_tasks_as_spark_has_cores(spark, kafka):
+    """Five partitions on local[2]: two tasks reading them all (a task costs two Python
+    worker calls), maxTasks to choose, and splits that were asked for stay tasks of their own."""
+    create_topic_confluent(kafka.bootstrap, "packed", partitions=5)
+    values = [b"p%d" % i for i in range(500)]
+    for p in range(5):
+        produce_values(kafka, "packed", values[p::5], partition=p)
+    cores = spark.sparkContext.defaultParallelism
+    for df, tasks in ((read(spark, kafka, subscribe="packed"), min(cores, 5)),
+                      (read(spark, kafka, subscribe="packed", maxTasks="3"), 3),
+                      (read(spark, kafka, subscribe="packed", maxTasks="9"), 5),
+                      (read(spark, kafka, subscribe="packed", minPartitions="8"), 10)):
+        assert df.rdd.getNumPartitions() == tasks  # minPartitions 8: two splits of each range
+        assert sorted(r.value for r in df.select("value").collect()) == sorted(values)
+    query = (stream(spark, kafka, subscribe="packed", startingOffsets="earliest")
+             .writeStream.format("memory").queryName("packed_stream").trigger(availableNow=True))
+    query = started(query)
+    query.awaitTermination(120)
+    check_no_failure(query)
+    assert sorted(r.value for r in spark.sql("select value from packed_stream").collect()) == sorted(values)
+
+
 def test_options_are_checked_as_format_brooks(spark, kafka):
     with pytest.raises(Exception, match="startingOffsets cannot be latest"):
         read(spark, kafka, subscribe="produced", startingOffsets="latest")

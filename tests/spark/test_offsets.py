@@ -156,3 +156,24 @@ def test_split_covers_each_range_exactly_with_bounded_pieces(ranges, max_records
         assert max(p.size for p in mine) - min(p.size for p in mine) <= 1
         if max_records:
             assert all(p.size <= max_records for p in mine)
+
+
+def test_pack_balances_by_size_and_keeps_every_item_once():
+    sizes = [5, 1, 1, 1, 8, 2]
+    groups = om.pack(list(range(6)), 2, lambda i: sizes[i])
+    assert sorted(i for g in groups for i in g) == list(range(6))
+    assert sorted(sum(sizes[i] for i in g) for g in groups) == [9, 9]
+    assert all(g == sorted(g) for g in groups)  # the items' order within a group
+    assert om.pack([1, 2], 4, lambda i: i) == [[1], [2]]
+    with pytest.raises(ValueError):
+        om.pack([1], 0, lambda i: i)
+
+
+@given(st.lists(st.integers(0, 10_000), max_size=40), st.integers(1, 12))
+def test_pack_covers_every_item_in_at_most_tasks_groups_within_the_largest_of_the_mean(sizes, tasks):
+    groups = om.pack(list(range(len(sizes))), tasks, lambda i: sizes[i])
+    assert sorted(i for g in groups for i in g) == list(range(len(sizes)))
+    assert len(groups) <= tasks and all(groups)
+    if sizes:
+        loads = [sum(sizes[i] for i in g) for g in groups]
+        assert max(loads) <= sum(sizes) / min(tasks, len(sizes)) + max(sizes)

@@ -6,17 +6,26 @@ source only plans: format ``brook-ranges`` (the planning of format ``brook``, it
 read limits, ``availableNow``, group commits and checkpoints unchanged) returns one descriptor
 row per input partition (topic, partition, start, end), and ``mapInArrow`` reads each range
 with brook's bulk reader in the same Spark task: the JVM receives Arrow batches, copied once.
+
+The ranges of a batch are packed into as many tasks as the session has cores (option
+``maxTasks``, by default Spark's default parallelism), balanced by their numbers of offsets,
+unless ``minPartitions`` or ``maxRecordsPerPartition`` asks for splits: each is then a task. A task costs two Python worker calls (the
+descriptor, then the reading), and reading is CPU-bound: more tasks than cores only add those
+calls (measured on 2 cores: 4 partitions in 2 tasks took about a quarter less of the workers'
+CPU than in 4).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, InputPartition
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+from . import offsets as om
 from .options import SourceOptions
 from .reader import OffsetRange, freeze_worker_heap, read_ranges
 from .schema import spark_schema
@@ -34,18 +43,43 @@ RANGES = StructType([
 ])
 
 
+@dataclass
+class RangeGroup(InputPartition):
+    """The ranges one task reads, one after the other."""
+
+    ranges: tuple[OffsetRange, ...]
+
+
+def packed(partitions: Sequence[InputPartition], options: SourceOptions) -> list[InputPartition]:
+    """The planned ranges in at most ``maxTasks`` tasks, unless splits were asked for."""
+    ranges = [p for p in partitions if isinstance(p, OffsetRange)]
+    if (not ranges or options.max_tasks is None or options.min_partitions
+            or options.max_records_per_partition):
+        return list(partitions)
+    return [RangeGroup(tuple(group)) for group in om.pack(ranges, options.max_tasks,
+                                                         lambda r: r.end - r.start)]
+
+
 def _descriptor(partition: InputPartition) -> Iterator[tuple]:
     freeze_worker_heap()
-    if isinstance(partition, OffsetRange):  # Spark reads InputPartition(None) for no splits
-        yield partition.topic, partition.partition, partition.start, partition.end
+    # Spark reads InputPartition(None) for no splits
+    for r in partition.ranges if isinstance(partition, RangeGroup) else (partition,):
+        if isinstance(r, OffsetRange):
+            yield r.topic, r.partition, r.start, r.end
 
 
 class _RangesBatchReader(BrookBatchReader):
+    def partitions(self) -> list[InputPartition]:
+        return packed(super().partitions(), self.planner.options)
+
     def read(self, partition: InputPartition):
         return _descriptor(partition)
 
 
 class _RangesStreamReader(BrookStreamReader):
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return packed(super().partitions(start, end), self.planner.options)
+
     def read(self, partition: InputPartition):
         return _descriptor(partition)
 
@@ -96,6 +130,11 @@ def _options(options: Mapping[str, str] | None, more: Mapping[str, str]) -> dict
 
 
 def _load(spark: "SparkSession", options: dict[str, str], streaming: bool) -> "DataFrame":
+    if not any(k.lower() == "maxtasks" for k in options):
+        try:
+            options["maxTasks"] = str(spark.sparkContext.defaultParallelism)
+        except Exception:  # noqa: BLE001 - no SparkContext here (Spark Connect): a task a range
+            pass
     parsed = SourceOptions.parse(options, streaming=streaming)
     spark.dataSource.register(BrookRangesDataSource)
     source = spark.readStream if streaming else spark.read

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]
@@ -166,3 +169,21 @@ def split(ranges: Iterable[Range], max_records: int | None = None,
             out.append(Range(r.topic, r.partition, start, end))
             start = end
     return out
+
+
+def pack(items: Sequence[T], tasks: int, size: Callable[[T], int]) -> list[list[T]]:
+    """``items`` in at most ``tasks`` groups of nearly equal total ``size``: the largest first,
+    each into the group that holds least so far (within the largest item of the mean). Every
+    item is in one group; groups keep the items' order; none is empty."""
+    if tasks <= 0:
+        raise ValueError(f"tasks must be positive, not {tasks}")
+    if len(items) <= tasks:
+        return [[item] for item in items]
+    loads = [0] * tasks
+    members: list[list[int]] = [[] for _ in range(tasks)]
+    for i in sorted(range(len(items)), key=lambda i: -size(items[i])):
+        g = min(range(tasks), key=loads.__getitem__)
+        loads[g] += size(items[i])
+        members[g].append(i)
+    return [[items[i] for i in sorted(m)] for m in members if m]
+

@@ -29,7 +29,7 @@ SOURCE_OPTIONS = (
     "startingOffsets", "endingOffsets", "startingOffsetsFallback", "maxOffsetsPerTrigger",
     "failOnDataLoss", "includeHeaders", "group.id", "kafka.group.id", "minPartitions",
     "maxRecordsPerPartition", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
-    "fetchOffset.retryIntervalMs", "groupIdPrefix",
+    "fetchOffset.retryIntervalMs", "groupIdPrefix", "maxTasks",
 )
 SINK_OPTIONS = ("kafka.bootstrap.servers", "bootstrap.servers", "topic", "includeHeaders")
 # Options Spark itself adds to a query's options.
@@ -88,6 +88,7 @@ class SourceOptions:
     group_id: str | None
     min_partitions: int | None
     max_records_per_partition: int | None
+    max_tasks: int | None  # brook.spark.read/read_stream: ranges packed into at most this many tasks
     poll_timeout_ms: int
     fetch_retries: int
     fetch_retry_interval_ms: int
@@ -142,6 +143,7 @@ class SourceOptions:
             group_id=group_id,
             min_partitions=_positive(opts, "minPartitions"),
             max_records_per_partition=_positive(opts, "maxRecordsPerPartition"),
+            max_tasks=_positive(opts, "maxTasks"),
             poll_timeout_ms=_positive(opts, "kafkaConsumer.pollTimeoutMs") or 120_000,
             fetch_retries=_non_negative(opts, "fetchOffset.numRetries", 3),
             fetch_retry_interval_ms=_non_negative(opts, "fetchOffset.retryIntervalMs", 10),
