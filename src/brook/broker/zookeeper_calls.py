@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 
-from ..cluster.zk_client import TRANSIENT_ERRORS
-
 
 class ZooKeeperUnavailable(Exception):
     """A ZooKeeper call of an admin request failed; trying again later can succeed."""
@@ -20,6 +18,8 @@ class ZooKeeperUnavailable(Exception):
 
 async def in_zookeeper(call, *args):
     """``call(*args)`` in a worker thread (kazoo blocks)."""
+    from ..cluster.zk_client import TRANSIENT_ERRORS  # kazoo: only in a cluster
+
     try:
         return await asyncio.to_thread(call, *args)
     except TRANSIENT_ERRORS as exc:
