@@ -123,6 +123,9 @@ class GroupCommitter:
         except Exception as exc:  # noqa: BLE001 - answered to the round's waiters
             self._finished(fut, {}, waiters, exc)
             return
+        if not fds:  # everything was durable already
+            self._finished(fut, ends, waiters, None)
+            return
         self._running = True
         self._pool.submit(self._run, self._jobs(fds), asyncio.get_running_loop(), fut, ends,
                           waiters)
