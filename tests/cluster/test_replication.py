@@ -578,7 +578,7 @@ def _admin_requests(topic: str, doomed: str) -> dict[str, tuple[int, int, object
     }
 
 
-def _codes(api_key: int, answer) -> list[tuple[int, str | None]]:
+def _admin_codes(api_key: int, answer) -> list[tuple[int, str | None]]:
     """(error code, message) of each resource of an admin answer."""
     items = {44: "responses", 51: "results", 49: "entries", 20: "responses"}[api_key]
     return [(r.error_code, r.error_message) for r in getattr(answer, items)]
@@ -614,7 +614,7 @@ def test_admin_requests_meeting_zookeeper_away_are_answered_with_error_codes(own
             server.start()
             refused = []
             for what, (key, v, correlation) in sent.items():
-                [(code, message)] = _codes(key, clients[what].recv(key, v, correlation))
+                [(code, message)] = _admin_codes(key, clients[what].recv(key, v, correlation))
                 # A call kazoo still had queued may go through on the next session instead.
                 expected = ErrorCode.not_controller if key == 20 else ErrorCode.unknown_server_error
                 assert code in (expected, ErrorCode.none), (what, code, message)
@@ -624,7 +624,7 @@ def test_admin_requests_meeting_zookeeper_away_are_answered_with_error_codes(own
             assert len(refused) >= 3, f"only {refused} met ZooKeeper away"
             for what in refused:  # the same, with ZooKeeper back
                 key, v, body = requests[what]
-                wait_for(lambda: _codes(key, clients[what].request(body)) == [(ErrorCode.none, None)],
+                wait_for(lambda: _admin_codes(key, clients[what].request(body)) == [(ErrorCode.none, None)],
                          30, f"the {what} request served again", cluster)
         finally:
             for client in clients.values():
