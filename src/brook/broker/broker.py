@@ -773,7 +773,7 @@ class Broker:
             try:
                 check_dynamic_configs(configs)
                 layers = replaced(layers, default, configs)
-                cfg = BrokerConfig.from_props(layers.merged())
+                BrokerConfig.from_props(layers.merged())  # ConfigError if they make no valid configuration
             except (DynamicConfigError, ConfigError) as exc:
                 log.warning("dynamic broker configs %s ignored: %s", loggable(configs), exc)
                 layers = replaced(layers, default, {})
