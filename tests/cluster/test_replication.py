@@ -3,6 +3,7 @@ brokers, acks=all produce through confluent-kafka, and leadership moving when a 
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 
@@ -510,16 +511,10 @@ def _list_latest(topic: str, replica_id: int, current: int):
             timestamp=-1),)),))
 
 
-def test_create_topics_meeting_an_expired_zookeeper_session_is_answered_not_controller(own_zookeeper, tmp_path):
-    """A CreateTopics whose ZooKeeper write fails because this broker's session expired (the
-    server away for longer than the session timeout: the broker resigns as controller) is
-    answered NOT_CONTROLLER, which clients retry on the controller they find next; the
-    connection stays open (it was closed on the exception: a transport failure to clients)."""
-    from kio.schema.errors import ErrorCode
-
-    from tests.support.cluster_harness import ClusterBrokers, ZkView
-    from tests.support.kafka_wire import WireClient
-    from tests.support.wire_requests import create_topic, req_mod
+@contextlib.contextmanager
+def _one_broker_on_its_own_zookeeper(own_zookeeper, tmp_path):
+    """(ZooKeeper server, the brokers, broker 1) with a 3 s session, for tests that stop and
+    start ZooKeeper under it."""
     server = own_zookeeper.start()
     cluster = ClusterBrokers(tmp_path, lambda: server.connect)
     view = ZkView(server, "")
@@ -527,6 +522,21 @@ def test_create_topics_meeting_an_expired_zookeeper_session_is_answered_not_cont
         proc = cluster(1, {**FAST, "zookeeper.session.timeout.ms": 3000})
         wait_for(lambda: view.broker_ids() == [1], 30, "registered", cluster)
         view.close()
+        yield server, cluster, proc
+    finally:
+        cluster.close()
+
+
+def test_create_topics_meeting_an_expired_zookeeper_session_is_answered_not_controller(own_zookeeper, tmp_path):
+    """A CreateTopics whose ZooKeeper write fails because this broker's session expired (the
+    server away for longer than the session timeout: the broker resigns as controller) is
+    answered NOT_CONTROLLER, which clients retry on the controller they find next; the
+    connection stays open (it was closed on the exception: a transport failure to clients)."""
+    from kio.schema.errors import ErrorCode
+
+    from tests.support.kafka_wire import WireClient
+    from tests.support.wire_requests import create_topic, req_mod
+    with _one_broker_on_its_own_zookeeper(own_zookeeper, tmp_path) as (server, cluster, proc):
         with WireClient(proc.bootstrap, timeout=60) as c:
             server.stop()
             m = req_mod(19, 7)
@@ -546,8 +556,6 @@ def test_create_topics_meeting_an_expired_zookeeper_session_is_answered_not_cont
                      in (ErrorCode.none, ErrorCode.topic_already_exists), 30, "created again", cluster)
         wait_for(lambda: "Resigned as the controller" in proc.stderr_path.read_text() or
                  "session expired" in proc.stderr_path.read_text(), 5, "the expiry logged", cluster)
-    finally:
-        cluster.close()
 
 
 def _admin_requests(topic: str, doomed: str) -> dict[str, tuple[int, int, object]]:
@@ -592,16 +600,9 @@ def test_admin_requests_meeting_zookeeper_away_are_answered_with_error_codes(own
     a transport failure to clients); they succeed once it is back."""
     from kio.schema.errors import ErrorCode
 
-    from tests.support.cluster_harness import ClusterBrokers, ZkView
     from tests.support.kafka_wire import WireClient
     from tests.support.wire_requests import create_topic
-    server = own_zookeeper.start()
-    cluster = ClusterBrokers(tmp_path, lambda: server.connect)
-    view = ZkView(server, "")
-    try:
-        proc = cluster(1, {**FAST, "zookeeper.session.timeout.ms": 3000})
-        wait_for(lambda: view.broker_ids() == [1], 30, "registered", cluster)
-        view.close()
+    with _one_broker_on_its_own_zookeeper(own_zookeeper, tmp_path) as (server, cluster, proc):
         requests = _admin_requests("kept", "doomed")
         clients = {what: WireClient(proc.bootstrap, timeout=60) for what in requests}
         try:  # a connection each: a connection's requests are handled one after the other
@@ -629,5 +630,3 @@ def test_admin_requests_meeting_zookeeper_away_are_answered_with_error_codes(own
         finally:
             for client in clients.values():
                 client.close()
-    finally:
-        cluster.close()
