@@ -210,6 +210,19 @@ def test_read_committed_drops_aborted_transactions_and_markers():
                   aborted=[(1, 0)]).batch.column("offset").to_pylist() == [5, 8]
 
 
+def test_a_batch_past_the_end_ends_the_range_across_a_gap():
+    """A compacted log's gap can reach past a range's end: the fetch from inside the gap
+    returns the next batch, which starts at or after the end; the range is then read."""
+    past = encode_batch([Record(40, 0, b"k", b"v"), Record(41, 0, b"k", b"w")])
+    decoded = decode(past, "t", 0, start=12, end=40)
+    assert decoded.batch.num_rows == 0
+    assert decoded.next_offset == 40
+    before = encode_batch([Record(10, 0, b"k", b"u")])
+    decoded = decode(before + past, "t", 0, start=10, end=30)
+    assert decoded.batch.column("offset").to_pylist() == [10]
+    assert decoded.next_offset == 30
+
+
 def test_only_control_batches_give_no_rows_but_move_on():
     decoded = decode(_marker(1, 41, commit=True), "t", 0)
     assert decoded.batch.num_rows == 0

@@ -160,6 +160,9 @@ def decode(
         pos += total
         last_offset = base_offset + last_delta
         if base_offset >= end:
+            # Batches come in offset order, so [start, end) has nothing past here: a gap left
+            # by compaction can run past the end of a range, which is then read to its end.
+            next_offset = end if next_offset is None else max(next_offset, end)
             break
         next_offset = last_offset + 1
         transactional = attributes & TRANSACTIONAL_BIT
