@@ -142,6 +142,8 @@ async def describe_configs(broker, request, connection):
             code, text = ErrorCode.none, None
         except _Refused as exc:
             code, text, entries = exc.code, str(exc), ()
+        except ZooKeeperUnavailable as exc:  # as Kafka's ZooKeeper mode answers it
+            code, text, entries = ErrorCode.unknown_server_error, str(exc), ()
         results.append(make(mod.DescribeConfigsResult, error_code=code, error_message=text,
                             resource_type=r.resource_type, resource_name=r.resource_name,
                             configs=tuple(_encode(mod, e) for e in entries)))
@@ -153,19 +155,13 @@ async def _cluster_configs(broker, resource) -> dict[str, str] | None:
     if broker.replicas is None or resource.resource_type != TOPIC \
             or resource.resource_name not in broker.replicas.cache.topics:
         return None
-    try:
-        return await in_zookeeper(broker.cluster.client.read_topic_config, resource.resource_name)
-    except ZooKeeperUnavailable as exc:
-        raise _Refused(ErrorCode.unknown_server_error, str(exc)) from None
+    return await in_zookeeper(broker.cluster.client.read_topic_config, resource.resource_name)
 
 
 async def _alter_in_cluster(broker, resource, new_configs_of, validate_only):
     """A topic's configs written to ZooKeeper with a change notification; every broker
     holding the topic applies them when notified (Kafka's ZooKeeper mode)."""
-    try:
-        current = await _cluster_configs(broker, resource)
-    except _Refused as exc:
-        return exc.code, str(exc)
+    current = await _cluster_configs(broker, resource)
     if current is None:
         return ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist"
     try:
@@ -177,18 +173,18 @@ async def _alter_in_cluster(broker, resource, new_configs_of, validate_only):
     except _BadOperation as exc:
         return ErrorCode.invalid_request, str(exc)
     if not validate_only:
-        try:
-            await in_zookeeper(broker.cluster.client.write_topic_config, resource.resource_name, configs)
-        except ZooKeeperUnavailable as exc:
-            return ErrorCode.unknown_server_error, str(exc)
+        await in_zookeeper(broker.cluster.client.write_topic_config, resource.resource_name, configs)
     return ErrorCode.none, None
 
 
 async def _alter_any(broker, resource, new_configs_of, validate_only):
-    if resource.resource_type == BROKER:
-        return await _alter_broker(broker, resource, new_configs_of, validate_only)
-    if broker.replicas is not None and resource.resource_type == TOPIC:
-        return await _alter_in_cluster(broker, resource, new_configs_of, validate_only)
+    try:
+        if resource.resource_type == BROKER:
+            return await _alter_broker(broker, resource, new_configs_of, validate_only)
+        if broker.replicas is not None and resource.resource_type == TOPIC:
+            return await _alter_in_cluster(broker, resource, new_configs_of, validate_only)
+    except ZooKeeperUnavailable as exc:  # as Kafka's ZooKeeper mode answers it
+        return ErrorCode.unknown_server_error, str(exc)
     return _alter(broker, resource, new_configs_of, validate_only)
 
 
@@ -204,10 +200,7 @@ async def _alter_broker(broker, resource, new_configs_of, validate_only):
     async with broker.config_lock:  # read, change, write: one alteration at a time
         zk = broker.cluster.client if broker.cluster is not None else None
         if zk is not None:
-            try:
-                current = await in_zookeeper(zk.read_broker_config, None if default else broker.broker_id)
-            except ZooKeeperUnavailable as exc:
-                return ErrorCode.unknown_server_error, str(exc)
+            current = await in_zookeeper(zk.read_broker_config, None if default else broker.broker_id)
         else:
             layers = broker.config_layers
             current = layers.cluster_default if default else layers.per_broker
@@ -222,8 +215,6 @@ async def _alter_broker(broker, resource, new_configs_of, validate_only):
                 await in_zookeeper(zk.write_broker_config, None if default else broker.broker_id,
                                    configs)
                 broker.use_config(layers, cfg)  # here at once; the others when notified
-        except ZooKeeperUnavailable as exc:
-            return ErrorCode.unknown_server_error, str(exc)
         except DynamicConfigError as exc:
             return ErrorCode.invalid_config, f"Invalid config value for {what}: {exc}"
         except _BadOperation as exc:
