@@ -528,8 +528,8 @@ def _one_broker_on_its_own_zookeeper(own_zookeeper, tmp_path):
 
 
 def test_create_topics_meeting_an_expired_zookeeper_session_is_answered_not_controller(own_zookeeper, tmp_path):
-    """A CreateTopics whose ZooKeeper write fails because this broker's session expired (the
-    server away for longer than the session timeout: the broker resigns as controller) is
+    """A CreateTopics whose ZooKeeper write cannot be made (the server away for longer than
+    the connection timeout, and the session expiring: the broker resigns as controller) is
     answered NOT_CONTROLLER, which clients retry on the controller they find next; the
     connection stays open (it was closed on the exception: a transport failure to clients)."""
     from kio.schema.errors import ErrorCode
@@ -593,8 +593,8 @@ def _admin_codes(api_key: int, answer) -> list[tuple[int, str | None]]:
 
 
 def test_admin_requests_meeting_zookeeper_away_are_answered_with_error_codes(own_zookeeper, tmp_path):
-    """Configs, SCRAM users, quotas and topic deletion write ZooKeeper: with this broker's
-    session expired under them, each is answered with an error code (NOT_CONTROLLER for
+    """Configs, SCRAM users, quotas and topic deletion write ZooKeeper: with the server away
+    past the connection timeout and this broker's session expiring, each is answered with an error code (NOT_CONTROLLER for
     DeleteTopics, which only the controller serves; UNKNOWN_SERVER_ERROR for the others, as
     Kafka's ZooKeeper mode), on a connection that stays open (it was closed on the exception:
     a transport failure to clients); they succeed once it is back."""

@@ -219,3 +219,74 @@ def test_a_paused_controller_loses_its_session_and_comes_back_as_a_broker(zk, br
     assert zk.controller() == 2 and zk.controller_epoch() == 2
     wait_for(lambda: "Newly added brokers: 1" in b2.stderr_path.read_text(), 10, "the controller sees it", brokers)
     assert "Traceback" not in log1
+
+
+def _zk_client(connect: str, session_ms: int, connection_ms: int):
+    from brook.cluster.zk_client import ZkClient
+    from brook.cluster.zk_paths import parse_connect
+
+    client = ZkClient(parse_connect(connect), session_ms, lambda what: None, connection_ms)
+    assert client.connect_until(threading.Event(), 10_000)
+    client.ensure_layout()
+    return client
+
+
+def test_a_zookeeper_call_cut_off_by_a_lost_connection_is_made_again_on_the_next_session(own_zookeeper):
+    """An admin request's ZooKeeper call sent to a server that stops answering (here: paused)
+    fails with a lost connection; brook makes it again once it has a session, as Kafka's
+    ZooKeeper client does, instead of answering the client with an error. (In CI a CreateTopics
+    met the broker's expired session just after a ZooKeeper restart and was refused.)"""
+    server = own_zookeeper.start()
+    client = _zk_client(server.connect, 2000, 30_000)
+    try:
+        client.ensure_layout()
+        server.proc.send_signal(signal.SIGSTOP)  # the connection stays open; answers stop
+        result = {}
+        call = threading.Thread(target=lambda: result.update(
+            names=client.call_in_session(client.topic_names)))
+        call.start()
+        time.sleep(4)  # kazoo gives up on the connection after 2/3 of the session timeout
+        server.proc.send_signal(signal.SIGCONT)
+        call.join(30)
+        assert result == {"names": []}
+    finally:
+        if server.proc is not None:
+            server.proc.send_signal(signal.SIGCONT)
+        client.close()
+
+
+def test_a_zookeeper_call_waits_for_a_session_at_most_the_connection_timeout(own_zookeeper):
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    server = own_zookeeper.start()
+    client = _zk_client(server.connect, 2000, 1500)
+    try:
+        server.stop()
+        began = time.monotonic()
+        with pytest.raises(KazooTimeoutError, match="no ZooKeeper session within 1500 ms"):
+            client.call_in_session(client.topic_names)
+        assert 1.4 < time.monotonic() - began < 4
+    finally:
+        client.close()
+
+
+def test_topic_writes_made_again_after_a_lost_answer_find_their_own_work_done(zk):
+    """A ZooKeeper write whose answer a lost connection took may have been applied: made
+    again, creating a topic or adding partitions finds its own result and says so, and still
+    refuses another creation of the name."""
+    from brook.cluster.zk_data import TopicAssignment
+
+    client = _zk_client(zk.connect, 10_000, 10_000)
+    try:
+        mine = TopicAssignment("AAAAAAAAAAAAAAAAAAAAAQ", {0: (1,)})
+        assert client.create_topic("t", mine, {}) is True
+        assert client.create_topic("t", mine, {}) is True  # the same topic id: this very creation
+        assert client.create_topic("t", TopicAssignment("AAAAAAAAAAAAAAAAAAAAAg", {0: (1,)}), {}) is False
+        grown = TopicAssignment(mine.topic_id, {0: (1,), 1: (1,)})
+        assert client.add_partitions("t", grown, mine) is True
+        assert client.add_partitions("t", grown, mine) is True  # already grown to exactly this
+        other = TopicAssignment(mine.topic_id, {0: (1,), 1: (1,), 2: (1,)})
+        assert client.add_partitions("t", other, mine) is False  # changed meanwhile by someone else
+        assert client.read_topic("t") == grown
+    finally:
+        client.close()

@@ -586,7 +586,7 @@ class Broker:
                 configs = {k: v for k, v in zk.read_user_config(user).items() if k not in SCRAM_MECHANISMS}
                 zk.write_user_config(user, {**configs, **credentials})
 
-        await in_zookeeper(write)
+        await in_zookeeper(zk, write)
         for user, credentials in changes.items():
             self._set_cluster_user_scram(user, credentials)
 
@@ -630,7 +630,7 @@ class Broker:
                     zk.write_entity_config(path, {**others, **{k: quota_text(k, v)
                                                                for k, v in values.items()}})
 
-            await in_zookeeper(write)
+            await in_zookeeper(zk, write)
         for entity, values in changes.items():
             self.quotas.replace(entity, values)
         throttling.install(self)

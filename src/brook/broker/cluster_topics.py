@@ -31,11 +31,11 @@ class TopicRefused(Exception):
         self.code = code
 
 
-async def _in_zookeeper(call, *args):
+async def _in_zookeeper(zk, call, *args):
     """A ZooKeeper call of a topic admin request: a failure (this broker's session may have
     expired, and it then resigns as controller) is answered NOT_CONTROLLER."""
     try:
-        return await in_zookeeper(call, *args)
+        return await in_zookeeper(zk, call, *args)
     except ZooKeeperUnavailable as exc:
         raise TopicRefused(ErrorCode.not_controller, str(exc)) from None
 
@@ -98,7 +98,7 @@ async def create_topic(broker, name: str, partitions: int, replication_factor: i
         return None
     topic_id = uuid.uuid4()
     zk = broker.cluster.client
-    made = await _in_zookeeper(zk.create_topic, name,
+    made = await _in_zookeeper(zk, zk.create_topic, name,
                                TopicAssignment(topic_id_text(topic_id), assignment), configs)
     if not made:
         raise TopicRefused(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
@@ -124,7 +124,7 @@ async def add_partitions(broker, name: str, count: int, explicit: list[tuple[int
     """CreatePartitions in a cluster: the topic's assignment grown to `count` partitions, the
     new ones spread as Kafka spreads them (same replication factor as partition 0)."""
     zk = broker.cluster.client
-    current = await _in_zookeeper(zk.read_topic, name)
+    current = await _in_zookeeper(zk, zk.read_topic, name)
     if current is None or name not in broker.replicas.cache.topics:
         raise TopicRefused(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
     have = len(current.partitions)
@@ -148,7 +148,7 @@ async def add_partitions(broker, name: str, count: int, explicit: list[tuple[int
     if validate_only:
         return
     grown = TopicAssignment(current.topic_id, {**current.partitions, **new})
-    if not await _in_zookeeper(zk.add_partitions, name, grown, current):
+    if not await _in_zookeeper(zk, zk.add_partitions, name, grown, current):
         raise TopicRefused(ErrorCode.reassignment_in_progress,
                            f"the assignment of {name!r} changed meanwhile; try again")
     log.info("Creating %d partitions for %s with the following replica assignment: %s",

@@ -16,7 +16,7 @@ from typing import Callable
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (BadVersionError, KazooException, NodeExistsError, NoNodeError,
-                              RolledBackError)
+                              RolledBackError, ConnectionLoss, SessionExpiredError)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
@@ -69,9 +69,11 @@ class Snapshot:
 
 class ZkClient:
     def __init__(self, connect: ConnectString, session_timeout_ms: int,
-                 notify: Callable[[str], None]) -> None:
+                 notify: Callable[[str], None], connection_timeout_ms: int | None = None) -> None:
         self.connect = connect
         self._notify = notify
+        self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
+        self._session = threading.Event()  # set while connected with a live session
         self._kazoo_log = _KazooLog()
         # Reconnect fast and forever: a broker outlives any ZooKeeper outage.
         retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0, max_jitter=0.2)
@@ -82,6 +84,10 @@ class ZkClient:
         self.changed_topics: set[str] = set()  # assignments changed since the controller read them
 
     def _on_state(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            self._session.set()
+        else:
+            self._session.clear()
         self._notify({KazooState.LOST: "lost", KazooState.SUSPENDED: "suspended"}.get(state, "connected"))
 
     def p(self, path: str) -> str:
@@ -118,6 +124,23 @@ class ZkClient:
                         "(attempt %d, %d ms: %s); trying again", self.connect, self.kz.client_state,
                         attempt, timeout_ms, reason)
         return False
+
+    def call_in_session(self, call: Callable, *args, attempts: int = 3):
+        """``call(*args)`` once this client has a session, as Kafka's ZooKeeper client makes
+        its requests: it waits for a session at most zookeeper.connection.timeout.ms (then
+        KazooTimeoutError), and a call that met a lost connection or an expired session is
+        made again on the next session (kazoo opens one as soon as a server answers), up to
+        `attempts` times in all. The calls made this way are reads, overwrites and conditional
+        writes, which another go cannot make wrong."""
+        for attempt in range(1, attempts + 1):
+            if not self._session.wait(self.connection_timeout_ms / 1000):
+                raise KazooTimeoutError(f"no ZooKeeper session within {self.connection_timeout_ms} ms")
+            try:
+                return call(*args)
+            except (ConnectionLoss, SessionExpiredError):
+                if attempt == attempts:
+                    raise
+                time.sleep(0.05)  # kazoo tells its listener a moment after the call fails
 
     def new_session(self) -> None:
         """Drop the session and connect afresh. For a server that refuses this client because
@@ -284,11 +307,13 @@ class ZkClient:
     def add_partitions(self, topic: str, assignment: zk_data.TopicAssignment,
                        expected: zk_data.TopicAssignment) -> bool:
         """Write a topic's assignment grown by new partitions, only if it is still `expected`
-        (False if it changed meanwhile)."""
+        (False if it changed meanwhile; True if it is `assignment` already: an earlier go
+        whose answer a lost connection took)."""
         path = self.p(zk_paths.topic_path(topic))
         data, stat = self.kz.get(path)
-        if zk_data.decode_topic(topic, data) != expected:
-            return False
+        now = zk_data.decode_topic(topic, data)
+        if now != expected:
+            return now == assignment
         try:
             self.kz.set(path, zk_data.encode_topic(assignment), version=stat.version)
         except BadVersionError:
@@ -347,7 +372,8 @@ class ZkClient:
     def create_topic(self, topic: str, assignment: zk_data.TopicAssignment,
                      configs: dict[str, str]) -> bool:
         """Create a topic as Kafka's AdminZkClient does: its config first, then its assignment
-        (which the controller watches). False if the topic exists already."""
+        (which the controller watches). False if the topic exists already, unless it is this
+        very topic (its id), made by an earlier go whose answer a lost connection took."""
         tx = self.kz.transaction()
         config_path = self.p(zk_paths.topic_config_path(topic))
         if self.kz.exists(config_path) is None:
@@ -361,7 +387,8 @@ class ZkClient:
         if failure is None:
             return True
         if isinstance(failure, NodeExistsError):
-            return False
+            existing = self.read_topic(topic)
+            return existing is not None and existing.topic_id == assignment.topic_id
         raise failure
 
     def read_topic_config(self, topic: str) -> dict[str, str]:

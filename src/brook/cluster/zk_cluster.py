@@ -91,7 +91,8 @@ class ZkCluster:
         first broker of a cluster)."""
         self._loop = asyncio.get_running_loop()
         cfg = self.config
-        self._client = ZkClient(self.connect, cfg.zookeeper_session_timeout_ms, self._notify)
+        self._client = ZkClient(self.connect, cfg.zookeeper_session_timeout_ms, self._notify,
+                                cfg.zookeeper_connection_timeout_ms)
         log.info("Connecting to zookeeper on %s", self.connect)
         try:
             connected = await asyncio.to_thread(self._client.connect_until, self._stop,

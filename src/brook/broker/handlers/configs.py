@@ -155,7 +155,7 @@ async def _cluster_configs(broker, resource) -> dict[str, str] | None:
     if broker.replicas is None or resource.resource_type != TOPIC \
             or resource.resource_name not in broker.replicas.cache.topics:
         return None
-    return await in_zookeeper(broker.cluster.client.read_topic_config, resource.resource_name)
+    return await in_zookeeper(broker.cluster.client, broker.cluster.client.read_topic_config, resource.resource_name)
 
 
 async def _alter_in_cluster(broker, resource, new_configs_of, validate_only):
@@ -173,7 +173,7 @@ async def _alter_in_cluster(broker, resource, new_configs_of, validate_only):
     except _BadOperation as exc:
         return ErrorCode.invalid_request, str(exc)
     if not validate_only:
-        await in_zookeeper(broker.cluster.client.write_topic_config, resource.resource_name, configs)
+        await in_zookeeper(broker.cluster.client, broker.cluster.client.write_topic_config, resource.resource_name, configs)
     return ErrorCode.none, None
 
 
@@ -200,7 +200,7 @@ async def _alter_broker(broker, resource, new_configs_of, validate_only):
     async with broker.config_lock:  # read, change, write: one alteration at a time
         zk = broker.cluster.client if broker.cluster is not None else None
         if zk is not None:
-            current = await in_zookeeper(zk.read_broker_config, None if default else broker.broker_id)
+            current = await in_zookeeper(zk, zk.read_broker_config, None if default else broker.broker_id)
         else:
             layers = broker.config_layers
             current = layers.cluster_default if default else layers.per_broker
@@ -212,7 +212,7 @@ async def _alter_broker(broker, resource, new_configs_of, validate_only):
                 return ErrorCode.none, None
             layers, cfg = broker.check_broker_configs(default, configs)
             if not validate_only:
-                await in_zookeeper(zk.write_broker_config, None if default else broker.broker_id,
+                await in_zookeeper(zk, zk.write_broker_config, None if default else broker.broker_id,
                                    configs)
                 broker.use_config(layers, cfg)  # here at once; the others when notified
         except DynamicConfigError as exc:
