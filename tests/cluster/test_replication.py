@@ -427,7 +427,9 @@ def test_zookeeper_restarted_with_its_data_and_replication_goes_on(own_zookeeper
     cluster = ClusterBrokers(tmp_path, lambda: server.connect)
     view = ZkView(server, "")
     try:
-        procs = [cluster(i, FAST) for i in (1, 2, 3)]
+        # Kafka's default connection timeout is the session timeout: a call waits that long for
+        # the session the restart may have cost (the harness's 1 s is for start-up tests).
+        procs = [cluster(i, {**FAST, "zookeeper.connection.timeout.ms": 10_000}) for i in (1, 2, 3)]
         wait_for(lambda: view.broker_ids() == [1, 2, 3], 30, "three registered", cluster)
         bootstrap = _bootstrap(procs)
         _create(bootstrap, "zkr", rf=3)

@@ -16,7 +16,8 @@ from typing import Callable
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (BadVersionError, KazooException, NodeExistsError, NoNodeError,
-                              RolledBackError, ConnectionLoss, SessionExpiredError)
+                              RolledBackError, ConnectionClosedError, ConnectionLoss,
+                              SessionExpiredError)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
@@ -128,8 +129,8 @@ class ZkClient:
     def call_in_session(self, call: Callable, *args, attempts: int = 3):
         """``call(*args)`` once this client has a session, as Kafka's ZooKeeper client makes
         its requests: it waits for a session at most zookeeper.connection.timeout.ms (then
-        KazooTimeoutError), and a call that met a lost connection or an expired session is
-        made again on the next session (kazoo opens one as soon as a server answers), up to
+        KazooTimeoutError), and a call that met a lost connection, an expired session or the
+        broker starting a new one (`new_session`) is made again on the next session (kazoo opens one as soon as a server answers), up to
         `attempts` times in all. The calls made this way are reads, overwrites and conditional
         writes, which another go cannot make wrong."""
         for attempt in range(1, attempts + 1):
@@ -137,7 +138,7 @@ class ZkClient:
                 raise KazooTimeoutError(f"no ZooKeeper session within {self.connection_timeout_ms} ms")
             try:
                 return call(*args)
-            except (ConnectionLoss, SessionExpiredError):
+            except (ConnectionLoss, ConnectionClosedError, SessionExpiredError):
                 if attempt == attempts:
                     raise
                 time.sleep(0.05)  # kazoo tells its listener a moment after the call fails
