@@ -346,6 +346,40 @@ def test_available_now_respects_max_offsets_per_trigger(spark, kafka, tmp_path):
     assert spark.table("capped").count() == 1000
 
 
+def test_local_sessions_write_checkpoints_through_hadoops_file_system_api(spark, kafka, tmp_path):
+    """brook.spark.local_session picks Spark's FileSystem checkpoint manager (the FileContext
+    one forks chmod and readlink for each checkpoint file without Hadoop's native library),
+    unless the session names a manager itself; the checkpoints it writes restart a query."""
+    from brook.spark import session
+
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    assert spark.conf.get(key).endswith(".FileSystemBasedCheckpointFileManager")
+    chosen = spark.conf.get(key)
+    try:
+        spark.conf.set(key, "com.example.OwnManager")
+        session._checkpoint_without_forks(spark)
+        assert spark.conf.get(key) == "com.example.OwnManager"
+    finally:
+        spark.conf.set(key, chosen)
+
+    create_topic_confluent(kafka.bootstrap, "checkpointed", partitions=1)
+    produce_values(kafka, "checkpointed", [b"%d" % i for i in range(50)], partition=0)
+    ck = tmp_path / "ck"
+
+    def run():
+        query = started(stream(spark, kafka, subscribe="checkpointed", startingOffsets="earliest")
+                        .writeStream.format("noop")
+                        .option("checkpointLocation", str(ck)).trigger(availableNow=True), ck)
+        assert query.awaitTermination(120)
+        return sum(p["numInputRows"] for p in progress(query))
+
+    assert run() == 50
+    assert sorted(f.name for f in (ck / "offsets").iterdir() if not f.name.startswith(".")) == ["0"]
+    assert sorted(f.name for f in (ck / "commits").iterdir() if not f.name.startswith(".")) == ["0"]
+    produce_values(kafka, "checkpointed", [b"%d" % i for i in range(50, 80)], partition=0)
+    assert run() == 30  # resumed from the checkpoint, not from earliest
+
+
 # ------------------------------------------------------------------------ data loss
 
 
