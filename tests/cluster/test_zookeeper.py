@@ -256,6 +256,8 @@ def test_a_zookeeper_call_cut_off_by_a_lost_connection_is_made_again_on_the_next
 
 
 def test_a_zookeeper_call_waits_for_a_session_at_most_the_connection_timeout(own_zookeeper):
+    """As long as zookeeper.connection.timeout.ms, once; then calls fail at once until a
+    session comes (a request of many topics does not wait for each)."""
     from kazoo.handlers.threading import KazooTimeoutError
 
     server = own_zookeeper.start()
@@ -266,6 +268,18 @@ def test_a_zookeeper_call_waits_for_a_session_at_most_the_connection_timeout(own
         with pytest.raises(KazooTimeoutError, match="no ZooKeeper session within 1500 ms"):
             client.call_in_session(client.topic_names)
         assert 1.4 < time.monotonic() - began < 4
+        began = time.monotonic()  # given up on: the next call fails at once, until a session
+        with pytest.raises(KazooTimeoutError, match="no ZooKeeper session for over 1500 ms"):
+            client.call_in_session(client.topic_names)
+        assert time.monotonic() - began < 0.5
+        server.start()
+
+        def served():
+            try:
+                return client.call_in_session(client.topic_names) == []
+            except KazooTimeoutError:
+                return False
+        wait_for(served, 20, "calls served again once a session came")
     finally:
         client.close()
 

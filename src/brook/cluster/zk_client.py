@@ -16,7 +16,7 @@ from typing import Callable
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (BadVersionError, KazooException, NodeExistsError, NoNodeError,
-                              RolledBackError, ConnectionClosedError, ConnectionLoss,
+                              ConnectionClosedError, ConnectionLoss, RolledBackError,
                               SessionExpiredError)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
@@ -75,6 +75,7 @@ class ZkClient:
         self._notify = notify
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
         self._session = threading.Event()  # set while connected with a live session
+        self._unreachable = False  # a call waited for a session in vain, and none came since
         self._kazoo_log = _KazooLog()
         # Reconnect fast and forever: a broker outlives any ZooKeeper outage.
         retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0, max_jitter=0.2)
@@ -86,6 +87,7 @@ class ZkClient:
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.CONNECTED:
+            self._unreachable = False
             self._session.set()
         else:
             self._session.clear()
@@ -130,12 +132,19 @@ class ZkClient:
         """``call(*args)`` once this client has a session, as Kafka's ZooKeeper client makes
         its requests: it waits for a session at most zookeeper.connection.timeout.ms (then
         KazooTimeoutError), and a call that met a lost connection, an expired session or the
-        broker starting a new one (`new_session`) is made again on the next session (kazoo opens one as soon as a server answers), up to
-        `attempts` times in all. The calls made this way are reads, overwrites and conditional
-        writes, which another go cannot make wrong."""
+        broker starting a new one (`new_session`) is made again on the next session (kazoo
+        opens one as soon as a server answers), up to `attempts` times in all. Each call
+        made this way has the same outcome made twice (a topic creation or partition growth
+        recognises its own earlier write). Once a wait has timed out, calls fail at once
+        until a session comes, so that a request of many topics does not wait for each."""
         for attempt in range(1, attempts + 1):
+            if self._unreachable and not self._session.is_set():
+                raise KazooTimeoutError(
+                    f"no ZooKeeper session for over {self.connection_timeout_ms} ms")
             if not self._session.wait(self.connection_timeout_ms / 1000):
-                raise KazooTimeoutError(f"no ZooKeeper session within {self.connection_timeout_ms} ms")
+                self._unreachable = True
+                raise KazooTimeoutError(
+                    f"no ZooKeeper session within {self.connection_timeout_ms} ms")
             try:
                 return call(*args)
             except (ConnectionLoss, ConnectionClosedError, SessionExpiredError):

@@ -183,7 +183,8 @@ async def _delete_topics_in_cluster(broker, request, mod, wanted, connection=Non
             else:
                 topic_id = cache.topic_ids.get(name)
                 try:
-                    await in_zookeeper(broker.cluster.client, broker.cluster.client.mark_for_deletion, name)
+                    zk = broker.cluster.client
+                    await in_zookeeper(zk, zk.mark_for_deletion, name)
                     marked.append(name)
                 except ZooKeeperUnavailable as exc:  # clients ask the next controller
                     code, text = ErrorCode.not_controller, str(exc)

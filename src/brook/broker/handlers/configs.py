@@ -155,7 +155,8 @@ async def _cluster_configs(broker, resource) -> dict[str, str] | None:
     if broker.replicas is None or resource.resource_type != TOPIC \
             or resource.resource_name not in broker.replicas.cache.topics:
         return None
-    return await in_zookeeper(broker.cluster.client, broker.cluster.client.read_topic_config, resource.resource_name)
+    zk = broker.cluster.client
+    return await in_zookeeper(zk, zk.read_topic_config, resource.resource_name)
 
 
 async def _alter_in_cluster(broker, resource, new_configs_of, validate_only):
@@ -173,7 +174,8 @@ async def _alter_in_cluster(broker, resource, new_configs_of, validate_only):
     except _BadOperation as exc:
         return ErrorCode.invalid_request, str(exc)
     if not validate_only:
-        await in_zookeeper(broker.cluster.client, broker.cluster.client.write_topic_config, resource.resource_name, configs)
+        zk = broker.cluster.client
+        await in_zookeeper(zk, zk.write_topic_config, resource.resource_name, configs)
     return ErrorCode.none, None
 
 
