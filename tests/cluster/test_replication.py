@@ -184,6 +184,52 @@ def test_followers_refuse_clients_and_stale_or_future_epochs_are_told_apart(zk, 
         assert md.topics["routed"].partitions[0].leader == leader
 
 
+def test_an_isr_change_refused_as_ineligible_fences_the_partition_epoch(zk, brokers):
+    """AlterPartition adding a broker that is not alive is refused INELIGIBLE_REPLICA, and the
+    controller writes the partition's state again under a new partition epoch: a copy of the
+    same request sent earlier and still on its way (a leader asks again after a timeout) then
+    meets INVALID_UPDATE_VERSION instead of adding the broker after the leader dropped the
+    change (found by the replication simulation, seed 60825)."""
+    import uuid
+
+    from kio.schema.errors import ErrorCode
+
+    from brook.cluster.controller import topic_uuid
+    from tests.support.wire_requests import req_mod
+    procs = _three(brokers, zk)
+    _create(_bootstrap(procs), "fenced", rf=3)
+    leader = wait_for(lambda: _leader_of(zk, "fenced"), 20, "a leader", brokers)
+    gone = next(i for i in (1, 2, 3) if i not in (leader, zk.controller()))
+    brokers[gone].kill()
+    wait_for(lambda: gone not in _state(zk, "fenced")["isr"], 30, "the ISR without it", brokers)
+    before = _state(zk, "fenced")
+    version = zk.get("/brokers/topics/fenced/partitions/0/state")[1].version
+    topic_id = topic_uuid(zk.json("/brokers/topics/fenced")["topic_id"])
+    assert isinstance(topic_id, uuid.UUID)
+    m = req_mod(56, 2)
+
+    def ask():
+        from brook.protocol.messages import make
+        with _wire(brokers[zk.controller()]) as w:
+            answer = w.request(make(m.AlterPartitionRequest, broker_id=leader, broker_epoch=-1, topics=(
+                make(m.TopicData, topic_id=topic_id, partitions=(make(
+                    m.PartitionData, partition_index=0, leader_epoch=before["leader_epoch"],
+                    new_isr=tuple(before["isr"]) + (gone,), leader_recovery_state=0,
+                    partition_epoch=version),)),)))
+        return answer.topics[0].partitions[0]
+
+    refused = ask()
+    assert refused.error_code == ErrorCode.ineligible_replica
+    assert refused.partition_epoch == version + 1 and list(refused.isr) == before["isr"]
+    after, stat = zk.get("/brokers/topics/fenced/partitions/0/state")
+    assert stat.version == version + 1
+    assert {k: v for k, v in __import__("json").loads(after).items() if k != "controller_epoch"} == \
+        {k: v for k, v in before.items() if k != "controller_epoch"}
+    late = ask()  # the same request again, as a late copy of it would arrive
+    assert late.error_code == ErrorCode.invalid_update_version
+    assert _state(zk, "fenced")["isr"] == before["isr"]
+
+
 def test_acks_all_is_refused_below_min_insync_replicas_and_acks_1_is_not(zk, brokers):
     procs = _three(brokers, zk)
     _create(_bootstrap(procs), "guarded", rf=3, configs={"min.insync.replicas": "2"})

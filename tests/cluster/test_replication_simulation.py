@@ -26,7 +26,7 @@ simulated network that delays, loses and reorders messages, all driven by one
   `/controller` deleted (a new controller with a bumped epoch while the old one still runs),
   controlled shutdown, links between brokers cut, messages lost and delayed.
 
-Four rules of brook's wiring are modeled with a switch each, and
+Five rules of brook's wiring are modeled with a switch each, and
 `test_each_rule_of_the_wiring_is_needed` keeps a seed that fails without the rule (the simpler
 rule brook's first wiring had): `reelect_restarted` (the
 controller gives a partition a new leader epoch when its leader registered after the state was
@@ -35,7 +35,11 @@ written: `elections.on_brokers(reelect=...)`), and three as Kafka does them:
 change is asked again after a lost answer, and the controller answers a repeat of an ISR it
 already wrote with that state), `newer_state_only` (a LeaderAndIsr of the leader's own epoch
 changes its ISR only with a newer partition epoch) and `hw_checkpoint` (a restarted broker's
-high watermark is the one it had, not its log end).
+high watermark is the one it had, not its log end); and `fence_refusals`, brook's own against
+a network that may deliver a request after its retry (the controller writes
+a partition's state again under a new partition epoch when it refuses an ISR change as
+INELIGIBLE_REPLICA, so that a late copy of the request cannot be applied after the leader
+dropped the change).
 
 After every step it checks: (1) every record acknowledged with acks=all is in the current
 leader's log at the offset it was acknowledged at, so none is lost and they are in the order
@@ -516,7 +520,21 @@ class Controller:
         if any(r not in replicas for r in new_isr) or broker not in new_isr:
             return INVALID_REQUEST, state
         if any(r not in self.live for r in new_isr if r not in state.isr):
-            return INELIGIBLE, state
+            if not self.sim.fence_refusals:
+                return INELIGIBLE, state
+            # The same state written again, under a new partition epoch: a copy of this
+            # request still on its way (sent before a retry) can no longer be applied.
+            fenced = replace(state, controller_epoch=self.epoch, zk_version=-1)
+            written = self.write([elections.Change(tp[0], tp[1], state, fenced)])
+            if written is None:
+                return NOT_CONTROLLER, None
+            if written[0] is None:
+                self.states.pop(tp, None)
+                self.dirty()
+                return INVALID_VERSION, None
+            self.states[tp] = written[0]
+            self.tell_brokers({tp})  # the leader too: the answer may be lost
+            return INELIGIBLE, written[0]
         after = replace(state, isr=tuple(new_isr), controller_epoch=self.epoch, zk_version=-1)
         written = self.write([elections.Change(tp[0], tp[1], state, after)])
         if written is None:
@@ -857,6 +875,13 @@ class Broker:
                 done()
             elif code == NOT_CONTROLLER:
                 failed()
+            elif code == INELIGIBLE and self.sim.fence_refusals:
+                # not applied, and fenced: the state that came with it is the ISR for good
+                if p.tracker is not None and p.leader_epoch == state.leader_epoch:
+                    p.update_leadership(state.isr, p.replicas, state.zk_version)
+                else:
+                    tracker.set_isr(p.isr)
+                done()
             elif code in (INELIGIBLE, INVALID_REQUEST, UNKNOWN_PARTITION):
                 tracker.set_isr(p.isr)  # not applied, and the ISR is still p.isr
                 done()
@@ -921,11 +946,13 @@ class Outcome:
 class Simulation:
     def __init__(self, seed: int, *, trace: bool = False, maximal_isr: bool = True,
                  hw_checkpoint: bool = True, newer_state_only: bool = True,
+                 fence_refusals: bool = True,
                  reelect_restarted: bool = True) -> None:
         self.seed = seed
         self.reelect_restarted = reelect_restarted
         self.newer_state_only = newer_state_only
         self.maximal_isr = maximal_isr
+        self.fence_refusals = fence_refusals
         self.hw_checkpoint = hw_checkpoint
         self.rng = random.Random(seed)
         rng = self.rng
@@ -1300,7 +1327,7 @@ def wiring_bug(seed: int, wiring: dict, why: str):
     return pytest.param(seed, wiring, id=f"seed-{seed}-" + "-".join(wiring), marks=mark)
 
 
-# Four rules of the wiring (partition.py, replica_manager.py, controller.py, broker.py), the
+# Rules of the wiring (partition.py, replica_manager.py, controller.py, broker.py), the
 # first three as Kafka has them, that brook's first wiring did without. Each switch turns one
 # back into the simpler rule; with it, the seed breaks an invariant: the rule is needed.
 WIRING_TODAY = [
@@ -1321,6 +1348,11 @@ WIRING_TODAY = [
                "no controller ran; the next controller finds it alive and leading, so the "
                "epoch stays, the follower never truncates and keeps the lost records under "
                "the new ones the leader writes at the same offsets"),
+    wiring_bug(60825, {"fence_refusals": False},
+               "(2) a follower joins the ISR lacking records below the high watermark: an "
+               "AlterPartition refused (the follower's broker not yet registered again) drops "
+               "the change while a copy of it sent before a retry, still on its way, is "
+               "applied later; the leader's high watermark then passes what the follower has"),
     wiring_bug(84, {"hw_checkpoint": False},
                "(2) a restarted broker takes its log end for its high watermark, and as leader "
                "makes records committed that an ISR member lacks"),

@@ -244,6 +244,12 @@ class ReplicaManager:
             if code == ErrorCode.none and p.leader_epoch == state[1]:
                 p.update_leadership(tuple(state[2]), p.replicas, state[3])
                 del self._altering[tp]
+            elif (code == ErrorCode.ineligible_replica and state[3] >= 0
+                  and p.leader_epoch == state[1]):
+                # not applied, and fenced by the controller (a new partition epoch): no copy
+                # of this request can be applied later, so the change is dropped for good
+                p.update_leadership(tuple(state[2]), p.replicas, state[3])
+                del self._altering[tp]
             elif code in (ErrorCode.ineligible_replica, ErrorCode.invalid_request,
                           ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id):
                 tracker.set_isr(p.isr)  # not applied: the ISR is still what it was

@@ -271,8 +271,14 @@ class Controller:
         if any(r not in replicas for r in new_isr) or broker_id not in new_isr:
             return ErrorCode.invalid_request, state
         if any(r not in self.live for r in new_isr if r not in state.isr):
-            return ErrorCode.ineligible_replica, state
-        after = replace(state, isr=tuple(new_isr), controller_epoch=self.epoch, zk_version=-1)
+            # Refused, and fenced: the same state written again under a new partition epoch,
+            # so that a copy of this request still on its way (sent before the leader's
+            # retry) cannot be applied after the leader has dropped the change on this answer.
+            after = replace(state, controller_epoch=self.epoch, zk_version=-1)
+            code = ErrorCode.ineligible_replica
+        else:
+            after = replace(state, isr=tuple(new_isr), controller_epoch=self.epoch, zk_version=-1)
+            code = ErrorCode.none
         written = await asyncio.to_thread(
             self.zk.write_partition_states, [(topic, partition, after, state.zk_version)],
             self.epoch_zk_version)
@@ -281,6 +287,9 @@ class Controller:
             self._dirty.set()
             return ErrorCode.invalid_update_version, None
         self.states[(topic, partition)] = written[0]
+        if code != ErrorCode.none:
+            self._tell_brokers({(topic, partition)})  # the leader too: the answer may be lost
+            return code, written[0]
         log.info("partition %s-%d: ISR %s -> %s (asked by leader %d)", topic, partition,
                  list(state.isr), list(new_isr), broker_id)
         self._tell_brokers({(topic, partition)}, leader_too=False)
