@@ -176,6 +176,15 @@ def test_the_high_watermark_counts_replicas_an_isr_change_adds(fetched, leader_e
     assert tracker.high_watermark(leader_end) == before
 
 
+@given(st.integers(0, 30), st.integers(0, 30), st.sets(st.sampled_from((1, 2, 3))))
+def test_only_caught_up_followers_of_live_brokers_come_back(fetched, high_watermark, alive):
+    tracker = ReplicaTracker(1, (1, 2, 3), (1, 2), 0)
+    tracker.on_fetch(3, fetched, 30, 0)
+    back = tracker.caught_up(high_watermark, 0, alive)
+    assert back == ((3,) if fetched >= high_watermark and 3 in alive else ())
+    assert tracker.caught_up(high_watermark, 0) == ((3,) if fetched >= high_watermark else ())
+
+
 # ------------------------------------------------------------------------ assign_replicas
 
 

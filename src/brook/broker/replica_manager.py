@@ -201,7 +201,10 @@ class ReplicaManager:
                 if p.tracker is None or tp in self._altering:
                     continue
                 out = p.tracker.out_of_sync(now, lag)
-                back = p.tracker.caught_up(p.high_watermark, p.epoch_start_offset)
+                # Only brokers the controller last said are alive: another would be refused
+                # INELIGIBLE_REPLICA, at a ZooKeeper write each time (the refusal fences).
+                back = p.tracker.caught_up(p.high_watermark, p.epoch_start_offset,
+                                           self.cache.brokers)
                 if out or back:
                     isr = tuple(r for r in p.isr if r not in out) + tuple(back)
                     if isr and isr != p.isr:

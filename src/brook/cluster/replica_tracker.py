@@ -5,6 +5,7 @@ and which have caught up enough to come back. Pure: the partition feeds it offse
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 
 
@@ -82,10 +83,14 @@ class ReplicaTracker:
         return tuple(r for r in self.isr if r != self.leader and
                      now_ms - self.followers[r].last_caught_up_ms > max_lag_ms)
 
-    def caught_up(self, high_watermark: int, leader_epoch_start: int) -> tuple[int, ...]:
+    def caught_up(self, high_watermark: int, leader_epoch_start: int,
+                  alive: Container[int] | None = None) -> tuple[int, ...]:
         """Followers outside the ISR that may come back: they have everything up to the high
         watermark and everything of the current leader epoch's start (Kafka's
-        isFollowerInSync with its leader-epoch condition)."""
+        isFollowerInSync with its leader-epoch condition), and their brokers are among
+        `alive`, the brokers the controller last said are alive (Kafka's
+        isReplicaIsrEligible): the controller refuses any other."""
         need = max(high_watermark, leader_epoch_start)
         return tuple(r for r, st in self.followers.items()
-                     if r not in self.isr and st.log_end_offset >= need)
+                     if r not in self.isr and st.log_end_offset >= need
+                     and (alive is None or r in alive))
