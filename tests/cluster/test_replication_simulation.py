@@ -837,6 +837,8 @@ class Broker:
             if p.tracker is None or self.altering.get(tp, (None,))[0] is p.tracker:
                 continue
             out = p.tracker.out_of_sync(now, LAG_MAX)
+            # brook's leader also leaves out brokers its metadata lists as dead; here they
+            # are asked for too, and refused by the controller: more refusals, not fewer
             back = p.tracker.caught_up(p.high_watermark, p.epoch_start_offset)
             if out or back:
                 isr = tuple(r for r in p.isr if r not in out) + tuple(back)
