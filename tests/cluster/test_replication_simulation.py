@@ -524,18 +524,10 @@ class Controller:
                 return INELIGIBLE, state
             # The same state written again, under a new partition epoch: a copy of this
             # request still on its way (sent before a retry) can no longer be applied.
-            fenced = replace(state, controller_epoch=self.epoch, zk_version=-1)
-            written = self.write([elections.Change(tp[0], tp[1], state, fenced)])
-            if written is None:
-                return NOT_CONTROLLER, None
-            if written[0] is None:
-                self.states.pop(tp, None)
-                self.dirty()
-                return INVALID_VERSION, None
-            self.states[tp] = written[0]
-            self.tell_brokers({tp})  # the leader too: the answer may be lost
-            return INELIGIBLE, written[0]
-        after = replace(state, isr=tuple(new_isr), controller_epoch=self.epoch, zk_version=-1)
+            after, code = replace(state, controller_epoch=self.epoch, zk_version=-1), INELIGIBLE
+        else:
+            after = replace(state, isr=tuple(new_isr), controller_epoch=self.epoch, zk_version=-1)
+            code = NONE
         written = self.write([elections.Change(tp[0], tp[1], state, after)])
         if written is None:
             return NOT_CONTROLLER, None
@@ -544,8 +536,9 @@ class Controller:
             self.dirty()
             return INVALID_VERSION, None
         self.states[tp] = written[0]
-        self.tell_brokers({tp}, leader_too=False)
-        return NONE, written[0]
+        # a refusal tells the leader too: its answer may be lost
+        self.tell_brokers({tp}, leader_too=code != NONE)
+        return code, written[0]
 
     def controlled_shutdown(self, leaving: int):
         if self.stopped:
