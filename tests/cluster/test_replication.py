@@ -486,7 +486,10 @@ def test_zookeeper_restarted_with_its_data_and_replication_goes_on(own_zookeeper
         assert _produce(bootstrap, "zkr", second)[1] == []
         _create(bootstrap, "after-restart", rf=3)
         assert _consume_all(bootstrap, "zkr", 400) == first + second
-        assert sorted(view.json("/brokers/topics/zkr/partitions/0/state")["isr"]) == [1, 2, 3]
+        # The test's own ZooKeeper client may still be reconnecting after the restart (its
+        # reads give None meanwhile): the full ISR is waited for, not read once.
+        wait_for(lambda: sorted((view.json("/brokers/topics/zkr/partitions/0/state") or
+                                 {"isr": []})["isr"]) == [1, 2, 3], 30, "the full ISR", cluster)
     finally:
         view.close()
         cluster.close()
