@@ -176,6 +176,9 @@ def test_zookeeper_restarted_brokers_stay_or_register_again(own_zookeeper, tmp_p
         # Restarted with its data: the sessions survive it, and the registrations with them.
         server.restart(down_for=1.0)
         wait_for(lambda: "Reconnected to ZooKeeper" in b2.stderr_path.read_text(), 15, "reconnected", cluster)
+        # the test's own client reconnects in its own time (its reads give None meanwhile)
+        wait_for(lambda: all(view.get(f"/brokers/ids/{i}") is not None for i in (1, 2)), 15,
+                 "the registrations readable", cluster)
         assert {i: view.get(f"/brokers/ids/{i}")[1].czxid for i in (1, 2)} == epochs
         assert view.controller() == 1 and view.controller_epoch() == 1
 
