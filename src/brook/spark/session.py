@@ -43,7 +43,7 @@ def local_session(app_name: str = "brook", cores: int = 2, *,
     return spark
 
 
-#: Spark's checkpoint file manager on Hadoop's FileSystem API (its package moved in Spark 4.1).
+#: Spark's checkpoint file manager on Hadoop's FileSystem API (its older package name second).
 _FILE_SYSTEM_MANAGERS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
     "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
