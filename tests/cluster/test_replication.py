@@ -117,6 +117,36 @@ def test_leader_killed_a_follower_takes_over_without_losing_acknowledged_records
     assert _consume_all(bootstrap, "failover", 600) == first + second
 
 
+def _end_offsets(bootstrap, topic, partitions):
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
+    try:
+        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)]
+    finally:
+        c.close()
+
+
+def test_followers_keep_replicating_when_fetch_responses_end_inside_a_batch(zk, brokers):
+    # Large producer batches and a follower fetch limit that is not a multiple of them: most
+    # follower fetches end inside a batch. The followers keep the whole batches and fetch the
+    # rest; before, every follower failed on the cut batch for good and acks=all never came.
+    procs = _three(brokers, zk, {"replica.fetch.max.bytes": 700_001})
+    bootstrap = _bootstrap(procs)
+    _create(bootstrap, "cut", partitions=4, rf=3, configs={"min.insync.replicas": "2"})
+    values = [b"%06d" % i + b"x" * 1018 for i in range(24_000)]
+    start = time.monotonic()
+    acked, failed = _produce(bootstrap, "cut", values, **{"batch.size": 262144, "message.timeout.ms": 60000})
+    assert failed == [] and len(acked) == len(values), f"{len(failed)} failed, e.g. {failed[:1]}"
+    assert time.monotonic() - start < 60
+    ends = _end_offsets(bootstrap, "cut", 4)
+    assert sum(ends) == len(values)
+    # Every follower holds every record: each broker alone, asked as leader after the others
+    # stop, would need them; here the ISR in ZooKeeper still names all three.
+    for p in range(4):
+        assert sorted(_state(zk, "cut", p)["isr"]) == [1, 2, 3]
+    assert "TruncatedBatchError" not in brokers.tails()
+
+
 def _leader_of(zk, topic, p=0):
     return _state(zk, topic, p)["leader"]
 

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from ..cluster.channel import BrokerChannel, ChannelError
 from ..cluster.truncation import truncation_offset
 from ..protocol.messages import make, request_class
+from ..records.batch import whole_batches_size
 from ..storage.leader_epoch import UNDEFINED_EPOCH
 
 log = logging.getLogger(__name__)
@@ -173,21 +174,35 @@ class ReplicaFetcher:
         if response.error_code != ErrorCode.none:
             raise ChannelError(f"leader {self.leader_id} answered fetch with "
                                f"{ErrorCode(response.error_code).name.upper()}")
+        served = []
         for t in response.responses:
             for pr in t.partitions:
-                self._apply(t.topic, pr)
+                if self._apply(t.topic, pr):
+                    served.append((t.topic, pr.partition_index))
+        # Partitions given data go to the back of the next request, so one whose first batch
+        # is larger than what is left of the response's byte budget is asked first in turn
+        # (the leader sends the first partition's first batch whole) and is never starved.
+        for tp in served:
+            st = self.partitions.pop(tp, None)
+            if st is not None:
+                self.partitions[tp] = st
 
-    def _apply(self, topic: str, pr) -> None:
+    def _apply(self, topic: str, pr) -> bool:
+        """Apply one partition's answer; whether it carried records."""
         tp = (topic, pr.partition_index)
         st = self.partitions.get(tp)
         part = self.broker.partition(*tp)
         if st is None or part is None or st.truncating:
-            return
+            return False
         code = pr.error_code
+        records = pr.records
         if code == ErrorCode.none:
-            records = pr.records
             if records:
-                part.log.append_as_follower(records)
+                # The response's byte limits may cut its last batch short: the whole ones
+                # are appended, and the next fetch starts where the cut one does.
+                whole = whole_batches_size(records)
+                if whole:
+                    part.log.append_as_follower(memoryview(records)[:whole])
             part.follower_high_watermark(pr.high_watermark)
             if pr.log_start_offset > part.log.log_start_offset:
                 part.log.increase_log_start_offset(min(pr.log_start_offset, part.log.log_end_offset))
@@ -204,6 +219,7 @@ class ReplicaFetcher:
         elif code not in _AWAITING_THE_CONTROLLER:
             log.warning("%s-%d: leader %d answered fetch with %s", *tp, self.leader_id,
                         ErrorCode(code).name.upper())
+        return bool(records)
 
 
 def _ms(value: int):

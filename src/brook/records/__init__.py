@@ -15,6 +15,7 @@ from .batch import (
     scan_batches,
     set_base_offset,
     verify_crc,
+    whole_batches_size,
 )
 from .compression import Codec
 from .errors import (
@@ -58,4 +59,5 @@ __all__ = [
     "set_base_offset",
     "to_v2_batches",
     "verify_crc",
+    "whole_batches_size",
 ]

@@ -165,6 +165,22 @@ def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int
     _INT32.pack_into(buf, pos + 12, epoch)
 
 
+def whole_batches_size(buf: bytes | bytearray | memoryview) -> int:
+    """The length of the longest prefix of `buf` made of whole batches (any magic: they all
+    start with baseOffset and a length that counts the rest).
+
+    A Fetch response may end inside a batch when its byte limits cut the log there (KIP-74);
+    readers keep the whole batches and fetch the rest again from where the cut one starts.
+    """
+    pos, end = 0, len(buf)
+    while end - pos >= LOG_OVERHEAD:
+        _, length = _PREFIX.unpack_from(buf, pos)
+        if length < 0 or pos + LOG_OVERHEAD + length > end:
+            break
+        pos += LOG_OVERHEAD + length
+    return pos
+
+
 def scan_batches(
     buf: bytes | bytearray | memoryview, verify: bool = True
 ) -> Iterator[tuple[int, BatchHeader]]:
