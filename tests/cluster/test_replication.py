@@ -275,6 +275,31 @@ def test_acks_all_is_refused_below_min_insync_replicas_and_acks_1_is_not(zk, bro
         assert _codes(w.request(_produce_request("guarded", b"y", acks=1))) == [ErrorCode.none]
 
 
+def test_acks_all_waiting_while_the_isr_shrinks_below_min_insync_is_not_acknowledged(zk, brokers):
+    # Both followers paused past their ZooKeeper sessions while an acks=all produce waits on
+    # the leader: the controller shrinks the ISR to the leader alone, which moves the high
+    # watermark past the waiting records. They are held by one broker only, so the answer is
+    # NOT_ENOUGH_REPLICAS_AFTER_APPEND, not success (before: success, then lost with the leader).
+    from kio.schema.errors import ErrorCode
+
+    from tests.support.kafka_wire import WireClient
+    procs = _three(brokers, zk)
+    _create(_bootstrap(procs), "shrunk", rf=3, configs={"min.insync.replicas": "2"})
+    leader = wait_for(lambda: _leader_of(zk, "shrunk"), 20, "a leader", brokers)
+    followers = [i for i in (1, 2, 3) if i != leader]
+    with WireClient(brokers[leader].bootstrap, 60) as w:
+        assert _codes(w.request(_produce_request("shrunk", b"before"))) == [ErrorCode.none]
+        for i in followers:
+            brokers[i].proc.send_signal(signal.SIGSTOP)
+        try:
+            codes = _codes(w.request(_produce_request("shrunk", b"waiting", timeout_ms=30000)))
+            assert _state(zk, "shrunk")["isr"] == [leader]
+        finally:
+            for i in followers:
+                brokers[i].proc.send_signal(signal.SIGCONT)
+    assert codes == [ErrorCode.not_enough_replicas_after_append]
+
+
 def test_a_broker_restarted_with_an_empty_data_dir_replicates_everything_back(zk, brokers):
     import shutil
     procs = _three(brokers, zk)

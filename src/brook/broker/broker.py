@@ -286,6 +286,15 @@ class Broker:
         overrides = {k: v for k, v in (tm.configs if tm else {}).items() if k not in PASSIVE_TOPIC_KEYS}
         return self.config.log_config.with_overrides(overrides)
 
+    def min_insync_replicas(self, topic: str) -> int:
+        """The topic's min.insync.replicas, else the broker's (1 where neither parses)."""
+        tm = self.metadata.get(topic)
+        try:
+            return int((tm.configs if tm else {}).get(
+                "min.insync.replicas", self.config.props.get("min.insync.replicas", "1")))
+        except ValueError:
+            return 1
+
     def topic_config_values(self, topic: str, overrides: dict[str, str]) -> dict[str, str]:
         """Every topic config key with its effective value (DescribeConfigs)."""
         cfg = validate_topic_configs({k: v for k, v in overrides.items() if k not in PASSIVE_TOPIC_KEYS},

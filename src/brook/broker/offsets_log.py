@@ -18,6 +18,7 @@ from ..coordinator.runtime import OFFSETS_TOPIC, AppendError
 from ..records.batch import HEADER_SIZE, HEADER_STRUCT, LOG_OVERHEAD
 from ..storage.producer_state import AppendOrigin
 from .errors import error_code_for
+from .partition import NotEnoughReplicasAfterAppend
 
 #: Bytes of record batches read (and replayed) between two yields to the event loop while
 #: loading: about 12,000 offset commits, some 10 ms.
@@ -43,7 +44,7 @@ class PartitionOffsetsLog:
             if p.tracker is None or p.leader_epoch != epoch:
                 raise AppendError(ErrorCode.not_leader_or_follower,
                                   f"{OFFSETS_TOPIC}-{partition} is not led here at epoch {epoch}")
-            if len(p.isr) < self._min_insync():
+            if len(p.isr) < self.broker.min_insync_replicas(OFFSETS_TOPIC):
                 raise AppendError(ErrorCode.not_enough_replicas,
                                   f"{OFFSETS_TOPIC}-{partition} has {len(p.isr)} in-sync replicas")
         try:
@@ -51,14 +52,6 @@ class PartitionOffsetsLog:
         except Exception as exc:
             raise AppendError(error_code_for(exc), str(exc)) from exc
         return p.log_end_offset
-
-    def _min_insync(self) -> int:
-        tm = self.broker.metadata.get(OFFSETS_TOPIC)
-        try:
-            return int((tm.configs if tm else {}).get(
-                "min.insync.replicas", self.broker.config.props.get("min.insync.replicas", "1")))
-        except ValueError:
-            return 1
 
     def written(self, partition: int, offset: int) -> asyncio.Future | None:
         """What must happen before answering: in a cluster, every in-sync replica has the
@@ -69,7 +62,8 @@ class PartitionOffsetsLog:
             return None
         waits = []
         if p.tracker is not None and p.high_watermark < offset:
-            waits.append(_as_append_error(p.wait_for_high_watermark(offset),
+            min_isr = self.broker.min_insync_replicas(OFFSETS_TOPIC)
+            waits.append(_as_append_error(p.wait_for_high_watermark(offset, min_isr),
                                           self.broker.config.offsets_commit_timeout_ms / 1000))
         committer = self.broker.group_commit
         if committer is not None:
@@ -86,7 +80,9 @@ class PartitionOffsetsLog:
 
 def _as_append_error(fut: asyncio.Future, timeout_s: float) -> asyncio.Future:
     """The high watermark's future, failing with AppendError(NOT_LEADER_OR_FOLLOWER) when
-    leadership moved before the records were replicated (answered NOT_COORDINATOR), and with
+    leadership moved before the records were replicated (answered NOT_COORDINATOR), with
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas while they
+    waited (answered COORDINATOR_NOT_AVAILABLE), and with
     REQUEST_TIMED_OUT after ``timeout_s`` (answered COORDINATOR_NOT_AVAILABLE, as Kafka; the
     records stay in the log and in the coordinator's state, to be replicated or truncated)."""
     loop = asyncio.get_running_loop()
@@ -105,7 +101,9 @@ def _as_append_error(fut: asyncio.Future, timeout_s: float) -> asyncio.Future:
             return
         if f.cancelled() or f.exception() is not None:
             exc = None if f.cancelled() else f.exception()
-            out.set_exception(AppendError(ErrorCode.not_leader_or_follower, str(exc or "cancelled")))
+            code = (ErrorCode.not_enough_replicas_after_append
+                    if isinstance(exc, NotEnoughReplicasAfterAppend) else ErrorCode.not_leader_or_follower)
+            out.set_exception(AppendError(code, str(exc or "cancelled")))
         else:
             out.set_result(None)
 

@@ -23,6 +23,12 @@ class NotLeaderError(Exception):
     """The partition has no leader here any more (NOT_LEADER_OR_FOLLOWER)."""
 
 
+class NotEnoughReplicasAfterAppend(Exception):
+    """The high watermark reached the records with fewer in-sync replicas than
+    min.insync.replicas (NOT_ENOUGH_REPLICAS_AFTER_APPEND): they are held by too few
+    brokers to be acknowledged with acks=all."""
+
+
 class Partition:
     __slots__ = ("topic", "index", "log", "leader_epoch", "high_watermark", "_listeners",
                  "leader_id", "replicas", "isr", "zk_version", "tracker", "epoch_start_offset",
@@ -43,7 +49,7 @@ class Partition:
         self.zk_version = -1  # of the partition's state znode, as the controller last sent it
         self.tracker: ReplicaTracker | None = None  # set while this broker leads it in a cluster
         self.epoch_start_offset = 0
-        self._hw_waiters: list[tuple[int, asyncio.Future]] = []
+        self._hw_waiters: list[tuple[int, int, asyncio.Future]] = []
         self.pending_isr: tuple[int, ...] | None = None  # an ISR change asked of the controller
 
     @property
@@ -122,30 +128,45 @@ class Partition:
             if self._hw_waiters:
                 self._complete_waiters()
 
-    def wait_for_high_watermark(self, offset: int) -> asyncio.Future:
-        """A future done once the high watermark reaches `offset` (an acks=all produce)."""
+    def wait_for_high_watermark(self, offset: int, min_insync: int = 1) -> asyncio.Future:
+        """A future done once the high watermark reaches `offset` (an acks=all produce); it
+        fails with NotEnoughReplicasAfterAppend when the high watermark gets there with fewer
+        than `min_insync` replicas in sync (the ISR shrank while the records waited: the
+        check before the append is not enough, as Kafka's checkEnoughReplicasReachOffset)."""
         fut = asyncio.get_running_loop().create_future()
+        self._hw_waiters.append((offset, min_insync, fut))
         if self.high_watermark >= offset:
-            fut.set_result(None)
-        else:
-            self._hw_waiters.append((offset, fut))
+            self._complete_waiters()
         return fut
+
+    def _in_sync_count(self) -> int:
+        """The ISR's size counting an expansion asked of the controller (Kafka's maximal ISR:
+        the high watermark already counts those replicas)."""
+        return len(self.tracker.maximal_isr) if self.tracker is not None else len(self.isr)
 
     def _complete_waiters(self) -> None:
         hw = self.high_watermark
+        in_sync = None
         waiting = []
-        for offset, fut in self._hw_waiters:
+        for offset, min_insync, fut in self._hw_waiters:
             if fut.done():
                 continue
-            if offset <= hw:
+            if offset > hw:
+                waiting.append((offset, min_insync, fut))
+                continue
+            if in_sync is None:
+                in_sync = self._in_sync_count()
+            if in_sync >= min_insync:
                 fut.set_result(None)
             else:
-                waiting.append((offset, fut))
+                fut.set_exception(NotEnoughReplicasAfterAppend(
+                    f"{self.topic}-{self.index}: {in_sync} in-sync replicas, "
+                    f"min.insync.replicas is {min_insync}"))
         self._hw_waiters = waiting
 
     def _fail_waiters(self, exc: Exception) -> None:
         waiters, self._hw_waiters = self._hw_waiters, []
-        for _, fut in waiters:
+        for _, _, fut in waiters:
             if not fut.done():
                 fut.set_exception(exc)
 

@@ -25,6 +25,7 @@ from ...records.legacy import produced_to_v2
 from .. import authz
 from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
+from ..partition import NotEnoughReplicasAfterAppend
 from ..throttling import produce_throttle
 from . import Api, Deferred
 from .common import NO_THROTTLE, CloseConnection, ms
@@ -165,15 +166,8 @@ def _leader_refusal(broker, replicas, partition, acks: int) -> ErrorCode:
     """In a cluster: NOT_LEADER_OR_FOLLOWER unless this broker leads the partition;
     NOT_ENOUGH_REPLICAS for acks=all while the ISR is below min.insync.replicas."""
     code = replicas.leader_error(partition)
-    if code == ErrorCode.none and acks == -1:
-        tm = broker.metadata.get(partition.topic)
-        try:
-            min_isr = int((tm.configs if tm else {}).get("min.insync.replicas", broker.config.props.get(
-                "min.insync.replicas", "1")))
-        except ValueError:
-            min_isr = 1
-        if len(partition.isr) < min_isr:
-            code = ErrorCode.not_enough_replicas
+    if code == ErrorCode.none and acks == -1 and len(partition.isr) < broker.min_insync_replicas(partition.topic):
+        code = ErrorCode.not_enough_replicas
     return code
 
 
@@ -181,7 +175,8 @@ def _replicated(broker, waiting: list, timeout_ms: int):
     """One future for every partition's high watermark to reach its records, bounded by the
     request's timeout; each partition's own outcome is read from its future afterwards."""
     loop = asyncio.get_running_loop()
-    futures = [p.wait_for_high_watermark(offset) for _, _, p, offset in waiting]
+    futures = [p.wait_for_high_watermark(offset, broker.min_insync_replicas(p.topic))
+               for _, _, p, offset in waiting]
     done = loop.create_future()
     state = {"left": len(futures)}
 
@@ -204,7 +199,8 @@ def _replicated(broker, waiting: list, timeout_ms: int):
 def _replicated_answer(done, version: int, topics: list, waiting: list, throttle=NO_THROTTLE):
     """The answer once replicated, or REQUEST_TIMED_OUT / NOT_LEADER_OR_FOLLOWER for the
     partitions whose records did not reach the ISR in time (they may still: Kafka's answer
-    says the same)."""
+    says the same), and NOT_ENOUGH_REPLICAS_AFTER_APPEND where the high watermark reached
+    them only because the ISR shrank below min.insync.replicas."""
     futures = done.result()
     topics = list(topics)
     for (t, p, partition, _), fut in zip(waiting, futures):
@@ -213,6 +209,8 @@ def _replicated_answer(done, version: int, topics: list, waiting: list, throttle
         if not fut.done():
             fut.cancel()
             code = ErrorCode.request_timed_out
+        elif isinstance(fut.exception(), NotEnoughReplicasAfterAppend):
+            code = ErrorCode.not_enough_replicas_after_append
         else:
             code = ErrorCode.not_leader_or_follower
         parts = list(topics[t].partition_responses)
