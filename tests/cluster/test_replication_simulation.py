@@ -24,9 +24,11 @@ simulated network that delays, loses and reorders messages, all driven by one
   a leader counts on: as if what was acknowledged were on disk), restarts, pauses (a paused broker keeps its state, its session expires, and when
   resumed it acts on what it knew until it hears otherwise), ZooKeeper session expiry,
   `/controller` deleted (a new controller with a bumped epoch while the old one still runs),
-  controlled shutdown, links between brokers cut, messages lost and delayed.
+  controlled shutdown, links between brokers cut, messages lost and delayed;
+- Fetch answers cut by a byte limit drawn per seed (records weigh 1 to 8 units): an answer
+  may end in a record cut short, as a byte limit ends a real one inside a batch.
 
-Five rules of brook's wiring are modeled with a switch each, and
+Seven rules of brook's wiring are modeled with a switch each, and
 `test_each_rule_of_the_wiring_is_needed` keeps a seed that fails without the rule (the simpler
 rule brook's first wiring had): `reelect_restarted` (the
 controller gives a partition a new leader epoch when its leader registered after the state was
@@ -35,11 +37,14 @@ written: `elections.on_brokers(reelect=...)`), and three as Kafka does them:
 change is asked again after a lost answer, and the controller answers a repeat of an ISR it
 already wrote with that state), `newer_state_only` (a LeaderAndIsr of the leader's own epoch
 changes its ISR only with a newer partition epoch) and `hw_checkpoint` (a restarted broker's
-high watermark is the one it had, not its log end); and `fence_refusals`, brook's own against
+high watermark is the one it had, not its log end), `after_append_check` (an acks=all produce
+the high watermark reaches with fewer than min.insync.replicas in the ISR is answered
+NOT_ENOUGH_REPLICAS_AFTER_APPEND) and `partial_tail` (a follower appends the whole records
+of a cut answer and fetches the cut one again); and `fence_refusals`, brook's own against
 a network that may deliver a request after its retry (the controller writes
 a partition's state again under a new partition epoch when it refuses an ISR change as
 INELIGIBLE_REPLICA, so that a late copy of the request cannot be applied after the leader
-dropped the change).
+dropped the change). Seeds kept before answers were cut replay with `cut_responses` off.
 
 After every step it checks: (1) every record acknowledged with acks=all is in the current
 leader's log at the offset it was acknowledged at, so none is lost and they are in the order
@@ -47,7 +52,9 @@ of their offsets (a deposed leader may still acknowledge, late, a record its suc
 Kafka's delayed produce does the same); (2) ISR members' logs
 agree with the leader's below its high watermark; (3) one leader per partition and leader
 epoch, across what every broker believes and what ZooKeeper holds; (4) leader epochs in
-ZooKeeper only grow; (5) a leader's high watermark never goes back. At the end it heals every
+ZooKeeper only grow; (5) a leader's high watermark never goes back; (6) a record acknowledged
+with acks=all is held, when acknowledged, by at least min.insync.replicas brokers (a crashed
+one keeps on disk what it reported having). At the end it heals every
 fault, lets the cluster settle, and checks that each partition has a leader, a full ISR and
 the same log on every replica.
 
@@ -82,6 +89,7 @@ FENCED = "FENCED_LEADER_EPOCH"
 UNKNOWN_EPOCH = "UNKNOWN_LEADER_EPOCH"
 OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
 NOT_ENOUGH = "NOT_ENOUGH_REPLICAS"
+NOT_ENOUGH_AFTER = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
 TIMED_OUT = "REQUEST_TIMED_OUT"
 STALE_CONTROLLER = "STALE_CONTROLLER_EPOCH"
 INVALID_VERSION = "INVALID_UPDATE_VERSION"
@@ -100,6 +108,7 @@ CONTROLLER_RETRY = 500        # controller.RETRY_S
 FETCH_BACKOFF = 100           # replica.fetch.backoff.ms
 FETCH_WAIT = 200              # an empty fetch waits at the leader (replica.fetch.wait.max.ms)
 FETCH_MAX_RECORDS = 20
+RECORD_UNITS = 8  # a record's size is 1 to 8 units (a Fetch's byte limit counts units)
 
 STEP_MS = 50
 STEPS = 300
@@ -297,11 +306,16 @@ class Replica:
             self.broker.sim.committed(self)
             if self.waiters:
                 waiting = []
+                sim = self.broker.sim
+                enough = (not sim.after_append_check
+                          or len(self.tracker.maximal_isr) >= sim.min_isr)
                 for end, value, deadline in self.waiters:
-                    if end <= hw:
-                        self.broker.sim.acked(self, end - 1, value)
-                    else:
+                    if end > hw:
                         waiting.append((end, value, deadline))
+                    elif enough:
+                        sim.acked(self, end - 1, value)
+                    else:  # the ISR shrank below min.insync.replicas while it waited
+                        sim.answered(value, NOT_ENOUGH_AFTER)
                 self.waiters = waiting
 
     def append_as_follower(self, base: int, records) -> None:
@@ -321,6 +335,24 @@ class Replica:
 
 
 # ---------------------------------------------------------------------------------- brokers
+
+
+def record_units(value: int) -> int:
+    return 1 + value * 7919 % RECORD_UNITS
+
+
+def fetch_slice(log: list, offset: int, max_units: int | None) -> tuple[tuple, bool]:
+    """What a leader's log read from `offset` within `max_units` gives: whole records, and
+    maybe a last one cut short by the limit (True), as a byte limit cuts a batch. The first
+    record is sent whole whatever its size (Kafka's leaders do the same from Fetch v3)."""
+    out, used = [], 0
+    for entry in log[offset:offset + FETCH_MAX_RECORDS]:
+        size = record_units(entry[1])
+        if out and max_units is not None and used + size > max_units:
+            return tuple(out) + (entry,), True
+        out.append(entry)
+        used += size
+    return tuple(out), False
 
 
 class Fetcher:
@@ -401,14 +433,20 @@ class Fetcher:
         self.fetch()
 
     def on_fetched(self, answers) -> None:
+        if not self.broker.sim.partial_tail and any(a[5] for a in answers):
+            # brook's first fetcher appended the cut batch too, failed, and dropped the answer
+            self.on_error()
+            return
         self.inflight = None
         got = False
-        for tp, code, base, records, hw in answers:
+        for tp, code, base, records, hw, cut in answers:
             st = self.partitions.get(tp)
             p = self.broker.replicas.get(tp)
             if st is None or p is None or st.truncating:
                 continue
             if code == NONE:
+                if cut:
+                    records = records[:-1]  # the whole batches; the cut one is fetched again
                 if records:
                     p.append_as_follower(base, records)
                     got = True
@@ -785,15 +823,15 @@ class Broker:
             p = self.replicas.get(tp)
             code = self.leader_error(p, current)
             if code != NONE:
-                out.append((tp, code, offset, (), -1))
+                out.append((tp, code, offset, (), -1, False))
                 continue
             p.tracker.on_fetch(follower, offset, p.leo, self.sim.now)
             p.maybe_advance_high_watermark()
             if offset > p.leo:
-                out.append((tp, OUT_OF_RANGE, offset, (), p.high_watermark))
+                out.append((tp, OUT_OF_RANGE, offset, (), p.high_watermark, False))
                 continue
-            out.append((tp, NONE, offset, tuple(p.log[offset:offset + FETCH_MAX_RECORDS]),
-                        p.high_watermark))
+            records, cut = fetch_slice(p.log, offset, self.sim.fetch_max_units)
+            out.append((tp, NONE, offset, records, p.high_watermark, cut))
         return tuple(out)
 
     def produce(self, tp, value: int, acks: int) -> None:
@@ -941,13 +979,16 @@ class Outcome:
 class Simulation:
     def __init__(self, seed: int, *, trace: bool = False, maximal_isr: bool = True,
                  hw_checkpoint: bool = True, newer_state_only: bool = True,
-                 fence_refusals: bool = True,
+                 fence_refusals: bool = True, after_append_check: bool = True,
+                 partial_tail: bool = True, cut_responses: bool = True,
                  reelect_restarted: bool = True) -> None:
         self.seed = seed
         self.reelect_restarted = reelect_restarted
         self.newer_state_only = newer_state_only
         self.maximal_isr = maximal_isr
         self.fence_refusals = fence_refusals
+        self.after_append_check = after_append_check
+        self.partial_tail = partial_tail
         self.hw_checkpoint = hw_checkpoint
         self.rng = random.Random(seed)
         rng = self.rng
@@ -964,6 +1005,9 @@ class Simulation:
         self.loss = rng.choice((0.0, 0.01, 0.05))
         self.spikes = rng.choice((0.0, 0.02, 0.05))
         self.fault_rate = rng.choice((0.02, 0.05, 0.1))
+        # drawn apart, so the schedules of the seeds kept below stay as they were
+        self.fetch_max_units = (random.Random(~seed).choice((RECORD_UNITS, 20, 60, None))
+                                if cut_responses else None)
         partitions = rng.choice((1, 2))
         self.zk = ZooKeeper(self)
         self.zk.assignment = assign_replicas(list(range(1, n + 1)), partitions, self.rf, rng=rng)
@@ -1055,6 +1099,12 @@ class Simulation:
         if p.log[offset][1] != value:
             raise SimulationError(f"(1) {p.tp}: acknowledged {value} at {offset} but the log "
                                   f"has {p.log[offset]}")
+        # a crashed broker keeps on disk what it reported having (see `crash`)
+        holders = sum(1 for b in self.brokers if (r := b.replicas.get(p.tp)) is not None and len(r.log) > offset
+                      and r.log[offset] == p.log[offset])
+        if holders < self.min_isr:
+            raise SimulationError(f"(6) {p.tp}: acknowledged {value} at {offset} held by "
+                                  f"{holders} brokers, min.insync.replicas is {self.min_isr}")
         acks.append((offset, value))
         self.outcome.acked += 1
         self.trace(f"broker {p.broker.id} {p.tp[1]}: acks=all {value} at {offset}")
@@ -1333,24 +1383,31 @@ WIRING_TODAY = [
     wiring_bug(34, {"maximal_isr": False},
                "(2) a follower joins the ISR lacking records below the high watermark, which "
                "moved on while the ISR change was in flight"),
-    wiring_bug(707, {"newer_state_only": False},
+    wiring_bug(307, {"newer_state_only": False},
                "(1) an acks=all record is lost: a late LeaderAndIsr of the leader's own epoch "
                "with an older partition epoch puts back the ISR before its last expansion; the "
                "leader acknowledges without the follower ZooKeeper has in the ISR, which then "
                "leads"),
-    wiring_bug(5580, {"reelect_restarted": False},
+    wiring_bug(5580, {"reelect_restarted": False, "cut_responses": False},
                "(2) a leader crashed losing a tail a follower had fetched, and restarted while "
                "no controller ran; the next controller finds it alive and leading, so the "
                "epoch stays, the follower never truncates and keeps the lost records under "
                "the new ones the leader writes at the same offsets"),
-    wiring_bug(60825, {"fence_refusals": False},
+    wiring_bug(60825, {"fence_refusals": False, "cut_responses": False},
                "(2) a follower joins the ISR lacking records below the high watermark: an "
                "AlterPartition refused (the follower's broker not yet registered again) drops "
                "the change while a copy of it sent before a retry, still on its way, is "
                "applied later; the leader's high watermark then passes what the follower has"),
-    wiring_bug(84, {"hw_checkpoint": False},
+    wiring_bug(84, {"hw_checkpoint": False, "cut_responses": False},
                "(2) a restarted broker takes its log end for its high watermark, and as leader "
                "makes records committed that an ISR member lacks"),
+    wiring_bug(3, {"after_append_check": False},
+               "(6) an acks=all record is acknowledged while one broker holds it: the ISR "
+               "shrank to the leader alone while the produce waited, which moved the high "
+               "watermark past it (Kafka answers NOT_ENOUGH_REPLICAS_AFTER_APPEND)"),
+    wiring_bug(0, {"partial_tail": False},
+               "settled: followers never catch up: a Fetch answer cut inside a batch by its "
+               "byte limit fails the follower's append every time it is asked again"),
 ]
 
 
