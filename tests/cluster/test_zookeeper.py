@@ -135,6 +135,43 @@ def test_a_duplicate_broker_id_is_refused(zk, brokers):
     assert b1.running and zk.controller() == 1
 
 
+def test_a_broker_restarted_at_once_after_a_crash_waits_for_its_old_session_to_expire(zk, brokers):
+    # A supervisor restarting a killed broker at once: its previous session still holds
+    # /brokers/ids/1 (with the same endpoints) until it expires. The broker waits for that,
+    # saying so, then registers; Kafka's broker exits here instead, and a supervisor loops.
+    brokers(2)
+    b1 = brokers(1)
+    old = zk.get("/brokers/ids/1")[1].ephemeralOwner
+    b1.kill()
+    b1.start()  # listening again at once, on the same port
+    wait_for(lambda: (got := zk.get("/brokers/ids/1")) is not None and got[1].ephemeralOwner != old,
+             SESSION_S * 3 + 10, "broker 1 registered by its new session", brokers)
+    assert b1.running
+    log = b1.stderr_path.read_text().split("===== start #2")[1]
+    assert "an earlier run whose session has not expired yet; waiting up to" in log
+    assert zk.broker_ids() == [1, 2]
+
+
+def test_a_live_session_holding_the_id_with_the_same_endpoints_is_refused_after_the_wait(zk, brokers):
+    # The registration in the way advertises this broker's endpoints but its session keeps
+    # being renewed (here: the test's own ZooKeeper session): after a session timeout and the
+    # margin, the start fails as for any other broker holding the id.
+    from brook.cluster import zk_data
+    from tests.support.broker_harness import free_port
+    port = free_port()
+    reg = zk_data.BrokerRegistration(1, (zk_data.Endpoint("PLAINTEXT", "127.0.0.1", port),))
+    zk.kz.create(zk.chroot + "/brokers/ids/1", zk_data.encode_broker(reg), ephemeral=True, makepath=True)
+    twin = brokers.process(1, port=port)
+    started = time.monotonic()
+    result = subprocess.run(twin.command(), capture_output=True, text=True, timeout=90, cwd=twin.data_dir)
+    waited = time.monotonic() - started
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "waiting up to" in result.stderr
+    assert "broker.id 1 is registered by another live broker" in result.stderr
+    assert waited >= SESSION_S  # it waited for the session it took for an earlier run of its own
+    assert zk.get("/brokers/ids/1")[1].ephemeralOwner == zk.kz.client_id[0]
+
+
 def test_zookeeper_down_at_start_then_up(own_zookeeper, tmp_path):
     server = own_zookeeper
     cluster = ClusterBrokers(tmp_path, lambda: server.connect + "/late")

@@ -14,8 +14,12 @@ class BrokerIdInUseError(ClusterError):
     """/brokers/ids/<id> exists and belongs to another ZooKeeper session: another live broker
     runs with this broker.id (Kafka fails its start with a NodeExistsException here)."""
 
-    def __init__(self, broker_id: int, path: str, owner: int, session: int) -> None:
+    def __init__(self, broker_id: int, path: str, owner: int, session: int,
+                 endpoints: tuple = ()) -> None:
         self.broker_id = broker_id
+        self.owner = owner
+        #: the endpoints the registration in the way advertises (empty when unreadable)
+        self.endpoints = endpoints
         super().__init__(
             f"Error while creating ephemeral at {path}, node already exists and owner "
             f"'0x{owner:x}' does not match current session '0x{session:x}': broker.id {broker_id} "

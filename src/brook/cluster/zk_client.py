@@ -211,13 +211,17 @@ class ZkClient:
         except NodeExistsError:
             pass
         try:
-            _, stat = self.kz.get(path)
+            data, stat = self.kz.get(path)
         except NoNodeError:
             raise NodeExistsError(f"{path} went away while checking whose it is") from None
         session = self.session_id or 0
         if stat.ephemeralOwner != session:
+            try:
+                endpoints = zk_data.decode_broker(registration.broker_id, data).endpoints
+            except zk_data.ZkDataError:
+                endpoints = ()
             raise BrokerIdInUseError(registration.broker_id, zk_paths.broker_path(registration.broker_id),
-                                     stat.ephemeralOwner, session)
+                                     stat.ephemeralOwner, session, endpoints)
         return stat.czxid
 
     # ------------------------------------------------------------ the controller and the brokers

@@ -26,6 +26,10 @@ from .zk_client import TRANSIENT_ERRORS, Election, Snapshot, ZkClient
 log = logging.getLogger(__name__)
 
 RETRY_DELAY_S = 1.0  # between two tries of a failed ZooKeeper read while connected
+#: A registration in the way that advertises this broker's own endpoints (an earlier run whose
+#: session has not expired): how often to look again, and the margin past its session timeout.
+STALE_REGISTRATION_POLL_S = 0.2
+STALE_REGISTRATION_MARGIN_MS = 3000
 #: Change notifications older than this are deleted by the brokers that read them (Kafka's
 #: 15 minutes): without it /config/changes and the ACL change paths grow for ever.
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
@@ -126,9 +130,49 @@ class ZkCluster:
     async def join(self) -> None:
         """Register this broker (BrokerIdInUseError if another live broker has its id), run for
         controller, read the live brokers; then keep all of it up to date in a task."""
-        snapshot = await self._retrying(lambda: self._reconcile(first=True), "registering the broker")
+        snapshot = await self._register_first()
         self._apply(snapshot)
         self._task = asyncio.create_task(self._run(), name="zookeeper")
+
+    async def _register_first(self):
+        """The first registration. A registration of another session that advertises this
+        broker's own endpoints is most likely this broker's previous run, killed before its
+        session ended (a supervisor restarting it at once): wait for that session to expire,
+        up to a session timeout and a margin, instead of failing the start as Kafka does. One
+        that stays past that is a live broker renewing its session: refused then."""
+        deadline = None
+        while True:
+            try:
+                return await self._retrying(lambda: self._reconcile(first=True), "registering the broker")
+            except BrokerIdInUseError as exc:
+                if not self._own_endpoints(exc.endpoints):
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    wait_ms = self._stale_registration_wait_ms()
+                    deadline = now + wait_ms / 1000
+                    log.warning("broker.id %d is registered by ZooKeeper session 0x%x, not this "
+                                "process's, with this broker's own endpoints (%s): an earlier run "
+                                "whose session has not expired yet; waiting up to %d ms for it to "
+                                "expire", self.broker_id, exc.owner,
+                                ",".join(e.connection_string for e in exc.endpoints), wait_ms)
+                elif now >= deadline:
+                    log.error("broker.id %d is still registered by session 0x%x after a session "
+                              "timeout and more: another live broker holds it", self.broker_id,
+                              exc.owner)
+                    raise
+                await asyncio.sleep(STALE_REGISTRATION_POLL_S)
+
+    def _own_endpoints(self, endpoints: tuple) -> bool:
+        key = lambda es: sorted((e.listener, e.host, e.port) for e in es)  # noqa: E731
+        return bool(endpoints) and key(endpoints) == key(self.endpoints)
+
+    def _stale_registration_wait_ms(self) -> int:
+        """How long an earlier session of this broker may still live: its timeout (the larger
+        of the configured and the negotiated one) and a margin for ZooKeeper's expiry ticks."""
+        timeout = max(self.config.zookeeper_session_timeout_ms,
+                      self._client.negotiated_session_timeout_ms)
+        return timeout + max(STALE_REGISTRATION_MARGIN_MS, timeout // 2)
 
     async def stop(self) -> None:
         """Close the session: this broker's registration (and /controller, if it holds it) go
