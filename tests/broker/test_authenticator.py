@@ -101,3 +101,20 @@ def test_any_bytes_end_in_an_answer_or_a_close_never_a_broker_error(tmp_path, fr
         logging.getLogger("brook").removeHandler(handler)
     assert not [r for r in records if r.levelno >= logging.ERROR], [r.getMessage() for r in records]
     assert principal == "User:ANONYMOUS"
+
+
+def test_a_frame_announced_before_authentication_costs_only_what_is_sent(tmp_path):
+    # Before authenticating, a client may announce up to sasl.server.max.receive.size
+    # (512 KiB); the broker holds the bytes as they come, not the size announced.
+    import tracemalloc
+    broker = _broker(tmp_path)
+    data = _handshake("PLAIN") + struct.pack(">i", 500_000) + b"\1" * 100
+    _exchange(broker, data)  # warm: imports and the event loop's first allocations
+    tracemalloc.start()
+    try:
+        received, principal = _exchange(broker, data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert principal in (None, "User:ANONYMOUS") and received  # answered, then closed
+    assert peak < 300_000, peak

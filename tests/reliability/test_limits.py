@@ -43,3 +43,28 @@ def test_pipelining_without_reading_is_held_back_and_memory_stays_bounded(tmp_pa
         # at most what the socket buffers let through.
         assert grown < 64 << 20, f"peak RSS grew by {grown} bytes for {requests} requests"
         assert broker.running
+
+
+def test_announcing_large_frames_costs_the_broker_only_what_is_sent(tmp_path):
+    # Ten connections each announce a frame just under socket.request.max.bytes (100 MiB)
+    # and send 64 KiB of it. The broker holds what came, not what was announced (it used
+    # to allocate the whole frame at its length: a gigabyte here).
+    with BrokerProcess(tmp_path / "broker") as broker:
+        before = peak_rss_bytes(broker.proc.pid)
+        socks = []
+        try:
+            for _ in range(10):
+                s = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
+                s.sendall(struct.pack(">i", 100 * 1024 * 1024 - 1) + b"\0" * 65536)
+                socks.append(s)
+            time.sleep(1.0)
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as other:
+                frame = struct.pack(">i", len(API_VERSIONS_V0)) + API_VERSIONS_V0
+                other.sendall(frame)
+                assert struct.unpack(">i", other.recv(4))[0] > 0
+        finally:
+            for s in socks:
+                s.close()
+        grown = peak_rss_bytes(broker.proc.pid) - before
+        assert grown < 64 << 20, f"peak RSS grew by {grown >> 20} MiB"
+        assert broker.running

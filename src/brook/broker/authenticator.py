@@ -44,6 +44,7 @@ from .handlers.sasl import AUTHENTICATE_KEY, HANDSHAKE_KEY
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+_READ_CHUNK = 64 * 1024
 
 
 class Refused(Exception):
@@ -91,18 +92,18 @@ async def _read_frame(conn) -> bytes | None:
 
 
 async def _read_exact(conn, n: int) -> bytes | None:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
+    """`n` bytes, held as they come (an announced size costs nothing until it is sent)."""
+    buf = bytearray()
+    scratch = memoryview(bytearray(min(n, _READ_CHUNK)))
+    while len(buf) < n:
         try:
-            k = conn.sock.recv_into(view[got:])
+            k = conn.sock.recv_into(scratch[:n - len(buf)])
         except BlockingIOError:
             await conn._readable()
             continue
         if k == 0:
             return None
-        got += k
+        buf += scratch[:k]
     conn.last_active = conn.loop.time()
     return bytes(buf)
 

@@ -6,8 +6,9 @@ any of the body is buffered, so one request can never make the broker allocate m
 
 The network layer receives straight into the decoder (`recv_buffer()` then `received(n)`):
 small frames go through a receive buffer, and a frame too large for it gets a buffer of its
-own size that the socket fills directly, so a large Produce request is not copied on its
-way in. `feed(data)` is the same machinery for callers that already hold bytes.
+own that the socket fills directly, so a large Produce request is not copied on its way in.
+That buffer grows (doubling) as the bytes arrive, up to the announced size: announcing a
+100 MB frame costs a connection nothing until it sends the bytes. `feed(data)` is the same machinery for callers that already hold bytes.
 
 The receive buffer is taken from a pool when bytes arrive and given back by `release()`
 once the frames it held are out (a few bytes of a frame not yet complete are kept in a
@@ -69,6 +70,7 @@ class FrameDecoder:
         self._start = 0  # unparsed bytes are _buf[_start:_end]
         self._end = 0
         self._body: bytearray | None = None  # a large frame being received into its own buffer
+        self._body_size = 0  # the size announced for it (the buffer grows up to that)
         self._filled = 0
 
     @property
@@ -99,6 +101,8 @@ class FrameDecoder:
     def recv_buffer(self) -> memoryview:
         """Where the next received bytes should be written."""
         if self._body is not None:
+            if self._filled == len(self._body):
+                self._grow_body()
             return memoryview(self._body)[self._filled:]
         if self._buf is None:
             self._buf = self._pool.acquire()
@@ -117,7 +121,7 @@ class FrameDecoder:
         (`bytes`, or a read-only view of a large frame's own buffer)."""
         if self._body is not None:
             self._filled += n
-            if self._filled < len(self._body):
+            if self._filled < self._body_size:
                 return []
             frames: list[bytes | memoryview] = [memoryview(self._body).toreadonly()]
             self._body = None
@@ -141,15 +145,26 @@ class FrameDecoder:
                 continue
             if size + 4 > len(buf) - start:  # will not fit: receive it into its own buffer
                 have = end - start - 4
-                body = bytearray(size)
+                body = bytearray(min(size, 2 * len(buf)))
                 body[:have] = buf[start + 4:end]
-                self._body, self._filled = body, have
+                self._body, self._body_size, self._filled = body, size, have
                 start = end = 0
             break
         if start == end:
             start = end = 0
         self._start, self._end = start, end
         return frames
+
+    def _grow_body(self) -> None:
+        """Double the large frame's buffer (up to its announced size) once it is full."""
+        body = self._body
+        bigger = min(self._body_size, 2 * len(body))
+        try:
+            body.extend(bytes(bigger - len(body)))
+        except BufferError:  # a view of it is still held: copy into a new one
+            grown = bytearray(bigger)
+            grown[:len(body)] = body
+            self._body = grown
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | memoryview]:
         """Add received bytes; return every frame they complete (bodies, without lengths)."""
