@@ -118,3 +118,16 @@ def test_a_frame_announced_before_authentication_costs_only_what_is_sent(tmp_pat
         tracemalloc.stop()
     assert principal in (None, "User:ANONYMOUS") and received  # answered, then closed
     assert peak < 300_000, peak
+
+
+def test_what_a_failed_login_logs_from_the_wire_is_escaped_and_cut_short(tmp_path, caplog):
+    # A 60 KB user name with a newline in it: the log line quotes a short, escaped part of it.
+    broker = _broker(tmp_path)
+    user = "mallory\nFAKE LOG LINE " + "x" * 60_000
+    with caplog.at_level(logging.INFO, logger="brook.broker.authenticator"):
+        _exchange(broker, _handshake("PLAIN") + _authenticate(f"\0{user}\0guess".encode()))
+    lines = [r.getMessage() for r in caplog.records if "failed authentication" in r.getMessage()]
+    assert len(lines) == 1
+    assert len(lines[0]) < 1000
+    assert "\n" not in lines[0] and "mallory\\nFAKE" in lines[0]
+    assert "more characters" in lines[0]

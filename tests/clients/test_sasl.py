@@ -163,7 +163,8 @@ def test_a_user_made_with_brook_users_authenticates_and_survives_a_restart(tmp_p
         with WireClient(b.sasl) as c:
             assert handshake(c, "SCRAM-SHA-256").error_code == ErrorCode.none
             scram = ScramClient("sha256", "carol", "carol-secret")
-            assert authenticate(c, scram.first()).error_code == ErrorCode.sasl_authentication_failed
+            first = authenticate(c, scram.first())  # challenged as any user is, then refused
+            assert authenticate(c, scram.final(first.auth_bytes)).error_code == ErrorCode.sasl_authentication_failed
     finally:
         b.proc.close()
 
@@ -211,7 +212,10 @@ def test_a_wrong_password_is_refused_with_kafkas_error_and_closed(sasl_broker, m
 def test_scram_an_unknown_user_gets_the_same_answer_as_a_wrong_password(sasl_broker, mechanism, hash_name):
     with WireClient(sasl_broker.sasl) as c:
         assert handshake(c, mechanism).error_code == ErrorCode.none
-        r = authenticate(c, ScramClient(hash_name, "nobody", "x").first())
+        client = ScramClient(hash_name, "nobody", "x")
+        first = authenticate(c, client.first())
+        assert first.error_code == ErrorCode.none  # challenged as a known user would be
+        r = authenticate(c, client.final(first.auth_bytes))
         assert r.error_code == ErrorCode.sasl_authentication_failed
         assert r.error_message == ("Authentication failed during authentication due to invalid "
                                    f"credentials with SASL mechanism {mechanism}")

@@ -4,6 +4,8 @@ and failures that end the exchange for good."""
 from __future__ import annotations
 
 import base64
+import re
+import secrets
 
 import pytest
 from hypothesis import given, settings
@@ -70,9 +72,21 @@ def test_a_wrong_proof_fails_with_a_private_message():
     assert not info.value.public
 
 
-def test_an_unknown_user_fails_at_the_first_message_privately():
+def test_an_unknown_user_is_challenged_like_a_known_one_and_fails_privately_at_the_proof():
+    known = rfc_server({"user": new_credential(SHA_256, "pencil", 4096, secrets.token_bytes(32))})
+    known_first = known.evaluate(RFC_CLIENT_FIRST).decode()
+    unknown_first = rfc_server({}).evaluate(RFC_CLIENT_FIRST).decode()
+    shape = re.compile(r"r=[^,]+,s=([A-Za-z0-9+/=]{44}),i=4096")
+    assert shape.fullmatch(known_first) and shape.fullmatch(unknown_first)
+    # the same unknown user gets the same salt every time; another unknown user another one
+    again = rfc_server({}).evaluate(RFC_CLIENT_FIRST).decode()
+    assert shape.fullmatch(again)[1] == shape.fullmatch(unknown_first)[1]
+    other = rfc_server({}).evaluate(b"n,,n=someone-else,r=abc").decode()
+    assert shape.fullmatch(other)[1] != shape.fullmatch(unknown_first)[1]
+    server = rfc_server({})
+    server.evaluate(RFC_CLIENT_FIRST)
     with pytest.raises(SaslError, match="Invalid user credentials") as info:
-        rfc_server({}).evaluate(RFC_CLIENT_FIRST)
+        server.evaluate(RFC_CLIENT_FINAL)
     assert not info.value.public
 
 

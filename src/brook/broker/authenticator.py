@@ -23,6 +23,7 @@ from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.log_text import loggable
 from ..protocol.messages import (
     API_VERSIONS_KEY,
     MalformedRequestError,
@@ -70,7 +71,7 @@ async def authenticate(conn, security) -> bool:
         return await _exchange(conn, security)
     except Refused as exc:
         log.warning("closing connection from %s on listener %s before authentication: %s",
-                    conn.peer, conn.listener_name, exc)
+                    conn.peer, conn.listener_name, loggable(exc))
         return False
     except (OSError, asyncio.CancelledError):
         raise  # the connection's own end (run() knows these)
@@ -186,7 +187,8 @@ async def _exchange(conn, security) -> bool:
                        f"to invalid credentials with SASL mechanism {mechanism}")
             user = getattr(server, "user", None)
             log.warning("failed authentication from %s on listener %s with %s%s: %s", conn.peer,
-                        conn.listener_name, mechanism, f" (user {user})" if user else "", exc)
+                        conn.listener_name, mechanism, f" (user {loggable(user, 64)})" if user else "",
+                        loggable(exc))
             await _fail_later(conn, _authenticate_response(request, ErrorCode.sasl_authentication_failed,
                                                            message, b"") if framed else None)
             return False
@@ -261,7 +263,7 @@ class Reauthentication:
     async def _fail(self, request, message: str, exc: Exception | None = None):
         conn = self.conn
         log.warning("failed re-authentication of %s from %s on listener %s with %s: %s", conn.principal,
-                    conn.peer, conn.listener_name, self.mechanism, exc or message)
+                    conn.peer, conn.listener_name, self.mechanism, loggable(exc or message))
         await asyncio.sleep(conn.broker.config.connection_failed_authentication_delay_ms / 1000)
         raise CloseConnection("re-authentication failed", _authenticate_body(
             request.api_version, ErrorCode.sasl_authentication_failed, message, b""))

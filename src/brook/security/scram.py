@@ -159,6 +159,18 @@ class ClientFinal:
                    text[:text.rindex(",p=")])
 
 
+#: Keys the made-up salts of unknown users: the same user gets the same salt every time (a
+#: salt that changed between tries would tell an unknown user apart).
+_UNKNOWN_USER_KEY = secrets.token_bytes(32)
+
+
+def _made_up_credential(m: Mechanism, user: str) -> Credential:
+    """A credential no password matches, with a salt stable per user and the usual count."""
+    salt = hmac.new(_UNKNOWN_USER_KEY, f"{m.name}\0{user}".encode(), hashlib.sha256).digest()
+    size = hashlib.new(m.hash_name).digest_size
+    return Credential(salt, secrets.token_bytes(size), secrets.token_bytes(size), MIN_ITERATIONS)
+
+
 class ScramServer:
     """One exchange: client-first -> server-first, client-final -> server-final. Any error
     fails it for good (a replayed or out-of-order message gets an error, never a second
@@ -174,6 +186,7 @@ class ScramServer:
         self._server_first = ""
         self._nonce = ""
         self._credential: Credential | None = None
+        self._unknown_user = False
 
     @property
     def complete(self) -> bool:
@@ -197,7 +210,10 @@ class ScramServer:
         self.user = user  # who tried (for the log); authenticated only once complete
         credential = self.lookup(user)
         if credential is None:
-            raise SaslError("Authentication failed: Invalid user credentials")
+            # An unknown user gets a challenge like a known one's, and fails where a wrong
+            # password fails: the answers do not tell which users exist.
+            credential = _made_up_credential(self.mechanism, user)
+            self._unknown_user = True
         if first.authzid and first.authzid != user:
             raise SaslError("Authentication failed: Client requested an authorization id that is "
                              "different from username", public=True)
@@ -224,7 +240,9 @@ class ScramServer:
             raise SaslError("Invalid client credentials")
         client_key = bytes(a ^ b for a, b in zip(final.proof, signature))
         if not hmac.compare_digest(_h(m, client_key), cred.stored_key):
-            raise SaslError("Invalid client credentials")
+            # the client is answered the same either way (the message is not public)
+            raise SaslError("Authentication failed: Invalid user credentials" if self._unknown_user
+                            else "Invalid client credentials")
         server_signature = _hmac(m, cred.server_key, auth_message)
         self.state = "complete"
         self._credential = None
