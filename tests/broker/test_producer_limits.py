@@ -7,11 +7,12 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from brook.protocol.messages import make
 from brook.records import Record, encode_batch
-from brook.storage.producer_budget import ProducerIdBudget
+from brook.storage.producer_budget import ACTIVE_PRODUCER_MS, ProducerIdBudget, ProducerIdBudgetFullError
 from brook.storage.producer_state import (ProducerBatch, ProducerStateManager, decode_snapshot,
                                           list_snapshot_offsets, snapshot_file_name)
 from tests.support.kafka_wire import WireClient, frame, request_class
@@ -21,8 +22,11 @@ def test_the_budget_forgets_the_least_recently_written_producers_of_every_partit
     budget = ProducerIdBudget(3)
     a, b = ProducerStateManager(budget=budget), ProducerStateManager(budget=budget)
 
+    clock = iter(range(0, 100 * ACTIVE_PRODUCER_MS, ACTIVE_PRODUCER_MS))  # each write idle long after
+
     def write(mgr, pid, offset, seq=0):
-        mgr.apply(mgr.prepare([ProducerBatch(pid, 0, seq, offset, offset, 1000 + offset)]))
+        mgr.apply(mgr.prepare([ProducerBatch(pid, 0, seq, offset, offset, 1000 + offset)],
+                              now_ms=next(clock)))
 
     write(a, 1, 0)
     write(b, 2, 0)
@@ -48,29 +52,54 @@ def _produce(w: WireClient, topic: str, pid: int, seq: int = 0, value: bytes = b
     return answer.responses[0].partition_responses[0]
 
 
-def test_made_up_producer_ids_are_bounded_and_the_idlest_forgotten(broker_factory):
+def test_made_up_producer_ids_are_bounded_and_never_evict_an_active_producer(broker_factory):
+    # A producer writes, then a flood of made-up producer ids fills producer.id.max.count.
+    # Every entry is younger than ACTIVE_PRODUCER_MS, so none is forgotten to make room: the
+    # flood's new ids are refused (retriable), and the producer's retry is still recognised
+    # as a duplicate (before, it was forgotten and its retry written twice).
     broker = broker_factory({"producer.id.max.count": 500, "num.partitions": 1})
     n = 2000
     with WireClient(broker.bootstrap) as w:
-        offsets = {pid: _produce(w, "pids", pid).base_offset for pid in range(1, n + 1)}
-        assert sorted(offsets.values()) == list(range(n))
-        # The newest producer is still known: its retry is a duplicate, answered with the
-        # first offset and not written again.
-        again = _produce(w, "pids", n)
-        assert (again.error_code, again.base_offset) == (ErrorCode.none, offsets[n])
-        # The first was forgotten: its retry is taken as a new write (KIP-360's unknown producer).
         first = _produce(w, "pids", 1)
-        assert first.error_code == ErrorCode.none and first.base_offset == n
+        assert (first.error_code, first.base_offset) == (ErrorCode.none, 0)
+        codes = [_produce(w, "pids", pid).error_code for pid in range(2, n + 1)]
+        assert codes[:499] == [ErrorCode.none] * 499
+        assert set(codes[499:]) == {ErrorCode.request_timed_out}
+        again = _produce(w, "pids", 1)
+        assert (again.error_code, again.base_offset) == (ErrorCode.none, 0)  # a duplicate
+        assert _produce(w, "pids", 1, seq=1).base_offset == 500  # and it goes on in sequence
     broker.stop()
     log_dir = broker.log_dir / "pids-0"
     [last] = list_snapshot_offsets(str(log_dir))[-1:]
     entries = decode_snapshot((log_dir / snapshot_file_name(last)).read_bytes(), last)
-    assert len(entries) <= 500  # 2,000 before the bound
-    assert "producer.id.max.count=500 reached" in broker.stderr_tail()
-    broker.start()  # the state loaded again stays within the bound
+    assert len(entries) <= 500
+    assert "producer.id.max.count=500 reached by producers active" in broker.stderr_tail()
+    broker.start()  # the state loaded again stays within the bound, and protected
     with WireClient(broker.bootstrap) as w:
-        again = _produce(w, "pids", n)
-        assert again.base_offset == offsets[n]
+        again = _produce(w, "pids", 1, seq=1)
+        assert again.base_offset == 500
+        assert _produce(w, "pids", n + 1).error_code == ErrorCode.request_timed_out
+
+
+def test_the_budget_makes_room_only_by_forgetting_producers_idle_past_the_active_window():
+    budget = ProducerIdBudget(2)
+    a = ProducerStateManager(budget=budget)
+
+    def write(pid, now, seq=0):
+        a.apply(a.prepare([ProducerBatch(pid, 0, seq, pid * 10 + seq, pid * 10 + seq, 0)],
+                          now_ms=now))
+
+    write(1, now=0)
+    write(2, now=1000)
+    with pytest.raises(ProducerIdBudgetFullError):
+        write(3, now=ACTIVE_PRODUCER_MS - 1)  # producer 1 may still be retrying
+    assert sorted(a.producers) == [1, 2] and budget.refused == 1
+    write(1, now=ACTIVE_PRODUCER_MS - 1, seq=1)  # a known producer is never refused
+    write(3, now=ACTIVE_PRODUCER_MS + 1000)  # producer 2 has been idle long enough
+    assert sorted(a.producers) == [1, 3] and budget.evicted == 1
+    with pytest.raises(ProducerIdBudgetFullError):  # two new ids need two idle entries
+        a.prepare([ProducerBatch(4, 0, 0, 50, 50, 0), ProducerBatch(5, 0, 0, 51, 51, 0)],
+                  now_ms=2 * ACTIVE_PRODUCER_MS - 2)
 
 
 def _init_producer_id(w: WireClient, client_id: str):

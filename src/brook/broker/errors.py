@@ -25,6 +25,8 @@ _BY_CLASS_NAME: dict[str, ErrorCode] = {
     "InvalidProducerEpochError": ErrorCode.invalid_producer_epoch,
     "UnknownProducerIdError": ErrorCode.unknown_producer_id,
     "KafkaStorageError": ErrorCode.kafka_storage_error,
+    # no Kafka code says "too many producers": a retriable one, the client tries again later
+    "ProducerIdBudgetFullError": ErrorCode.request_timed_out,
     "InvalidTopicError": ErrorCode.invalid_topic_exception,
     "TopicExistsError": ErrorCode.topic_already_exists,
     "UnknownTopicError": ErrorCode.unknown_topic_or_partition,

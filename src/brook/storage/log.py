@@ -288,7 +288,7 @@ class Log:
             replay_from = offset
             break
         if replay_from < end:
-            self.producer_state.replay(self._producer_batches(replay_from))
+            self.producer_state.replay(self._producer_batches(replay_from), now)
             self.take_producer_snapshot()
         log.debug("%s: producer state of %d producers, from offset %d", directory,
                   len(self.producer_state), replay_from)
@@ -502,7 +502,7 @@ class Log:
         plan = None
         if producer_batches:
             plan = self.producer_state.prepare(
-                producer_batches, origin if assign_offsets else _REPLICATION)
+                producer_batches, origin if assign_offsets else _REPLICATION, now)
             dup = plan.duplicate
             if dup is not None:
                 return _new_tuple(LogAppendInfo, (dup.first_offset, dup.last_offset, dup.max_timestamp,

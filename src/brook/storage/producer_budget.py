@@ -8,7 +8,14 @@ written longest ago is forgotten, exactly as if it had expired (`producer.id.exp
 that producer's next batch is taken at any sequence (KIP-360) and a retry of a batch
 written before the eviction is no longer recognised as a duplicate.
 
-Sans-I/O, like the state it bounds: no clock, no files.
+So an entry written in the last `ACTIVE_PRODUCER_MS` is never forgotten to make room: its
+producer may still be retrying a batch (a producer retries for at most its
+`delivery.timeout.ms`, two minutes by default). A client's batch of a producer id new to a
+partition is refused while the bound is reached by such entries (`ProducerIdBudgetFullError`,
+answered REQUEST_TIMED_OUT so clients retry). A flood of made-up ids then slows new producers
+for a while but can never make an active producer's retry be written twice.
+
+Sans-I/O, like the state it bounds: times are passed in, no files.
 """
 
 from __future__ import annotations
@@ -23,6 +30,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_PRODUCER_ID_MAX_COUNT = 200_000  # entries (a producer id in a partition), ~400 B each
+ACTIVE_PRODUCER_MS = 5 * 60 * 1000  # more than the producers' default delivery.timeout.ms
+
+
+class ProducerIdBudgetFullError(Exception):
+    """producer.id.max.count is reached by producers written to recently: a new one waits."""
 
 
 class ProducerIdBudget:
@@ -31,22 +43,43 @@ class ProducerIdBudget:
             raise ValueError("producer.id.max.count must be at least 1")
         self.max_count = max_count
         self.evicted = 0  # entries forgotten for the bound, ever (a metric)
-        # (manager, producer id) in the order they were last written, oldest first.
-        self._order: OrderedDict[tuple[ProducerStateManager, int], None] = OrderedDict()
+        self.refused = 0  # batches of new producer ids refused while full, ever (a metric)
+        # (manager, producer id) -> when last written (ms), oldest first.
+        self._order: OrderedDict[tuple[ProducerStateManager, int], int] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._order)
 
-    def touched(self, manager: "ProducerStateManager", producer_ids: Iterable[int]) -> None:
-        """`manager` just wrote (or loaded) these producers' entries: they are the newest.
-        Then forget the oldest entries over the bound."""
+    def admit(self, new: int, now_ms: int) -> None:
+        """Room for `new` entries written by a client at `now_ms`: raises
+        ProducerIdBudgetFullError if making it would forget an entry written in the last
+        ACTIVE_PRODUCER_MS."""
+        over = len(self._order) + new - self.max_count
+        if over <= 0:
+            return
+        for i, written in enumerate(self._order.values()):
+            if i == over:
+                return
+            if now_ms - written < ACTIVE_PRODUCER_MS:
+                self.refused += 1
+                if self.refused % 10_000 == 1:
+                    log.warning("producer.id.max.count=%d reached by producers active in the last "
+                                "%d s: batches of new producer ids are refused (%d so far)",
+                                self.max_count, ACTIVE_PRODUCER_MS // 1000, self.refused)
+                raise ProducerIdBudgetFullError(
+                    f"producer.id.max.count={self.max_count} reached by producers active in the "
+                    f"last {ACTIVE_PRODUCER_MS // 1000} s; retry later")
+
+    def touched(self, manager: "ProducerStateManager", producer_ids: Iterable[int],
+                now_ms: int = 0) -> None:
+        """`manager` just wrote (or loaded) these producers' entries at `now_ms`: they are the
+        newest. Then forget the oldest entries over the bound."""
         order = self._order
         for pid in producer_ids:
             key = (manager, pid)
             if key in order:
                 order.move_to_end(key)
-            else:
-                order[key] = None
+            order[key] = now_ms
         over = len(order) - self.max_count
         if over > 0:
             for _ in range(over):

@@ -158,6 +158,7 @@ class ProducerAppendPlan:
 
     updates: Mapping[int, ProducerStateEntry] = field(default_factory=dict)
     duplicate: BatchMetadata | None = None
+    now_ms: int = 0  # when the batches were appended (the budget's age of the entries)
 
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -183,13 +184,15 @@ class ProducerStateManager:
     # ------------------------------------------------------------ check, then apply
 
     def prepare(self, batches: Iterable[ProducerBatch],
-                origin: AppendOrigin = AppendOrigin.CLIENT) -> ProducerAppendPlan:
+                origin: AppendOrigin = AppendOrigin.CLIENT, now_ms: int = 0) -> ProducerAppendPlan:
         """Check `batches` (in log order, offsets assigned) against the state; change nothing.
 
         Each batch is checked against the state including the earlier batches of the same
         call. Duplicates are looked for among batches already written, and, as in Kafka,
         one duplicate makes the whole append a duplicate. Batches without a producer id
-        are skipped. Raises InvalidProducerEpochError or OutOfOrderSequenceError.
+        are skipped. Raises InvalidProducerEpochError or OutOfOrderSequenceError, and for a
+        client's producer id new here ProducerIdBudgetFullError while the broker's bound is
+        reached by active producers.
         """
         producers = self.producers
         updates: dict[int, ProducerStateEntry] = {}
@@ -217,7 +220,11 @@ class ProducerStateManager:
             if client:
                 _check_sequence(entry, batch)
             updates[pid] = entry.with_batch(batch)
-        return ProducerAppendPlan(updates)
+        if client and self.budget is not None:
+            new = sum(1 for pid in updates if pid not in producers)
+            if new:
+                self.budget.admit(new, now_ms)
+        return ProducerAppendPlan(updates, now_ms=now_ms)
 
     def apply(self, plan: ProducerAppendPlan) -> None:
         """Store what `prepare` returned, once the batches are in the log. The only code
@@ -225,11 +232,11 @@ class ProducerStateManager:
         if plan.duplicate is None:
             self.producers.update(plan.updates)
             if self.budget is not None:
-                self.budget.touched(self, plan.updates)
+                self.budget.touched(self, plan.updates, plan.now_ms)
 
-    def replay(self, batches: Iterable[ProducerBatch]) -> None:
+    def replay(self, batches: Iterable[ProducerBatch], now_ms: int = 0) -> None:
         """Rebuild state from batch headers read back from the log (nothing is checked)."""
-        self.apply(self.prepare(batches, AppendOrigin.REPLICATION))
+        self.apply(self.prepare(batches, AppendOrigin.REPLICATION, now_ms))
 
     # ------------------------------------------------------------ expiry
 
@@ -270,7 +277,7 @@ class ProducerStateManager:
         self.clear()
         self.producers = {e.producer_id: e for e in entries if not self.is_expired(e, now_ms)}
         if self.budget is not None:
-            self.budget.touched(self, list(self.producers))
+            self.budget.touched(self, list(self.producers), now_ms)
 
 
 def _check_sequence(entry: ProducerStateEntry, batch: ProducerBatch) -> None:
