@@ -300,6 +300,49 @@ def test_acks_all_waiting_while_the_isr_shrinks_below_min_insync_is_not_acknowle
     assert codes == [ErrorCode.not_enough_replicas_after_append]
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 6 MiB tmpfs, for one broker's log dir (skipped where mounting is not allowed)."""
+    import subprocess
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)],
+                          capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_leader_whose_disk_is_full_steps_down_and_another_in_sync_replica_leads(zk, brokers, small_disk):
+    # Broker 1's log dir is on a small disk and it leads the topic. When its disk fills, it
+    # moves its leaderships to the other in-sync replicas and stops (Kafka's broker stops once
+    # its log dirs are offline); the producer carries on against the new leader, and every
+    # acknowledged record is there. Before, broker 1 kept leading and refused every write.
+    from confluent_kafka.admin import AdminClient, NewTopic
+    b1 = brokers(1, {**FAST, "log.dirs": str(small_disk / "logs"), "log.segment.bytes": 1 << 20})
+    procs = [b1] + [brokers(i, FAST) for i in (2, 3)]
+    brokers.wait_ready(zk, [1, 2, 3])
+    bootstrap = _bootstrap(procs)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fs = admin.create_topics(
+        [NewTopic("full", num_partitions=1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"})],
+        operation_timeout=20)
+    fs["full"].result(timeout=40)
+    wait_for(lambda: _leader_of(zk, "full") == 1, 20, "broker 1 leading", brokers)
+    (small_disk / "ballast").write_bytes(b"\0" * (3 << 20))
+    values = [b"%05d" % i + b"v" * 4000 for i in range(1500)]  # 6 MB: more than the disk holds
+    acked, failed = _produce(bootstrap, "full", values, **{"enable.idempotence": True})
+    assert failed == [] and sorted(acked) == values
+    assert b1.proc.wait(30) == 1
+    assert "log dir" in b1.stderr_tail() and "is offline" in b1.stderr_tail()
+    state = _state(zk, "full")
+    assert state["leader"] in (2, 3) and 1 not in state["isr"]
+    assert _consume_all(_bootstrap(procs[1:]), "full", len(values)) == values
+
+
 def test_a_broker_restarted_with_an_empty_data_dir_replicates_everything_back(zk, brokers):
     import shutil
     procs = _three(brokers, zk)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 
 from ..clock import SYSTEM_CLOCK, Clock, MonotonicWallClock
@@ -93,6 +94,9 @@ class Broker:
         self.authorizer: Authorizer | None = None
         #: Replication in a cluster (a brook.broker.replica_manager.ReplicaManager), else None.
         self.replicas = None
+        #: In a cluster, called with (log dir, error) when a write to a log dir failed (the
+        #: server steps down); None on a single node, which refuses writes and keeps serving.
+        self.on_log_dir_failure = None
         self._creating: dict[str, int] = {}  # topic -> partitions being created (in slices)
         self._producer_ids = (0, -1)  # in a cluster: the next id and the end of this broker's block
         self._producer_id_lock = asyncio.Lock()
@@ -285,6 +289,13 @@ class Broker:
         tm = self.metadata.get(topic)
         overrides = {k: v for k, v in (tm.configs if tm else {}).items() if k not in PASSIVE_TOPIC_KEYS}
         return self.config.log_config.with_overrides(overrides)
+
+    def log_dir_failed(self, directory: str, exc: BaseException) -> None:
+        """A write under `directory` (a partition's log directory) failed with a storage
+        error: in a cluster, the log dir is offline and the broker steps down."""
+        if self.on_log_dir_failure is not None:
+            parent = os.path.dirname(os.path.abspath(directory))
+            self.on_log_dir_failure(parent, exc)
 
     def min_insync_replicas(self, topic: str) -> int:
         """The topic's min.insync.replicas, else the broker's (1 where neither parses)."""

@@ -50,7 +50,10 @@ class PartitionOffsetsLog:
         try:
             p.append(encode_records(records, now), origin=AppendOrigin.COORDINATOR)
         except Exception as exc:
-            raise AppendError(error_code_for(exc), str(exc)) from exc
+            code = error_code_for(exc)
+            if code == ErrorCode.kafka_storage_error:
+                self.broker.log_dir_failed(p.log.directory, exc)
+            raise AppendError(code, str(exc)) from exc
         return p.log_end_offset
 
     def written(self, partition: int, offset: int) -> asyncio.Future | None:

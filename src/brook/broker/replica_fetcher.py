@@ -21,6 +21,7 @@ from ..cluster.channel import BrokerChannel, ChannelError
 from ..cluster.truncation import truncation_offset
 from ..protocol.messages import make, request_class
 from ..records.batch import whole_batches_size
+from ..storage.errors import KafkaStorageError
 from ..storage.leader_epoch import UNDEFINED_EPOCH
 
 log = logging.getLogger(__name__)
@@ -202,7 +203,11 @@ class ReplicaFetcher:
                 # are appended, and the next fetch starts where the cut one does.
                 whole = whole_batches_size(records)
                 if whole:
-                    part.log.append_as_follower(memoryview(records)[:whole])
+                    try:
+                        part.log.append_as_follower(memoryview(records)[:whole])
+                    except KafkaStorageError as exc:
+                        self.broker.log_dir_failed(part.log.directory, exc)
+                        raise
             part.follower_high_watermark(pr.high_watermark)
             if pr.log_start_offset > part.log.log_start_offset:
                 part.log.increase_log_start_offset(min(pr.log_start_offset, part.log.log_end_offset))

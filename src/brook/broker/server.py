@@ -11,6 +11,7 @@ import resource
 import signal
 import socket
 
+from ..cluster.errors import LogDirOfflineError
 from . import heap
 from .broker import Broker
 from .config import BrokerConfig, Listener
@@ -95,6 +96,8 @@ class BrokerServer:
         self.connections: set[Connection] = set()
         self.tasks: set[asyncio.Task] = set()
         self._stopping: asyncio.Event | None = None
+        #: Set when a log dir failed in a cluster: the broker stops and run() raises it.
+        self.log_dir_failure: LogDirOfflineError | None = None
         self._refusing = False
         self._per_ip: dict[str, int] = {}  # open connections by client address
         self._per_ip_limits = _resolve_overrides(config.max_connections_per_ip_overrides)
@@ -156,6 +159,7 @@ class BrokerServer:
                 from .replica_manager import ReplicaManager
                 self.broker.replicas = ReplicaManager(self.broker)
                 self.broker.replicas.start()
+                self.broker.on_log_dir_failure = self._log_dir_failed
                 cluster.on_session_lost = self.broker.replicas.fence
                 # Registered (with the ports bound) before the listeners accept: a broker whose
                 # id is taken serves nobody.
@@ -210,8 +214,10 @@ class BrokerServer:
             if cluster is not None:  # deregistered before the log dirs are let go
                 await _bounded("the ZooKeeper session", cluster.stop())
             self.broker.close()
-            if started:
+            if started and self.log_dir_failure is None:
                 log.info("brook broker %d stopped cleanly", self.broker.broker_id)
+        if self.log_dir_failure is not None:
+            raise self.log_dir_failure
 
     async def _controlled_shutdown(self) -> None:
         """Before leaving a cluster, ask the controller to move this broker's leaderships to
@@ -273,6 +279,18 @@ class BrokerServer:
     def stop(self) -> None:
         if self._stopping is not None:
             self._stopping.set()
+
+    def _log_dir_failed(self, directory: str, exc: BaseException) -> None:
+        """In a cluster, a log dir whose write failed is offline, and with it this broker (it
+        has one set of log dirs; Kafka's broker also stops once its log dirs are offline):
+        a leader that cannot write must not keep its leaderships. The stop moves them to
+        other in-sync replicas first (controlled shutdown), then the broker exits with 1."""
+        if self.log_dir_failure is not None:
+            return
+        self.log_dir_failure = LogDirOfflineError(directory, str(exc))
+        log.error("Stopping serving logs in dir %s: a write failed (%s); moving this broker's "
+                  "leaderships to other in-sync replicas and stopping", directory, exc)
+        self.stop()
 
     def _handle_signals(self, loop) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -26,6 +26,18 @@ class BrokerIdInUseError(ClusterError):
             f"is registered by another live broker; give this one another broker.id")
 
 
+class LogDirOfflineError(ClusterError):
+    """A log dir failed (a write to it failed: a full disk, an I/O error): the broker moved
+    its leaderships to other in-sync replicas and stopped, as Kafka's broker does when its
+    log dirs are offline."""
+
+    def __init__(self, directory: str, reason: str) -> None:
+        self.directory = directory
+        super().__init__(f"log dir {directory} is offline ({reason}): this broker's leaderships "
+                         "were moved to other in-sync replicas and it stopped; free space or "
+                         "repair the disk, then start it again")
+
+
 class ControllerMovedError(Exception):
     """A controller write found /controller_epoch changed: another broker is the controller
     now, and this one must stop acting as one (Kafka's ControllerMovedException)."""

@@ -109,6 +109,8 @@ async def handle(broker, request, connection):
                 except Exception as exc:
                     code = error_code_for(exc)
                     detail = str(exc)
+                    if code == ErrorCode.kafka_storage_error:
+                        broker.log_dir_failed(partition.log.directory, exc)
                     if code in _LOGGED_CODES:
                         log.warning("produce to %s-%d from %s failed: %s: %s", name, pd.index,
                                     connection.peer, code.name.upper(), exc)
