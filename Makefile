@@ -21,12 +21,18 @@ $(BENCH_STAMP): $(STAMP)
 
 # kcat (a librdkafka command-line client) is one of the clients the broker is tested with;
 # ZooKeeper (Debian's package: the server's jar, and Java with it) is what the cluster tests
-# run brokers on. The broker itself needs neither.
+# run brokers on. The broker itself needs neither. The nemesis (tests/chaos, `make chaos`) puts
+# each broker in a network namespace of its own: iproute2 makes the namespaces, the bridge and the
+# netem delays, nftables drops the packets of a partition, and libfaketime (Debian's faketime)
+# steps one broker's clock.
 ZOOKEEPER_JAR := /usr/share/java/zookeeper.jar
 tools:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	[ -f $(ZOOKEEPER_JAR) ] || missing="$$missing zookeeper"; \
+	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
+	command -v nft >/dev/null 2>&1 || missing="$$missing nftables"; \
+	[ -n "$$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null)" ] || missing="$$missing faketime"; \
 	[ -z "$$missing" ] || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
