@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv tools sarama-check test test-fast demo demo-cluster bench broker clean
+.PHONY: venv tools sarama-check test test-fast chaos demo demo-cluster bench broker clean
 
 venv: $(STAMP)
 
@@ -78,6 +78,14 @@ test: venv tools
 # examples (tests/support/examples.py): under a minute.
 test-fast: venv
 	BROOK_EXAMPLE_SCALE=0.25 $(PYTEST) -q $(PARALLEL) -m "not broker and not spark and not timeboxed"
+
+# The nemesis (tests/chaos, needs root): three brokers and ZooKeeper in network namespaces under
+# partitions, delays, loss, kills, pauses, ZooKeeper restarts, clock steps and a full disk, then
+# the history checked. CHAOS_SEED replays a run's decisions, CHAOS_SECONDS sets how long the faults
+# go on (60 in the suite), CHAOS_FAULTS=kill,pause,... keeps some kinds, CHAOS_OUT=dir keeps the
+# history and the brokers' logs. docs/reliability.md has the kinds, the checks and the results.
+chaos: venv tools
+	$(PYTEST) -q -s tests/chaos
 
 # The main job end to end: the broker with real clients, then a Spark streaming pipeline.
 demo: venv

@@ -36,7 +36,7 @@ from tests.chaos.history import producer_of
 ANOMALIES = ("lost-write", "duplicate", "out-of-order", "vanished-read", "inconsistent-offsets",
              "nonmonotonic-send", "nonmonotonic-poll", "commit-regressed", "commit-lost",
              "final-read-missing")
-SETTLE_SECONDS = 10.0  # a fault's window for availability runs this long past its heal
+SETTLE_AFTER_HEAL = 10.0  # seconds: a fault's window for availability runs this long past its heal
 
 
 @dataclass
@@ -207,7 +207,7 @@ def _commits(by_type, report: Report) -> None:
 
 def availability(events: list[dict]) -> dict[str, dict[str, float]]:
     """Per fault kind: the longest time without any acknowledged send inside each fault's
-    window (its start to SETTLE_SECONDS past its heal), the median of those, and the longest
+    window (its start to SETTLE_AFTER_HEAL past its heal), the median of those, and the longest
     wait from a heal to the next acknowledgement."""
     acks = sorted(e["t"] for e in events if e["type"] == "send-ok")
     sends = [e["t"] for e in events if e["type"] == "send"]
@@ -221,7 +221,7 @@ def availability(events: list[dict]) -> dict[str, dict[str, float]]:
     for fault, start in starts.items():
         t0 = start["t"]
         t1 = stops.get(fault, end)
-        hi = min(t1 + SETTLE_SECONDS, end)
+        hi = min(t1 + SETTLE_AFTER_HEAL, end)
         if hi <= t0:
             continue
         points = [t0] + [a for a in acks if t0 < a < hi] + [hi]
