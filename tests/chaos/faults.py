@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -171,7 +172,9 @@ class Kill(Fault):
         return {"broker": self.b}
 
     def stop(self):
-        self.cluster.start_broker(self.b)
+        # in the background: ZooKeeper may be down now (a start waits for it), and the other
+        # faults' heals must not wait; the broker stays busy for other faults until it is up
+        self.ctx.background(self.resources, lambda: self.cluster.start_broker(self.b, 120))
 
 
 class Pause(Fault):
@@ -267,6 +270,17 @@ class Nemesis:
         self.active: list[tuple[float, int, Fault]] = []  # (heal at, id, fault)
         self.ids = 0
         self._leader: int | None = None
+        self.pending: list[tuple[set[str], threading.Thread]] = []  # heals still running
+
+    def background(self, resources: set[str], heal) -> None:
+        def run():
+            try:
+                heal()
+            except Exception as exc:  # noqa: BLE001 - heal_all tries again
+                self.record("nemesis-error", kind="heal", error=repr(exc))
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        self.pending.append((set(resources), thread))
 
     def leader(self) -> int | None:
         found = self.cluster.leader(self.topic)
@@ -296,7 +310,8 @@ class Nemesis:
 
     def _start_one(self) -> None:
         fault = KINDS[self.rng.choice(self.kinds)](self)
-        busy = set().union(*(f.resources for _, _, f in self.active))
+        self.pending = [(r, t) for r, t in self.pending if t.is_alive()]
+        busy = set().union(*(f.resources for _, _, f in self.active), *(r for r, _ in self.pending))
         duration = self.rng.uniform(*fault.seconds)
         if fault.resources & busy:
             return
@@ -326,6 +341,8 @@ class Nemesis:
         """Undo every fault in force, then make sure that nothing is left broken."""
         for item in list(reversed(self.active)):
             self._stop(item)
+        for _, thread in self.pending:
+            thread.join(150)
         self.cuts.clear()
         self.cluster.net.heal()
         for b in BROKERS:
