@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -96,8 +97,9 @@ class ChaosCluster:
             self.brokers[b].start()
         return self
 
-    def down(self) -> None:
-        """Stop everything and remove the network, whatever state the run left it in."""
+    def down(self, keep: Path | None = None) -> None:
+        """Stop everything and remove the network, whatever state the run left it in; with
+        ``keep``, the brokers' data directories are copied there first (for `brook dump-log`)."""
         for proc in self.brokers.values():
             try:
                 if proc.proc is not None:
@@ -108,6 +110,10 @@ class ChaosCluster:
                 proc.stop(signal.SIGKILL) if proc.proc is not None else None
             except (BrokerError, OSError):
                 pass
+        if keep is not None:
+            for b, disk in self.disks.items():
+                shutil.copytree(disk / "logs", keep / f"broker{b}-logs", dirs_exist_ok=True,
+                                ignore_dangling_symlinks=True)
         try:
             self.zk.stop()
         finally:

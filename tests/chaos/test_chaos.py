@@ -48,8 +48,8 @@ def cluster(tmp_path):
         built.up()
         yield built
     finally:
-        built.down()
         out = os.environ.get("CHAOS_OUT")
+        built.down(keep=Path(out) if out else None)
         if out:  # the brokers' and ZooKeeper's logs beside the history
             for b, proc in built.brokers.items():
                 if proc.stderr_path.exists():
