@@ -75,6 +75,8 @@ def wait_until(condition, timeout: float) -> bool:
     return False
 
 
+# the faults, the recovery wait, the clients' stop and the final read
+@pytest.mark.timeout(CHAOS_SECONDS + RECOVERY_SECONDS + 400)
 def test_no_acknowledged_write_or_commit_is_lost_under_faults(cluster, tmp_path):
     out = Path(os.environ.get("CHAOS_OUT") or tmp_path / "history")
     out.mkdir(parents=True, exist_ok=True)
