@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv tools sarama-check test test-fast demo demo-cluster bench broker clean
+.PHONY: venv tools sarama-check test test-fast chaos demo demo-cluster bench broker clean
 
 venv: $(STAMP)
 
@@ -21,12 +21,18 @@ $(BENCH_STAMP): $(STAMP)
 
 # kcat (a librdkafka command-line client) is one of the clients the broker is tested with;
 # ZooKeeper (Debian's package: the server's jar, and Java with it) is what the cluster tests
-# run brokers on. The broker itself needs neither.
+# run brokers on. The broker itself needs neither. The nemesis (tests/chaos, `make chaos`) puts
+# each broker in a network namespace of its own: iproute2 makes the namespaces, the bridge and the
+# netem delays, nftables drops the packets of a partition, and libfaketime (Debian's faketime)
+# steps one broker's clock.
 ZOOKEEPER_JAR := /usr/share/java/zookeeper.jar
 tools:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	[ -f $(ZOOKEEPER_JAR) ] || missing="$$missing zookeeper"; \
+	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
+	command -v nft >/dev/null 2>&1 || missing="$$missing nftables"; \
+	[ -n "$$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null)" ] || missing="$$missing faketime"; \
 	[ -z "$$missing" ] || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
@@ -72,6 +78,14 @@ test: venv tools
 # examples (tests/support/examples.py): under a minute.
 test-fast: venv
 	BROOK_EXAMPLE_SCALE=0.25 $(PYTEST) -q $(PARALLEL) -m "not broker and not spark and not timeboxed"
+
+# The nemesis (tests/chaos, needs root): three brokers and ZooKeeper in network namespaces under
+# partitions, delays, loss, kills, pauses, ZooKeeper restarts, clock steps and a full disk, then
+# the history checked. CHAOS_SEED replays a run's decisions, CHAOS_SECONDS sets how long the faults
+# go on (60 in the suite), CHAOS_FAULTS=kill,pause,... keeps some kinds, CHAOS_OUT=dir keeps the
+# history and the brokers' logs. docs/reliability.md has the kinds, the checks and the results.
+chaos: venv tools
+	$(PYTEST) -q -s tests/chaos
 
 # The main job end to end: the broker with real clients, then a Spark streaming pipeline.
 demo: venv

@@ -74,6 +74,8 @@ class BrokerProcess:
         start_timeout: float = 30.0,
         stop_timeout: float = 30.0,
         open_files_limit: int | None = None,
+        host: str = "127.0.0.1",
+        prefix: list[str] | tuple[str, ...] = (),
     ) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -84,6 +86,10 @@ class BrokerProcess:
         self.stop_timeout = stop_timeout
         # RLIMIT_NOFILE, soft and hard, of the broker process (None: this process's)
         self.open_files_limit = open_files_limit
+        # The address it listens on, and what its command runs under (for example
+        # ``ip netns exec NS``: a broker in a network namespace of its own, tests/chaos)
+        self.host = host
+        self.prefix = list(prefix)
         self.stderr_path = self.data_dir / "broker.stderr.log"
         self.listeners_path = self.data_dir / "listeners"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -92,7 +98,7 @@ class BrokerProcess:
     # -- addresses -------------------------------------------------------------------------
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def running(self) -> bool:
@@ -101,11 +107,11 @@ class BrokerProcess:
     # -- the command -----------------------------------------------------------------------
     def command(self) -> list[str]:
         settings: dict[str, object] = {
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port}",
             "log.dirs": str(self.log_dir),
         }
         settings.update(self.overrides)
-        cmd = [sys.executable, "-m", "brook", "broker",
+        cmd = [*self.prefix, sys.executable, "-m", "brook", "broker",
                "--listeners-file", str(self.listeners_path)]
         for key, value in settings.items():
             cmd += ["--override", f"{key}={value}"]
@@ -119,7 +125,7 @@ class BrokerProcess:
     def start(self) -> "BrokerProcess":
         if self.running:
             raise BrokerError(f"broker on {self.bootstrap} is already running")
-        if self.port and port_accepts(self.port):
+        if self.port and port_accepts(self.port, self.host):
             raise BrokerError(f"port {self.port} already accepts connections before the start")
         self.listeners_path.unlink(missing_ok=True)
         self.starts += 1
@@ -144,7 +150,7 @@ class BrokerProcess:
                     f"{self.bootstrap}\n{self.stderr_tail()}"
                 )
             port = self._listening_port()
-            if port is not None and port_accepts(port):
+            if port is not None and port_accepts(port, self.host):
                 self.port = port
                 return self
             if time.monotonic() > deadline:
@@ -230,7 +236,7 @@ class BrokerProcess:
 
     def _wait_port_closed(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
-        while self.port and port_accepts(self.port) and time.monotonic() < deadline:
+        while self.port and port_accepts(self.port, self.host) and time.monotonic() < deadline:
             time.sleep(0.05)
 
     # -- diagnostics -----------------------------------------------------------------------

@@ -46,8 +46,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def four_letter_word(port: int, word: bytes = b"ruok", timeout: float = 1.0) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+def four_letter_word(port: int, word: bytes = b"ruok", timeout: float = 1.0,
+                     host: str = "127.0.0.1") -> bytes:
+    with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(word)
         chunks = []
         while True:
@@ -63,20 +64,25 @@ class ZooKeeperError(AssertionError):
 
 class ZooKeeperServer:
     def __init__(self, base_dir: str | os.PathLike[str], port: int | None = None,
-                 start_timeout: float = 60.0) -> None:
+                 start_timeout: float = 60.0, host: str = "127.0.0.1",
+                 prefix: list[str] | tuple[str, ...] = ()) -> None:
         self.base_dir = Path(base_dir)
         self.data_dir = self.base_dir / "data"
         self.config_path = self.base_dir / "zoo.cfg"
         self.log_path = self.base_dir / "zookeeper.log"
         self.port = port or free_port()
         self.start_timeout = start_timeout
+        # The address it listens on, and what its command runs under (``ip netns exec NS``
+        # for a server in a network namespace of its own)
+        self.host = host
+        self.prefix = list(prefix)
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
     @property
     def connect(self) -> str:
         """The `zookeeper.connect` of this server (add a /chroot to share it)."""
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def running(self) -> bool:
@@ -89,7 +95,7 @@ class ZooKeeperServer:
             f"tickTime={TICK_MS}",
             f"dataDir={self.data_dir}",
             f"clientPort={self.port}",
-            "clientPortAddress=127.0.0.1",
+            f"clientPortAddress={self.host}",
             "admin.enableServer=false",
             f"minSessionTimeout={MIN_SESSION_TIMEOUT_MS}",
             f"maxSessionTimeout={MAX_SESSION_TIMEOUT_MS}",
@@ -99,7 +105,7 @@ class ZooKeeperServer:
         ]))
 
     def command(self) -> list[str]:
-        return ["java", *JVM_OPTIONS, "-cp", f"{ZOOKEEPER_CONF_DIR}:{ZOOKEEPER_JAR}",
+        return [*self.prefix, "java", *JVM_OPTIONS, "-cp", f"{ZOOKEEPER_CONF_DIR}:{ZOOKEEPER_JAR}",
                 f"-Dzookeeper.log.dir={self.base_dir}", MAIN_CLASS, str(self.config_path)]
 
     def start(self) -> "ZooKeeperServer":
@@ -122,7 +128,7 @@ class ZooKeeperServer:
                 self.proc = None
                 raise ZooKeeperError(f"ZooKeeper exited with code {code} at start\n{self.log_tail()}")
             try:
-                if four_letter_word(self.port) == b"imok":
+                if four_letter_word(self.port, host=self.host) == b"imok":
                     return self
             except OSError:
                 pass
@@ -148,7 +154,7 @@ class ZooKeeperServer:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                socket.create_connection((self.host, self.port), timeout=0.2).close()
             except OSError:
                 return
             time.sleep(0.05)

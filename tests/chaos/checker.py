@@ -1,0 +1,232 @@
+"""The checker: reads a history (tests/chaos/history.py) and names what went wrong, in the
+terms of the published Kafka and Redpanda analyses, plus how long the cluster went without
+acknowledging a write during and after each kind of fault.
+
+The anomalies (each a list of examples; any example fails the run):
+
+lost-write            an acknowledged send whose value the final log does not hold
+duplicate             one value at two or more offsets (in acknowledgements, polls or the log)
+out-of-order          two values of one producer in one partition's log in the reverse of the
+                      order they were sent in (an idempotent producer keeps its order)
+vanished-read         a consumer polled (partition, offset, value) that the final log does not
+                      hold at that offset
+inconsistent-offsets  one (partition, offset) seen holding two different values, by any two
+                      observers (an acknowledgement, a poll, the final log)
+nonmonotonic-send     a producer's acknowledged offsets in one partition going down in the
+                      order it sent them
+nonmonotonic-poll     a consumer's polled offsets in one partition not going up, between two
+                      changes of its assignment
+commit-regressed      an acknowledged commit of a lower offset than one acknowledged before it
+                      was sent
+commit-lost           the group's final committed offset lower than an acknowledged commit
+final-read-missing    a partition the final read could not read (the cluster did not recover)
+
+``unseen`` (acknowledged, never polled by a consumer) is counted but is not an error: a
+consumer may simply not have got that far.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from tests.chaos.history import producer_of
+
+ANOMALIES = ("lost-write", "duplicate", "out-of-order", "vanished-read", "inconsistent-offsets",
+             "nonmonotonic-send", "nonmonotonic-poll", "commit-regressed", "commit-lost",
+             "final-read-missing")
+SETTLE_AFTER_HEAL = 10.0  # seconds: a fault's window for availability runs this long past its heal
+
+
+@dataclass
+class Report:
+    anomalies: dict[str, list] = field(default_factory=lambda: {a: [] for a in ANOMALIES})
+    counts: dict[str, int] = field(default_factory=dict)
+    # per fault kind: faults, longest and median gap without an acknowledgement, longest
+    # time from the heal to the first acknowledgement after it
+    availability: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> bool:
+        return not any(self.anomalies.values())
+
+    def summary(self, examples: int = 5) -> str:
+        lines = ["counts: " + ", ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))]
+        for name in ANOMALIES:
+            found = self.anomalies[name]
+            if found:
+                lines.append(f"{name}: {len(found)}, e.g. {found[:examples]}")
+        lines.append(f"{'kind':<28}{'faults':>7}{'max gap s':>11}{'median gap s':>14}"
+                     f"{'max recovery s':>16}")
+        for kind, a in sorted(self.availability.items()):
+            lines.append(f"{kind:<28}{a['faults']:>7}{a['max_gap']:>11.1f}{a['median_gap']:>14.1f}"
+                         f"{a['max_recovery']:>16.1f}")
+        return "\n".join(lines)
+
+
+def check(events: list[dict]) -> Report:
+    events = sorted(events, key=lambda e: e["t"])
+    report = Report()
+    by_type: dict[str, list[dict]] = defaultdict(list)
+    for e in events:
+        by_type[e["type"]].append(e)
+
+    final = {e["partition"]: {o: v for o, v in e["records"]} for e in by_type["final"]}
+    _writes(by_type, final, report)
+    _observations(by_type, final, report)
+    _sends_in_order(by_type, report)
+    _polls_in_order(events, report)
+    _commits(by_type, report)
+    report.availability = availability(events)
+    report.counts.update({
+        "sends": len(by_type["send"]), "acknowledged": len(by_type["send-ok"]),
+        "failed": len(by_type["send-fail"]), "indeterminate": len(by_type["send-info"]),
+        "polled": sum(len(e["records"]) for e in by_type["poll"]),
+        "acknowledged-without-offset": sum(e["offset"] is None for e in by_type["send-ok"]),
+        "commits-acknowledged": len(by_type["commit-ok"]),
+        "final-records": sum(len(r) for r in final.values()),
+        "faults": len(by_type["nemesis-start"]),
+    })
+    return report
+
+
+def _writes(by_type, final, report: Report) -> None:
+    """lost-write, out-of-order, final-read-missing, unseen."""
+    partitions = {e["partition"] for e in by_type["send"]}
+    for p in sorted(partitions - set(final)):
+        report.anomalies["final-read-missing"].append({"partition": p})
+    in_log = {v for records in final.values() for v in records.values()}
+    polled = {r[2] for e in by_type["poll"] for r in e["records"]}
+    unseen = 0
+    for e in by_type["send-ok"]:
+        if e["partition"] in final and e["value"] not in in_log:
+            report.anomalies["lost-write"].append(
+                {"value": e["value"], "partition": e["partition"], "offset": e["offset"],
+                 "acknowledged_at": round(e["t"], 3)})
+        unseen += e["value"] not in polled
+    report.counts["unseen"] = unseen
+    for p, records in sorted(final.items()):
+        last: dict[str, tuple[int, int]] = {}  # producer -> (seq, offset) of its latest value
+        for offset in sorted(records):
+            process, seq = producer_of(records[offset])
+            if process in last and seq < last[process][0]:
+                report.anomalies["out-of-order"].append(
+                    {"partition": p, "earlier": [last[process][1], f"{process}:{last[process][0]}"],
+                     "later": [offset, records[offset]]})
+            last[process] = max(last.get(process, (seq, offset)), (seq, offset))
+
+
+def _observations(by_type, final, report: Report) -> None:
+    """duplicate, inconsistent-offsets, vanished-read."""
+    at: dict[tuple[int, int], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    where: dict[str, set[tuple[int, int]]] = defaultdict(set)
+
+    def saw(p, o, v, who):
+        at[(p, o)][v].append(who)
+        where[v].add((p, o))
+
+    for e in by_type["send-ok"]:
+        if e["offset"] is not None:  # librdkafka acknowledges a duplicate without an offset
+            saw(e["partition"], e["offset"], e["value"], f"ack:{e['process']}")
+    for e in by_type["poll"]:
+        for p, o, v in e["records"]:
+            saw(p, o, v, f"poll:{e['process']}")
+            if p in final and final[p].get(o) != v:
+                report.anomalies["vanished-read"].append(
+                    {"partition": p, "offset": o, "value": v, "consumer": e["process"],
+                     "polled_at": round(e["t"], 3), "final": final[p].get(o)})
+    for p, records in final.items():
+        for o, v in records.items():
+            saw(p, o, v, "final")
+    for (p, o), values in sorted(at.items()):
+        if len(values) > 1:
+            report.anomalies["inconsistent-offsets"].append(
+                {"partition": p, "offset": o, "values": {v: sorted(set(w)) for v, w in values.items()}})
+    for v, places in sorted(where.items()):
+        if len(places) > 1:
+            report.anomalies["duplicate"].append({"value": v, "at": sorted(places)})
+
+
+def _sends_in_order(by_type, report: Report) -> None:
+    """nonmonotonic-send: per producer and partition, acknowledged offsets by send order."""
+    acked = {e["value"]: e["offset"] for e in by_type["send-ok"] if e["offset"] is not None}
+    last: dict[tuple[str, int], tuple[str, int]] = {}
+    for e in by_type["send"]:  # in invocation order
+        if e["value"] not in acked:
+            continue
+        key, offset = (e["process"], e["partition"]), acked[e["value"]]
+        if key in last and offset <= last[key][1]:
+            report.anomalies["nonmonotonic-send"].append(
+                {"process": e["process"], "partition": e["partition"],
+                 "earlier": list(last[key]), "later": [e["value"], offset]})
+        last[key] = (e["value"], offset)
+
+
+def _polls_in_order(events, report: Report) -> None:
+    """nonmonotonic-poll: per consumer and partition, between changes of assignment."""
+    last: dict[tuple[str, int], int] = {}
+    for e in events:
+        if e["type"] in ("assign", "revoke"):
+            for key in [k for k in last if k[0] == e["process"]]:
+                del last[key]
+        elif e["type"] == "poll":
+            for p, o, v in e["records"]:
+                key = (e["process"], p)
+                if key in last and o <= last[key]:
+                    report.anomalies["nonmonotonic-poll"].append(
+                        {"consumer": e["process"], "partition": p, "after": last[key], "got": o,
+                         "value": v, "at": round(e["t"], 3)})
+                last[key] = o
+
+
+def _commits(by_type, report: Report) -> None:
+    """commit-regressed and commit-lost."""
+    oks = defaultdict(list)  # partition -> [(invoked, completed, offset, process)]
+    for e in by_type["commit-ok"]:
+        for p, o in e["offsets"].items():
+            oks[int(p)].append((e["invoked"], e["t"], o, e["process"]))
+    for p, commits in sorted(oks.items()):
+        done = sorted(commits, key=lambda c: c[1])
+        for c in sorted(commits):
+            before = [d for d in done if d[1] < c[0]]
+            if before:
+                top = max(before, key=lambda d: d[2])
+                if c[2] < top[2]:
+                    report.anomalies["commit-regressed"].append(
+                        {"partition": p, "acknowledged_before": [top[3], top[2], round(top[1], 3)],
+                         "then": [c[3], c[2], round(c[1], 3)]})
+    for e in by_type["final-commit"]:
+        finals = {int(p): o for p, o in e["offsets"].items()}
+        for p, commits in sorted(oks.items()):
+            top = max(c[2] for c in commits)
+            if finals.get(p, -1) < top:
+                report.anomalies["commit-lost"].append(
+                    {"partition": p, "acknowledged": top, "final": finals.get(p)})
+
+
+def availability(events: list[dict]) -> dict[str, dict[str, float]]:
+    """Per fault kind: the longest time without any acknowledged send inside each fault's
+    window (its start to SETTLE_AFTER_HEAL past its heal), the median of those, and the longest
+    wait from a heal to the next acknowledgement."""
+    acks = sorted(e["t"] for e in events if e["type"] == "send-ok")
+    sends = [e["t"] for e in events if e["type"] == "send"]
+    if not sends:
+        return {}
+    end = max(sends)
+    starts = {e["fault"]: e for e in events if e["type"] == "nemesis-start"}
+    stops = {e["fault"]: e["t"] for e in events if e["type"] == "nemesis-stop"}
+    gaps: dict[str, list[float]] = defaultdict(list)
+    recoveries: dict[str, list[float]] = defaultdict(list)
+    for fault, start in starts.items():
+        t0 = start["t"]
+        t1 = stops.get(fault, end)
+        hi = min(t1 + SETTLE_AFTER_HEAL, end)
+        if hi <= t0:
+            continue
+        points = [t0] + [a for a in acks if t0 < a < hi] + [hi]
+        gaps[start["kind"]].append(max(b - a for a, b in zip(points, points[1:])))
+        after = [a for a in acks if a >= t1]
+        recoveries[start["kind"]].append((after[0] if after else end) - t1)
+    return {kind: {"faults": len(g), "max_gap": max(g), "median_gap": statistics.median(g),
+                   "max_recovery": max(recoveries[kind])} for kind, g in gaps.items()}

@@ -1,0 +1,155 @@
+"""A workload client, run as its own process (``python -m tests.chaos.client producer|consumer
+...``) so that it can run inside a broker's network namespace and see the network as that
+broker does. It records every operation to a history file (tests/chaos/history.py) until its
+stop file appears.
+
+producer  an idempotent confluent-kafka producer, acks=all, sending ``<name>:<seq>`` round
+          robin over the partitions at a steady rate; a producer that hits a fatal error is
+          replaced by a new one (a new producer id), as Jepsen's clients reopen.
+consumer  a member of the group, committing what it has read (synchronously) about once a
+          second, with automatic commits off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from tests.chaos.history import Recorder, now
+
+# A small batch.size: large fetch responses cut inside a batch once stalled followers
+# (fixed on main since; kept small so that runs compare).
+PRODUCER = {"enable.idempotence": True, "acks": "all", "linger.ms": 5, "batch.size": 16384,
+            "request.timeout.ms": 5000, "message.timeout.ms": 15000,
+            "topic.metadata.refresh.interval.ms": 2000, "socket.timeout.ms": 5000,
+            "reconnect.backoff.max.ms": 1000}
+CONSUMER = {"enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+            "topic.metadata.refresh.interval.ms": 2000, "socket.timeout.ms": 5000,
+            "reconnect.backoff.max.ms": 1000, "max.poll.interval.ms": 30000}
+# delivery errors after which the record was certainly not written
+DEFINITE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG_SIZE,
+            KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError._INVALID_ARG}
+
+
+def produce(args, record: Recorder) -> None:
+    interval = 1.0 / args.rate
+    seq = 0
+
+    def report(err, msg):
+        value = msg.value().decode()
+        if err is None:
+            record("send-ok", value=value, partition=msg.partition(), offset=msg.offset())
+        elif err.code() in DEFINITE:
+            record("send-fail", value=value, error=str(err))
+        else:  # timed out or failed after retries: it may have been written
+            record("send-info", value=value, error=str(err))
+
+    while not os.path.exists(args.stop):
+        producer = Producer({"bootstrap.servers": args.bootstrap, **PRODUCER,
+                             "error_cb": lambda e: record("client-error", error=str(e))})
+        fatal = False
+        try:
+            while not os.path.exists(args.stop):
+                value, partition = f"{args.name}:{seq}", seq % args.partitions
+                seq += 1
+                record("send", value=value, partition=partition)
+                try:
+                    producer.produce(args.topic, value.encode(), partition=partition,
+                                     on_delivery=report)
+                except BufferError:
+                    record("send-fail", value=value, error="local queue full")
+                producer.poll(0)
+                deadline = time.monotonic() + interval
+                while time.monotonic() < deadline:
+                    producer.poll(max(0.0, deadline - time.monotonic()))
+        except KafkaException as exc:
+            fatal = True
+            record("client-error", error=str(exc), fatal=True)
+        # wait for what is in flight (their outcomes are recorded), then start afresh if fatal
+        producer.flush(20)
+        if not fatal:
+            break
+
+
+def consume(args, record: Recorder) -> None:
+    consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group,
+                         "client.id": args.name, **CONSUMER,
+                         "error_cb": lambda e: record("client-error", error=str(e))})
+    positions: dict[int, int] = {}  # partition -> next offset to commit
+    committed: dict[int, int] = {}
+
+    def on_assign(c, parts):
+        record("assign", partitions=[p.partition for p in parts])
+
+    def on_revoke(c, parts):
+        record("revoke", partitions=[p.partition for p in parts])
+        for p in parts:
+            positions.pop(p.partition, None)
+            committed.pop(p.partition, None)
+
+    consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke)
+    last_commit = now()
+    try:
+        while not os.path.exists(args.stop):
+            msgs = consumer.consume(num_messages=200, timeout=0.5)
+            records = []
+            for m in msgs:
+                if m.error():
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        record("client-error", error=str(m.error()))
+                    continue
+                records.append([m.partition(), m.offset(), m.value().decode()])
+                positions[m.partition()] = m.offset() + 1
+            if records:
+                record("poll", records=records)
+            if now() - last_commit >= 1.0:
+                last_commit = now()
+                todo = {p: o for p, o in positions.items() if committed.get(p) != o}
+                if todo:
+                    _commit(consumer, args.topic, todo, committed, record)
+    finally:
+        consumer.close()
+
+
+def _commit(consumer, topic, offsets, committed, record: Recorder) -> None:
+    invoked = record("commit", offsets={str(p): o for p, o in offsets.items()})["t"]
+    try:
+        result = consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()],
+                                 asynchronous=False)
+    except KafkaException as exc:
+        record("commit-fail", error=str(exc), invoked=invoked)
+        return
+    ok = {tp.partition: tp.offset for tp in result or [] if tp.error is None}
+    if ok:
+        record("commit-ok", offsets={str(p): o for p, o in ok.items()}, invoked=invoked)
+        committed.update(ok)
+    failed = {tp.partition: str(tp.error) for tp in result or [] if tp.error is not None}
+    if failed:
+        record("commit-fail", error=failed, invoked=invoked)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("role", choices=["producer", "consumer"])
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--partitions", type=int, default=1)
+    parser.add_argument("--group", default="chaos")
+    parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--stop", required=True)
+    args = parser.parse_args()
+    record = Recorder(args.out, args.name)
+    try:
+        (produce if args.role == "producer" else consume)(args, record)
+    finally:
+        record.close()
+
+
+if __name__ == "__main__":
+    main()
