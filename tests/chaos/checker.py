@@ -23,6 +23,15 @@ final-read-missing    a partition the final read could not read (the cluster did
 
 ``unseen`` (acknowledged, never polled by a consumer) is counted but is not an error: a
 consumer may simply not have got that far.
+
+``resent`` is counted, not an error: one value in the final log more than once, each copy
+written under another epoch of its producer id (the final read notes each record's producer
+id and epoch). librdkafka's idempotent producer bumps its epoch when messages time out in
+flight (KIP-360) and sends the messages it still holds again, renumbered from sequence 0: a
+broker cannot tell such a copy from a new record (Kafka's cannot either), so it is the
+client's duplicate. Two copies under the same producer id and epoch are a retry the broker
+wrote twice: a ``duplicate``. The later copies of a re-sent value are left out of the order
+checks (out-of-order, nonmonotonic-send), which they would fail by their nature.
 """
 
 from __future__ import annotations
@@ -73,9 +82,11 @@ def check(events: list[dict]) -> Report:
         by_type[e["type"]].append(e)
 
     final = {e["partition"]: {o: v for o, v in e["records"]} for e in by_type["final"]}
-    _writes(by_type, final, report)
-    _observations(by_type, final, report)
-    _sends_in_order(by_type, report)
+    producers = {(e["partition"], o): (pid, epoch)
+                 for e in by_type["final-producers"] for o, pid, epoch in e["records"]}
+    resent = _observations(by_type, final, producers, report)
+    _writes(by_type, final, resent, report)
+    _sends_in_order(by_type, resent, report)
     _polls_in_order(events, report)
     _commits(by_type, report)
     report.availability = availability(events)
@@ -86,12 +97,13 @@ def check(events: list[dict]) -> Report:
         "acknowledged-without-offset": sum(e["offset"] is None for e in by_type["send-ok"]),
         "commits-acknowledged": len(by_type["commit-ok"]),
         "final-records": sum(len(r) for r in final.values()),
+        "resent": len(resent),
         "faults": len(by_type["nemesis-start"]),
     })
     return report
 
 
-def _writes(by_type, final, report: Report) -> None:
+def _writes(by_type, final, resent: set[str], report: Report) -> None:
     """lost-write, out-of-order, final-read-missing, unseen."""
     partitions = {e["partition"] for e in by_type["send"]}
     for p in sorted(partitions - set(final)):
@@ -108,7 +120,12 @@ def _writes(by_type, final, report: Report) -> None:
     report.counts["unseen"] = unseen
     for p, records in sorted(final.items()):
         last: dict[str, tuple[int, int]] = {}  # producer -> (seq, offset) of its latest value
+        seen: set[str] = set()
         for offset in sorted(records):
+            if records[offset] in resent:
+                if records[offset] in seen:
+                    continue  # a later copy, sent again under a new epoch
+                seen.add(records[offset])
             process, seq = producer_of(records[offset])
             if process in last and seq < last[process][0]:
                 report.anomalies["out-of-order"].append(
@@ -117,8 +134,9 @@ def _writes(by_type, final, report: Report) -> None:
             last[process] = max(last.get(process, (seq, offset)), (seq, offset))
 
 
-def _observations(by_type, final, report: Report) -> None:
-    """duplicate, inconsistent-offsets, vanished-read."""
+def _observations(by_type, final, producers, report: Report) -> set[str]:
+    """duplicate, inconsistent-offsets, vanished-read; returns the values re-sent by their
+    client under a new producer epoch."""
     at: dict[tuple[int, int], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     where: dict[str, set[tuple[int, int]]] = defaultdict(set)
 
@@ -143,14 +161,23 @@ def _observations(by_type, final, report: Report) -> None:
         if len(values) > 1:
             report.anomalies["inconsistent-offsets"].append(
                 {"partition": p, "offset": o, "values": {v: sorted(set(w)) for v, w in values.items()}})
+    resent: set[str] = set()
     for v, places in sorted(where.items()):
         if len(places) > 1:
-            report.anomalies["duplicate"].append({"value": v, "at": sorted(places)})
+            epochs = [producers.get(place) for place in places]
+            in_log = all(final.get(p, {}).get(o) == v for p, o in places)
+            if in_log and None not in epochs and len(set(epochs)) == len(epochs):
+                resent.add(v)
+            else:
+                report.anomalies["duplicate"].append(
+                    {"value": v, "at": sorted(places), "producer_epochs": epochs})
+    return resent
 
 
-def _sends_in_order(by_type, report: Report) -> None:
+def _sends_in_order(by_type, resent: set[str], report: Report) -> None:
     """nonmonotonic-send: per producer and partition, acknowledged offsets by send order."""
-    acked = {e["value"]: e["offset"] for e in by_type["send-ok"] if e["offset"] is not None}
+    acked = {e["value"]: e["offset"] for e in by_type["send-ok"]
+             if e["offset"] is not None and e["value"] not in resent}
     last: dict[tuple[str, int], tuple[str, int]] = {}
     for e in by_type["send"]:  # in invocation order
         if e["value"] not in acked:

@@ -92,6 +92,30 @@ def test_duplicate_from_an_idempotent_producer():
     assert "duplicate" in found(h)
 
 
+def test_a_retry_written_twice_under_one_producer_epoch_is_a_duplicate():
+    h = clean()
+    h.events = [e for e in h.events if e["type"] != "final" or e["partition"] != 0]
+    h.final(0, (0, "p0:0"), (1, "p0:1"), (2, "p0:1"))
+    h.add("final-producers", "final", partition=0, records=[[0, 7, 0], [1, 7, 0], [2, 7, 0]])
+    assert found(h) == {"duplicate"}
+
+
+def test_a_value_sent_again_by_its_client_under_a_bumped_epoch_is_counted_not_failed():
+    # p0:1 timed out in flight (indeterminate), was written, and librdkafka, having bumped
+    # its epoch, sent it again renumbered; p0:2 followed. The copy at offset 2 breaks neither
+    # the order checks nor the duplicate check, and is counted.
+    h = H()
+    a0 = h.send("p0", 0, 0, 0)
+    a1 = h.send("p0", 1, 0, None)
+    h.add("send-ok", "p0", value=a1, partition=0, offset=2)
+    a2 = h.send("p0", 2, 0, 3)
+    h.final(0, (0, a0), (1, a1), (2, a1), (3, a2))
+    h.add("final-producers", "final", partition=0, records=[[0, 7, 0], [1, 7, 0], [2, 7, 1], [3, 7, 1]])
+    report = check(h.events)
+    assert report.valid, report.summary()
+    assert report.counts["resent"] == 1
+
+
 def test_out_of_order_within_a_partition():
     h = H()
     a0 = h.send("p0", 0, 0, None)  # both indeterminate, so no acknowledged offsets disagree

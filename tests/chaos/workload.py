@@ -55,6 +55,25 @@ class Workload:
                 proc.kill()
                 proc.wait()
 
+    def _producers_of(self, partition: int, high: int) -> list[list[int]]:
+        """[offset, producer id, producer epoch] of every record below `high`, read from the
+        leader's segment files (a consumer does not see them): the checker tells a client
+        that sent a value again under a new epoch from a broker that wrote a retry twice."""
+        from brook.cli.segment_reader import BatchResult, scan_log
+
+        leader = self.cluster.leader(self.topic, partition)
+        if leader is None or leader < 0:
+            return []
+        out = []
+        directory = self.cluster.disks[leader] / "logs" / f"{self.topic}-{partition}"
+        for path in sorted(directory.glob("*.log")):
+            for item in scan_log(path.read_bytes(), decode=False):
+                if isinstance(item, BatchResult):
+                    h = item.header
+                    out += [[o, h.producer_id, h.producer_epoch]
+                            for o in range(h.base_offset, min(h.last_offset + 1, high))]
+        return out
+
     def final_read(self, timeout: float = 60.0) -> None:
         """Read every partition from its start to its high watermark, and the group's
         committed offsets; partitions that cannot be read are left out of the history (the
@@ -85,6 +104,7 @@ class Workload:
                 reader.unassign()
                 if done:
                     record("final", partition=p, records=records, low=low, high=high)
+                    record("final-producers", partition=p, records=self._producers_of(p, high))
                 else:
                     record("final-error", partition=p, error=f"read {len(records)} of {low}..{high}")
         finally:
