@@ -779,3 +779,61 @@ def test_admin_requests_meeting_zookeeper_away_are_answered_with_error_codes(own
         finally:
             for client in clients.values():
                 client.close()
+
+
+def test_acks_all_keeps_flowing_through_a_zookeeper_restart_after_a_paused_leader_returned(own_zookeeper, tmp_path):
+    # The sequence of issue 27: the leader of a one-partition topic (replication factor 3)
+    # paused past its 6 s session, resumed (and fenced itself), then 15 s later ZooKeeper
+    # stopped for 3 s and came back. acks=all produce once stalled about 7 s around the
+    # restart; the longest wait for an acknowledgement from the restart on stays short.
+    import threading
+
+    from confluent_kafka import Producer
+
+    from tests.support.cluster_harness import ClusterBrokers, ZkView
+    server = own_zookeeper.start()
+    cluster = ClusterBrokers(tmp_path, lambda: server.connect)
+    view = ZkView(server, "")
+    conf = {**FAST, "zookeeper.session.timeout.ms": 6000, "zookeeper.connection.timeout.ms": 6000}
+    try:
+        procs = [cluster(i, conf) for i in (1, 2, 3)]
+        wait_for(lambda: view.broker_ids() == [1, 2, 3], 30, "three registered", cluster)
+        bootstrap = _bootstrap(procs)
+        _create(bootstrap, "restarts", rf=3, configs={"min.insync.replicas": "2"})
+        acks: list[float] = []
+        stop = threading.Event()
+
+        def produce():
+            p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                          "enable.idempotence": True, "message.timeout.ms": 120000})
+            i = 0
+            while not stop.is_set():
+                p.produce("restarts", b"%d" % i,
+                          on_delivery=lambda err, msg: err is None and acks.append(time.monotonic()))
+                i += 1
+                p.poll(0.01)
+            p.flush(60)
+
+        t = threading.Thread(target=produce)
+        t.start()
+        try:
+            time.sleep(2)
+            leader = view.json("/brokers/topics/restarts/partitions/0/state")["leader"]
+            cluster[leader].proc.send_signal(signal.SIGSTOP)
+            time.sleep(12)
+            cluster[leader].proc.send_signal(signal.SIGCONT)
+            time.sleep(15)
+            restarted = time.monotonic()
+            server.restart(down_for=3.0)
+            time.sleep(12)
+        finally:
+            stop.set()
+            t.join(90)
+        after = [restarted] + [a for a in acks if a > restarted]
+        longest = max(b - a for a, b in zip(after, after[1:]))
+        # up to the 3 s ZooKeeper was away is allowed (no broker's session expired then);
+        # the stall seen before was about 7 s
+        assert len(after) > 100 and longest < 3.5, f"longest wait {longest:.2f} s"
+    finally:
+        view.close()
+        cluster.close()

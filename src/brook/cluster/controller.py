@@ -279,9 +279,19 @@ class Controller:
         else:
             after = replace(state, isr=tuple(new_isr), controller_epoch=self.epoch, zk_version=-1)
             code = ErrorCode.none
-        written = await asyncio.to_thread(
-            self.zk.write_partition_states, [(topic, partition, after, state.zk_version)],
-            self.epoch_zk_version)
+        try:
+            written = await asyncio.to_thread(
+                self.zk.write_partition_states, [(topic, partition, after, state.zk_version)],
+                self.epoch_zk_version)
+        except (ControllerMovedError, *TRANSIENT_ERRORS) as exc:
+            # ZooKeeper away, or another controller now: whether the write was made is not
+            # known. The leader asks again (of the controller it finds next); the state is
+            # read again before this controller decides anything else on it.
+            log.warning("partition %s-%d: ISR change asked by leader %d not written: %s: %s",
+                        topic, partition, broker_id, type(exc).__name__, exc)
+            self.states.pop((topic, partition), None)
+            self._dirty.set()
+            return ErrorCode.not_controller, None
         if written[0] is None:
             self.states.pop((topic, partition), None)
             self._dirty.set()
