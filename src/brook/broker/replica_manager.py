@@ -32,6 +32,7 @@ class ReplicaManager:
         self.broker = broker
         self.broker_id = broker.broker_id
         self.controller_epoch = -1
+        self.controller_of_epoch = -1  # the controller whose request carried controller_epoch
         self.cache = MetadataCache()
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._following: dict[tuple[str, int], int] = {}  # partition -> leader it is fetched from
@@ -66,7 +67,7 @@ class ReplicaManager:
             log.info("ignoring LeaderAndIsr of controller %d epoch %d: epoch %d is newer",
                      request.controller_id, request.controller_epoch, self.controller_epoch)
             return ErrorCode.stale_controller_epoch, []
-        self.controller_epoch = request.controller_epoch
+        self._note_controller(request)
         leaders = {ll.broker_id: (ll.host_name, ll.port) for ll in request.live_leaders}
         now = self.broker.clock.milliseconds()
         out = []
@@ -148,7 +149,7 @@ class ReplicaManager:
     def update_metadata(self, request) -> ErrorCode:
         if request.controller_epoch < self.controller_epoch:
             return ErrorCode.stale_controller_epoch
-        self.controller_epoch = request.controller_epoch
+        self._note_controller(request)
         self.cache.update(request)
         # Followers whose leader had no known address yet.
         for (topic, idx), part in list(self.broker.partitions.items()):
@@ -156,6 +157,24 @@ class ReplicaManager:
                     and (topic, idx) not in self._following:
                 self._follow((topic, idx), part.leader_id, part.leader_epoch, {})
         return ErrorCode.none
+
+    def _note_controller(self, request) -> None:
+        self.controller_epoch = request.controller_epoch
+        self.controller_of_epoch = request.controller_id
+
+    def controller_id(self) -> int:
+        """Where to send AlterPartition: the controller ZooKeeper names (watched, so fresher
+        than the last UpdateMetadata, which a broker may have missed), else the metadata's."""
+        cluster = self.broker.cluster
+        known = cluster.view.controller_id if cluster is not None else -1
+        return known if known >= 0 else self.cache.controller_id
+
+    def _registered_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """A broker's address on the inter-broker listener as its registration says."""
+        cluster = self.broker.cluster
+        live = cluster.view.brokers.get(broker_id) if cluster is not None else None
+        ep = live.registration.endpoint(self.listener) if live is not None else None
+        return None if ep is None else (ep.host, ep.port)
 
     def fence(self, why: str) -> None:
         """Stop leading anything at once (this broker lost its ZooKeeper session: another may
@@ -265,8 +284,8 @@ class ReplicaManager:
     async def _send_alter_partition(self, tp, isr, epoch: int, version: int):
         """(error, (leader, leader epoch, isr, partition epoch)) from the controller, or None
         when no answer came."""
-        controller = self.cache.controller_id
-        address = self.cache.endpoint(controller, self.listener)
+        controller = self.controller_id()
+        address = self.cache.endpoint(controller, self.listener) or self._registered_endpoint(controller)
         topic_id = self.cache.topic_ids.get(tp[0])
         if address is None or topic_id is None:
             return None

@@ -627,6 +627,12 @@ class Controller:
                     await asyncio.sleep(RETRY_S)
                     continue
                 if response.error_code == ErrorCode.stale_controller_epoch:
-                    log.info("controller: broker %d knows a newer controller epoch than %d",
+                    # The broker's view of /controller may be a moment behind this epoch, or
+                    # this controller is stale and about to learn it: asked again until one
+                    # of the two is over (a request dropped here left a broker without the
+                    # controller's metadata for good, asking a controller that was not one).
+                    log.info("controller: broker %d refused epoch %d as stale; asking again",
                              broker, self.epoch)
+                    await asyncio.sleep(RETRY_S)
+                    continue
                 break

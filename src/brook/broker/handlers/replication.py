@@ -39,7 +39,12 @@ def _from_controller(broker, request, connection) -> ErrorCode:
         return ErrorCode.invalid_request  # not a cluster
     body = request.body
     known = broker.cluster.view.controller_id
-    if body.controller_id != known and body.controller_epoch <= broker.replicas.controller_epoch:
+    replicas = broker.replicas
+    # The controller that already used this epoch is believed even if this broker's view of
+    # /controller is a moment behind (a request can beat the watch that names its sender).
+    same = (body.controller_epoch == replicas.controller_epoch
+            and body.controller_id == replicas.controller_of_epoch)
+    if body.controller_id != known and body.controller_epoch <= replicas.controller_epoch and not same:
         log.warning("refusing %s from broker %d: the controller is %d", type(body).__name__,
                     body.controller_id, known)
         return ErrorCode.stale_controller_epoch
