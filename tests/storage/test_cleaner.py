@@ -233,6 +233,31 @@ def test_the_active_segment_is_never_touched(tmp_path):
     lg.close()
 
 
+def test_compaction_stays_below_the_cleaning_bound(tmp_path):
+    # A replica's high watermark: records above it may be truncated after a failover, so no
+    # key of theirs may remove a record below it, and segments reaching past it stay as they
+    # are (replicas of a compacted log then agree below the high watermark).
+    clock = FakeClock()
+    lg = open_log(tmp_path, clock=clock)
+    for i in range(40):  # key 0 again and again, over many segments
+        append(lg, clock, [(k(0), b"v%d" % i)])
+    assert len(lg.segments) > 4
+    hw = lg.segments[2].base_offset + 1  # inside the third segment
+    lg.cleaning_bound = lambda: hw
+    result = clean_log(lg, None, clock.milliseconds())
+    assert result.first_uncleanable_offset == lg.segments[2].base_offset
+    kept = read_all(lg)
+    # every record at or past the third segment's base is still there
+    assert [r[0] for r in kept if r[0] >= hw - 1] == list(range(hw - 1, 40))
+    # below it, key 0's latest below the bound survives: nothing above the bound removed it
+    below = [r for r in kept if r[0] < hw - 1]
+    assert [r[0] for r in below] == [hw - 2]
+    lg.cleaning_bound = None  # without the bound, the whole log up to the active segment
+    clean_log(lg, None, clock.milliseconds())
+    assert [r[0] for r in read_all(lg)][0] >= lg.segments[-1].base_offset - 1
+    lg.close()
+
+
 def test_keyless_records_and_control_batches_are_kept(tmp_path):
     clock = FakeClock()
     lg = open_log(tmp_path, clock=clock)

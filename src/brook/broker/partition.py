@@ -51,6 +51,10 @@ class Partition:
         self.epoch_start_offset = 0
         self._hw_waiters: list[tuple[int, int, asyncio.Future]] = []
         self.pending_isr: tuple[int, ...] | None = None  # an ISR change asked of the controller
+        log.cleaning_bound = self._high_watermark  # compaction stays below it
+
+    def _high_watermark(self) -> int:
+        return self.high_watermark
 
     @property
     def log_start_offset(self) -> int:

@@ -156,6 +156,15 @@ def cleanable_stats(log_: Log, first_dirty_offset: int | None, now_ms: int) -> C
     dirty_non_active = [s for s, nxt in zip(segments[:-1], nexts[:-1]) if nxt > first_dirty]
 
     uncleanable = segments[-1].base_offset  # the active segment is never cleaned
+    bound = log_.cleaning_bound() if log_.cleaning_bound is not None else None
+    if bound is not None:
+        # Only segments wholly below the bound (a replica's high watermark): records above it
+        # may still be truncated, so no key of theirs may remove one below (as Kafka's cleaner
+        # stays below the high watermark; replicas of a compacted log then agree).
+        for seg, nxt in zip(segments, nexts):
+            if nxt > bound:
+                uncleanable = min(uncleanable, seg.base_offset)
+                break
     lag = max(config.min_compaction_lag_ms, 0)
     if lag > 0:
         for seg in dirty_non_active:

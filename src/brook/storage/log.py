@@ -13,7 +13,7 @@ import os
 import struct
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from ..records.crc import crc32c
 
@@ -146,6 +146,9 @@ class Log:
         self.last_flush_ms = clock.milliseconds()
         self.unflushed_messages = 0
         self.pending_deletes: list[tuple[int, LogSegment]] = []
+        #: The offset compaction must stay below, asked when a pass is planned (the owner's
+        #: high watermark; None: the whole log up to the active segment may be cleaned).
+        self.cleaning_bound: Callable[[], int] | None = None
         self.recovered_bytes_truncated = 0
         os.makedirs(directory, exist_ok=True)
         self._segments: tuple[LogSegment, ...] = ()
