@@ -1089,3 +1089,26 @@ def test_runs_past_the_one_byte_offset_deltas_are_written_as_encode_batch_writes
              CommitRun("g", "u", [(p, p, -1, 2) for p in range(1, 200)])]
     records = [CoordinatorRecord(key, value) for key, value in record_pairs(items)]
     assert encode_commit_batch(items, 9) == batch_as_encode_batch_writes(records, 9)
+
+
+def test_records_past_max_message_bytes_are_written_as_several_batches_within_it():
+    # The tombstones of 20,000 expired offsets do not fit in one batch of 100 KB: they are
+    # written as several, each within the limit, holding every record in order.
+    from brook.coordinator.batch_writer import encode_records
+    from brook.coordinator.result import CoordinatorRecord
+    from brook.coordinator.schemas import OffsetCommitKey, decode_key
+    from brook.records import scan_batches
+    from brook.records.batch import decode_batch
+
+    tombstones = [CoordinatorRecord(OffsetCommitKey("g", f"topic-{i % 7}", i), None)
+                  for i in range(20_000)]
+    one = encode_records(tombstones, 1_000)
+    assert len(one) > 100_000
+    data = encode_records(tombstones, 1_000, max_batch_bytes=100_000)
+    batches = list(scan_batches(data))
+    assert len(batches) > 1 and all(h.size <= 100_000 for _, h in batches)
+    keys = [decode_key(r.key) for pos, _ in batches for r in decode_batch(data, pos).records]
+    assert keys == [t.key for t in tombstones]
+    assert all(r.value is None for pos, _ in batches for r in decode_batch(data, pos).records)
+    # within the limit: one batch, as before
+    assert encode_records(tombstones[:10], 1_000, max_batch_bytes=100_000) == encode_records(tombstones[:10], 1_000)

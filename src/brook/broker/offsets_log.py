@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from kio.schema.errors import ErrorCode
 
 from ..coordinator.batch_writer import encode_records
+from ..coordinator.result import CoordinatorRecord
 from ..coordinator.runtime import OFFSETS_TOPIC, AppendError
 from ..records.batch import HEADER_SIZE, HEADER_STRUCT, LOG_OVERHEAD
 from ..storage.producer_state import AppendOrigin
@@ -48,7 +49,8 @@ class PartitionOffsetsLog:
                 raise AppendError(ErrorCode.not_enough_replicas,
                                   f"{OFFSETS_TOPIC}-{partition} has {len(p.isr)} in-sync replicas")
         try:
-            p.append(encode_records(records, now), origin=AppendOrigin.COORDINATOR)
+            p.append(encode_records(records, now, max_batch_bytes=_split_limit(p, records)),
+                     origin=AppendOrigin.COORDINATOR)
         except Exception as exc:
             code = error_code_for(exc)
             if code == ErrorCode.kafka_storage_error:
@@ -79,6 +81,16 @@ class PartitionOffsetsLog:
         p = self.broker.partition(OFFSETS_TOPIC, partition)
         if p is not None:
             yield from read_batches(p.log)
+
+
+def _split_limit(p, records: list) -> int | None:
+    """Tombstones alone (offsets expiring, a group deleted) may be written in several batches
+    within max.message.bytes: past some 15,000 offsets one batch is refused, and they would
+    never expire. Anything else (a commit, a group's metadata) stays one batch, as Kafka
+    writes it, so it is applied whole or not at all (a commit too large is refused)."""
+    if all(type(r) is CoordinatorRecord and r.value is None for r in records):
+        return p.log.config.max_message_bytes
+    return None
 
 
 def _as_append_error(fut: asyncio.Future, timeout_s: float) -> asyncio.Future:

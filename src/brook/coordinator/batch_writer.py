@@ -32,18 +32,36 @@ from .schemas import (
 __all__ = ["encode_commit_batch", "encode_records"]
 
 
-def encode_records(records: list, now: int, base_offset: int = 0) -> bytes:
+def encode_records(records: list, now: int, base_offset: int = 0,
+                   max_batch_bytes: int | None = None) -> bytes:
     """One record batch of ``CoordinatorRecord``s and ``CommitRun``s with Kafka's keys and
-    values, timestamped ``now`` (the log assigns the offsets)."""
-    if base_offset == 0:
-        batch = encode_commit_batch(records, now)  # an offset commit's batch, written faster
-        if batch is not None:
-            return batch
+    values, timestamped ``now`` (the log assigns the offsets). Past `max_batch_bytes` (the
+    topic's max.message.bytes), several batches, each within it: the tombstones of 100,000
+    expired offsets do not fit in one, and a batch the log refuses would never expire them."""
+    batch = encode_commit_batch(records, now) if base_offset == 0 else None  # the fast path
+    if batch is None:
+        batch = _encode_pairs(list(record_pairs(records)), now, base_offset)
+    if max_batch_bytes is None or len(batch) <= max_batch_bytes:
+        return batch
+    return b"".join(_bounded(list(record_pairs(records)), now, max_batch_bytes))
+
+
+def _encode_pairs(pairs: list, now: int, base_offset: int = 0) -> bytes:
     return encode_batch([
         LogRecord(offset=base_offset + i, timestamp=now, key=encode_key(key),
                   value=None if value is None else encode_value(value))
-        for i, (key, value) in enumerate(record_pairs(records))
+        for i, (key, value) in enumerate(pairs)
     ], base_offset=base_offset)
+
+
+def _bounded(pairs: list, now: int, max_batch_bytes: int) -> list[bytes]:
+    """Batches of `pairs`, in order, each within `max_batch_bytes` (halved until it fits; a
+    record that does not fit alone is left for the log to refuse)."""
+    batch = _encode_pairs(pairs, now)
+    if len(batch) <= max_batch_bytes or len(pairs) == 1:
+        return [batch]
+    half = len(pairs) // 2
+    return _bounded(pairs[:half], now, max_batch_bytes) + _bounded(pairs[half:], now, max_batch_bytes)
 
 
 # partition, value length (24, as a varint), then the value: version 3, offset, leader epoch,
