@@ -481,6 +481,66 @@ def test_a_partition_whose_log_cannot_be_read_answers_not_coordinator():
     asyncio.run(main())
 
 
+def test_a_failed_load_is_tried_again_with_a_growing_backoff_until_it_succeeds():
+    class FlakyLog(MemoryLog):
+        fails = 2
+        reads = 0
+
+        def read(self, partition):
+            self.reads += 1
+            if self.fails:
+                self.fails -= 1
+                raise OSError("input/output error")
+            return super().read(partition)
+
+    async def main():
+        log = FlakyLog()
+        log.write(0, [CoordinatorRecord(OffsetCommitKey("g", "t", 0), OffsetCommitValue(7))], 0)
+        cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
+        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg),
+                                load_retry_backoff_ms=20, load_retry_max_backoff_ms=40)
+        await started(rt)
+        try:
+            assert rt.contexts[0].state is ShardState.FAILED
+            with pytest.raises(NotCoordinator):
+                await rt.run("g", commit_op("g", [1]))
+            for _ in range(100):  # 20 ms, then 40 ms
+                await asyncio.sleep(0.01)
+                if rt.contexts[0].state is ShardState.ACTIVE:
+                    break
+            ctx = rt.contexts[0]
+            assert ctx.state is ShardState.ACTIVE and ctx.load_failures == 2 and log.reads == 3
+            assert ctx.shard.offsets.get("g", "t", 0).offset == 7
+        finally:
+            await rt.stop()
+
+    asyncio.run(main())
+
+
+def test_a_failed_load_is_not_tried_again_once_the_partition_is_unloaded():
+    class Unreadable(MemoryLog):
+        reads = 0
+
+        def read(self, partition):
+            self.reads += 1
+            raise OSError("input/output error")
+
+    async def main():
+        log = Unreadable()
+        cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
+        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg),
+                                load_retry_backoff_ms=20)
+        await started(rt)
+        try:
+            rt.unload(0)
+            await asyncio.sleep(0.1)
+            assert log.reads == 1 and 0 not in rt.contexts
+        finally:
+            await rt.stop()
+
+    asyncio.run(main())
+
+
 def test_timers_wait_while_their_shard_loads():
     """A loading shard's timer task used to see a deadline of 0, find the shard not active and
     try again at once: eight of them spun on the event loop, competing with the load. Now they

@@ -36,7 +36,9 @@ A single broker loads every partition at epoch 0 when it starts. A record that c
 decoded or replayed is skipped and logged with its offset (``brook.coordinator.loader``), so
 one bad record never makes a partition's groups unreachable; a load that cannot read the log
 at all leaves the context FAILED, answering NOT_COORDINATOR, while the other partitions load
-and serve as usual.
+and serve as usual; it is loaded again after a backoff (doubling from
+``load_retry_backoff_ms`` up to ``load_retry_max_backoff_ms``) while this broker still
+coordinates the partition at that epoch.
 """
 
 from __future__ import annotations
@@ -197,6 +199,7 @@ class CoordinatorContext(Generic[S]):
         #: an earlier one wakes it.
         self.timer_deadline: int | None = None
         self.load_time_ms: float | None = None
+        self.load_failures = 0  # loads of this partition at this epoch that failed
         self.records_loaded = 0
         self.records_skipped = 0
 
@@ -415,8 +418,11 @@ class CoordinatorRuntime(Generic[S]):
     partition's context."""
 
     def __init__(self, num_partitions: int, writer: OffsetsWriter, clock,
-                 new_shard: Callable[[], S]) -> None:
+                 new_shard: Callable[[], S], *, load_retry_backoff_ms: int = 500,
+                 load_retry_max_backoff_ms: int = 30_000) -> None:
         self.num_partitions = num_partitions
+        self.load_retry_backoff_ms = load_retry_backoff_ms
+        self.load_retry_max_backoff_ms = load_retry_max_backoff_ms
         self.writer = writer
         self.clock = clock
         self._new_shard = new_shard
@@ -455,6 +461,8 @@ class CoordinatorRuntime(Generic[S]):
                 return None
             self.unload(partition)
         ctx = CoordinatorContext(self, partition, epoch, self._new_shard())
+        if current is not None and current.epoch == epoch:
+            ctx.load_failures = current.load_failures  # loaded again after a failure
         self.contexts[partition] = ctx
         ctx.start()
         self._loads_pending += 1
@@ -514,10 +522,14 @@ class CoordinatorRuntime(Generic[S]):
         except Exception as exc:
             # The log itself cannot be read: serving would answer with whatever happened to
             # be loaded before the failure.
-            log.error("%s: loading failed after %d record(s), its groups get NOT_COORDINATOR "
-                      "until the broker restarts: %s", ctx.name, count, exc)
+            ctx.load_failures += 1
+            delay = min(self.load_retry_max_backoff_ms,
+                        self.load_retry_backoff_ms * 2 ** (ctx.load_failures - 1))
+            log.error("%s: loading failed after %d record(s), its groups get NOT_COORDINATOR; "
+                      "loading again in %d ms: %s", ctx.name, count, delay, exc)
             ctx.shard = self._new_shard()  # nothing half-loaded is kept
             ctx.transition_to(ShardState.FAILED)
+            self.loop.call_later(delay / 1000, self._load_again, ctx)
         else:
             ctx.transition_to(ShardState.ACTIVE)
         finally:
@@ -538,6 +550,15 @@ class CoordinatorRuntime(Generic[S]):
         if count and ctx.state is ShardState.ACTIVE:
             log.info("%s: loaded %d record(s) in %.0f ms", ctx.name, count, ctx.load_time_ms)
         return count
+
+    def _load_again(self, ctx: CoordinatorContext[S]) -> None:
+        """A failed load tried again, if the context is still this partition's (not unloaded,
+        not replaced by a newer epoch) and the runtime runs."""
+        if self._stopped or self.contexts.get(ctx.partition) is not ctx \
+                or ctx.state is not ShardState.FAILED:
+            return
+        ctx.close(None)
+        self.load(ctx.partition, ctx.epoch)
 
     async def wait_loaded(self) -> None:
         """Until every load asked for so far has ended."""
