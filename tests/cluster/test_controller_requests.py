@@ -69,4 +69,4 @@ def test_isr_changes_are_asked_of_the_controller_zookeeper_names(tmp_path):
     assert _code(broker, _update_metadata(1, 2)) == ErrorCode.none
     assert broker.replicas.cache.controller_id == 1
     broker.cluster.view = ClusterView(controller_id=3)
-    assert broker.replicas.controller_id() == 3
+    assert broker.replicas.controller_to_ask() == 3

@@ -162,7 +162,7 @@ class ReplicaManager:
         self.controller_epoch = request.controller_epoch
         self.controller_of_epoch = request.controller_id
 
-    def controller_id(self) -> int:
+    def controller_to_ask(self) -> int:
         """Where to send AlterPartition: the controller ZooKeeper names (watched, so fresher
         than the last UpdateMetadata, which a broker may have missed), else the metadata's."""
         cluster = self.broker.cluster
@@ -284,7 +284,7 @@ class ReplicaManager:
     async def _send_alter_partition(self, tp, isr, epoch: int, version: int):
         """(error, (leader, leader epoch, isr, partition epoch)) from the controller, or None
         when no answer came."""
-        controller = self.controller_id()
+        controller = self.controller_to_ask()
         address = self.cache.endpoint(controller, self.listener) or self._registered_endpoint(controller)
         topic_id = self.cache.topic_ids.get(tp[0])
         if address is None or topic_id is None:
