@@ -31,6 +31,9 @@ class ReplicaManager:
     def __init__(self, broker) -> None:
         self.broker = broker
         self.broker_id = broker.broker_id
+        #: The controller this broker takes requests from, and its epoch: checked against
+        #: ZooKeeper when they changed (handlers.replication._from_controller).
+        self.controller_id = -1
         self.controller_epoch = -1
         self.cache = MetadataCache()
         self.fetchers: dict[int, ReplicaFetcher] = {}
@@ -276,12 +279,12 @@ class ReplicaManager:
                 ch.close()
             ch = self._controller_channel = BrokerChannel(
                 controller, *address, client_id=f"broker-{self.broker_id}-alter-partition",
-                sasl=self.broker.config.inter_broker_sasl, tls=self.broker.config.inter_broker_tls)
+                sasl=self.broker.cluster.channel_credentials, tls=self.broker.config.inter_broker_tls)
         else:
             ch.retarget(*address)
         cls = request_class(ALTER_PARTITION_KEY, ALTER_PARTITION_VERSION)
         mod = __import__(cls.__module__, fromlist=["x"])
-        request = make(cls, broker_id=self.broker_id, broker_epoch=-1, topics=(make(
+        request = make(cls, broker_id=self.broker_id, broker_epoch=self.broker.cluster.broker_epoch, topics=(make(
             mod.TopicData, topic_id=topic_id, partitions=(make(
                 mod.PartitionData, partition_index=tp[1], leader_epoch=epoch, new_isr=isr,
                 leader_recovery_state=0, partition_epoch=version),)),))
