@@ -274,3 +274,36 @@ def test_a_control_plane_listener_takes_the_controllers_requests(zk, brokers):
     with WireClient(f"127.0.0.1:{ports[other][1]}") as w:
         answer = w.request(_stop_replica(controller, zk.controller_epoch(), broker_epoch(zk, other), "replicated"))
     assert answer.error_code == CAF
+
+
+def test_on_a_plaintext_listener_only_brokers_log_in(zk, brokers):
+    """Clients' SaslHandshake is answered as before; SCRAM-SHA-512 knows the brokers' names
+    only, and only with the cluster's secret."""
+    from brook.security import broker_identity
+    from tests.support.broker_login import cluster_secret, log_in
+    from tests.support.sasl_wire import ScramClient, authenticate, handshake
+    brokers(1, FAST)
+    brokers.wait_ready(zk, [1])
+    bootstrap = brokers[1].bootstrap
+
+    def metadata(w):
+        return w.request(make(request_class(3, 12), topics=(), allow_auto_topic_creation=False,
+                              include_topic_authorized_operations=False))
+
+    with WireClient(bootstrap) as w:
+        assert handshake(w, "PLAIN").error_code == ErrorCode.illegal_sasl_state
+        assert handshake(w, "SCRAM-SHA-512", version=0).error_code == ErrorCode.illegal_sasl_state
+        assert metadata(w).brokers  # still an ordinary client
+    for user, secret in (("alice", cluster_secret(zk)), (broker_identity.user_for(1), bytes(32))):
+        with WireClient(bootstrap) as w:
+            assert handshake(w, "SCRAM-SHA-512").error_code == ErrorCode.none
+            scram = ScramClient("sha512", user, broker_identity.password(secret, user))
+            first = authenticate(w, scram.first())
+            if first.error_code == ErrorCode.none:
+                first = authenticate(w, scram.final(first.auth_bytes))
+            assert first.error_code == ErrorCode.sasl_authentication_failed, user
+            assert w.closed_by_peer()
+    with WireClient(bootstrap) as w:
+        log_in(w, cluster_secret(zk), 1)
+        assert metadata(w).brokers
+        assert handshake(w, "SCRAM-SHA-512").error_code == ErrorCode.illegal_sasl_state  # once
