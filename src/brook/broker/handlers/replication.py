@@ -104,7 +104,9 @@ async def _zookeeper(read, what: str):
     try:
         return await read
     except TRANSIENT_ERRORS as exc:
-        raise CloseConnection(f"cannot check {what} against ZooKeeper: {type(exc).__name__}") from None
+        log.warning("closing the connection that sent %s unanswered: ZooKeeper could not be read "
+                    "to check it (%s); the controller sends it again", what, type(exc).__name__)
+        raise CloseConnection(f"cannot check {what} against ZooKeeper") from None
 
 
 async def handle_leader_and_isr(broker, request, connection):
