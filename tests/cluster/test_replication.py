@@ -240,8 +240,10 @@ def test_an_isr_change_refused_as_ineligible_fences_the_partition_epoch(zk, brok
 
     def ask():
         from brook.protocol.messages import make
-        with _wire(brokers[zk.controller()]) as w:
-            answer = w.request(make(m.AlterPartitionRequest, broker_id=leader, broker_epoch=-1, topics=(
+        from tests.support.broker_login import as_broker, broker_epoch
+        with as_broker(zk, brokers[zk.controller()].bootstrap, leader) as w:  # as the leader does
+            answer = w.request(make(m.AlterPartitionRequest, broker_id=leader,
+                                    broker_epoch=broker_epoch(zk, leader), topics=(
                 make(m.TopicData, topic_id=topic_id, partitions=(make(
                     m.PartitionData, partition_index=0, leader_epoch=before["leader_epoch"],
                     new_isr=tuple(before["isr"]) + (gone,), leader_recovery_state=0,

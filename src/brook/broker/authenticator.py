@@ -34,7 +34,7 @@ from ..protocol.messages import (
     peek_header,
     response_class,
 )
-from ..security import credentials, scram
+from ..security import broker_identity, credentials, scram
 from ..security.plain import PlainServer
 from ..security.errors import SaslError
 from ..security.scram import ScramServer
@@ -61,7 +61,22 @@ def new_server(broker, mechanism: str, security):
     if mechanism == "PLAIN":
         return PlainServer(security.plain_users)
     m = scram.MECHANISMS[mechanism]
-    return ScramServer(m, lambda user: credentials.lookup(broker.user_scram(), user, m))
+    return ScramServer(m, lambda user: _scram_credential(broker, user, m))
+
+
+def _scram_credential(broker, user: str, m):
+    """A user's stored credential; for the reserved names of brokers, only the one derived
+    from the cluster's secret."""
+    if broker_identity.is_reserved(user):
+        cluster = broker.cluster
+        return broker_identity.credential(cluster.broker_secret if cluster is not None else None, user, m)
+    return credentials.lookup(broker.user_scram(), user, m)
+
+
+def logged_in(conn, user: str) -> None:
+    """The connection authenticated as `user`: its principal, and whether it is a broker's."""
+    conn.principal = f"User:{user}"
+    conn.peer_broker_id = broker_identity.broker_id_of(user)
 
 
 async def authenticate(conn, security) -> bool:
@@ -197,7 +212,7 @@ async def _exchange(conn, security) -> bool:
             await _send(conn, _authenticate_response(request, ErrorCode.none, None, reply, lifetime_ms))
         else:
             await _send(conn, _SIZE.pack(len(reply)) + reply)
-    conn.principal = f"User:{server.user}"
+    logged_in(conn, server.user)
     log.info("authenticated %s from %s on listener %s with %s%s", conn.principal, conn.peer,
              conn.listener_name, mechanism, "" if framed else " (SaslHandshake v0, bare tokens)")
     return True
@@ -267,3 +282,38 @@ class Reauthentication:
         await asyncio.sleep(conn.broker.config.connection_failed_authentication_delay_ms / 1000)
         raise CloseConnection("re-authentication failed", _authenticate_body(
             request.api_version, ErrorCode.sasl_authentication_failed, message, b""))
+
+
+class BrokerLogin:
+    """A broker's login on a listener without SASL (PLAINTEXT, SSL): SaslHandshake v1 naming
+    SCRAM-SHA-512, then SaslAuthenticate requests in the ordinary request stream, where only
+    the cluster's inter-broker identity is known (brook.security.broker_identity). Ordinary
+    clients never send SaslHandshake on such a listener (they are answered
+    ILLEGAL_SASL_STATE, as before). A failure is answered after
+    connection.failed.authentication.delay.ms and closes the connection."""
+
+    def __init__(self, conn, secret: bytes) -> None:
+        self.conn = conn
+        m = broker_identity.MECHANISM
+        self.server = ScramServer(m, lambda user: broker_identity.credential(secret, user, m))
+
+    async def step(self, request):
+        """The answer to one SaslAuthenticate (CloseConnection carrying it on failure)."""
+        conn = self.conn
+        try:
+            reply = self.server.evaluate(request.body.auth_bytes)
+        except SaslError as exc:
+            user = self.server.user
+            log.warning("failed broker login from %s on listener %s%s: %s", conn.peer, conn.listener_name,
+                        f" (user {user})" if user else "", exc)
+            await asyncio.sleep(conn.broker.config.connection_failed_authentication_delay_ms / 1000)
+            raise CloseConnection("broker login failed", _authenticate_body(
+                request.api_version, ErrorCode.sasl_authentication_failed,
+                "Authentication failed during authentication due to invalid credentials with SASL "
+                f"mechanism {broker_identity.MECHANISM.name}", b""))
+        if self.server.complete:
+            conn.reauthentication = None
+            logged_in(conn, self.server.user)
+            log.info("authenticated %s (broker %d) from %s on listener %s with %s", conn.principal,
+                     conn.peer_broker_id, conn.peer, conn.listener_name, broker_identity.MECHANISM.name)
+        return _authenticate_body(request.api_version, ErrorCode.none, None, reply)

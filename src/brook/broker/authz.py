@@ -33,6 +33,8 @@ def allowed(broker, connection, op: Operation, rtype: ResourceType, name: str, *
     authorizer = broker.authorizer
     if authorizer is None:
         return True
+    if getattr(connection, "peer_broker_id", None) is not None:
+        return True  # a broker of this cluster (its inter-broker identity): a super user
     principal = principal_of(connection)
     if authorizer.authorize(principal, host_of(connection), op, rtype, name):
         return True
@@ -63,6 +65,8 @@ def describable_topics(broker, connection, names, *, log_denied: bool = True) ->
 def any_allowed(broker, connection, op: Operation, rtype: ResourceType) -> bool:
     """May the principal `op` some resource of the type (Kafka's authorizeByResourceType)?"""
     authorizer = broker.authorizer
+    if authorizer is not None and getattr(connection, "peer_broker_id", None) is not None:
+        return True
     return authorizer is None or authorizer.authorize_any(principal_of(connection), host_of(connection),
                                                           op, rtype)
 
@@ -71,7 +75,7 @@ def authorized_operations(broker, connection, rtype: ResourceType, name: str) ->
     """The bitfield of the operations the principal may perform on the resource; every
     operation the type has when there is no authorizer (as Kafka answers)."""
     authorizer = broker.authorizer
-    if authorizer is None:
+    if authorizer is None or getattr(connection, "peer_broker_id", None) is not None:
         return bitfield(SUPPORTED_OPERATIONS[rtype])
     return authorizer.authorized_operations(principal_of(connection), host_of(connection), rtype, name)
 
@@ -80,3 +84,21 @@ def may_create_topic(broker, connection, name: str) -> bool:
     """Cluster Create, or Create on the topic (CreateTopics, auto-creation)."""
     return (cluster_allowed(broker, connection, Op.CREATE, log_denied=False)
             or allowed(broker, connection, Op.CREATE, TOPIC, name))
+
+
+def peer_broker(broker, connection) -> int | None:
+    """Which broker of the cluster the connection is (brook.cluster.inter_broker_rules): the
+    id it logged in as with the cluster's inter-broker identity; UNBOUND for a principal the
+    operator made a broker's (with an authorizer, one allowed Cluster ClusterAction; without,
+    this broker's own inter-broker SASL user); None for a client."""
+    from ..cluster.inter_broker_rules import UNBOUND
+
+    broker_id = getattr(connection, "peer_broker_id", None)
+    if broker_id is not None:
+        return broker_id
+    if broker.authorizer is not None:
+        return UNBOUND if cluster_allowed(broker, connection, Op.CLUSTER_ACTION) else None
+    own = broker.config.inter_broker_sasl
+    if own is not None and principal_of(connection) == f"User:{own.username}":
+        return UNBOUND
+    return None

@@ -112,6 +112,16 @@ def _check_cluster_config(cfg: "BrokerConfig") -> None:
     if cfg.zookeeper_session_timeout_ms < 1 or cfg.zookeeper_connection_timeout_ms < 1:
         raise ConfigError("zookeeper.session.timeout.ms and zookeeper.connection.timeout.ms must "
                           "be at least 1")
+    names = [l.name for l in cfg.advertised]
+    for key, name in (("inter.broker.listener.name", cfg.inter_broker_listener_name),
+                      ("control.plane.listener.name", cfg.control_plane_listener_name)):
+        if name is not None and name not in names:
+            raise ConfigError(f"{key}={name} must be a listener name defined in advertised.listeners "
+                              f"(or listeners): {', '.join(names)}")
+    control = cfg.control_plane_listener_name
+    if control is not None and control == (cfg.inter_broker_listener_name or names[0]):
+        raise ConfigError(f"control.plane.listener.name, when defined, must differ from the "
+                          f"inter-broker listener name; both are {control}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +191,9 @@ class BrokerConfig:
     request_timeout_ms: int = 30_000
     unclean_leader_election_enable: bool = False
     inter_broker_listener_name: str | None = None
+    #: The listener the controller's requests go to (Kafka's control.plane.listener.name),
+    #: else the inter-broker listener.
+    control_plane_listener_name: str | None = None
     #: Listener name -> its security protocol, SASL mechanisms and PLAIN users.
     listener_security: dict[str, ListenerSecurity] = field(default_factory=dict)
     #: How this broker authenticates to the others when the inter-broker listener is SASL.
@@ -298,7 +311,8 @@ class BrokerConfig:
                 "replica.high.watermark.checkpoint.interval.ms", 5_000),
             request_timeout_ms=get("request.timeout.ms", 30_000),
             unclean_leader_election_enable=get("unclean.leader.election.enable", False, _bool),
-            inter_broker_listener_name=props.get("inter.broker.listener.name", "").strip() or None,
+            inter_broker_listener_name=props.get("inter.broker.listener.name", "").strip().upper() or None,
+            control_plane_listener_name=props.get("control.plane.listener.name", "").strip().upper() or None,
             controlled_shutdown_enable=get("controlled.shutdown.enable", True, _bool),
             controlled_shutdown_max_retries=get("controlled.shutdown.max.retries", 3),
             controlled_shutdown_retry_backoff_ms=get("controlled.shutdown.retry.backoff.ms", 5_000),

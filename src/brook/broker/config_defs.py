@@ -150,6 +150,9 @@ _KEYS: list[ConfigKey] = [
               "Each listener's security protocol."),
     ConfigKey("sasl.enabled.mechanisms", LIST, "GSSAPI",
               "SASL mechanisms of SASL listeners (brook has PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)."),
+    ConfigKey("control.plane.listener.name", STRING, None,
+              "Name of the listener the controller's requests to brokers go to (else the "
+              "inter-broker listener)."),
     ConfigKey("sasl.mechanism.inter.broker.protocol", STRING, "GSSAPI",
               "The SASL mechanism brokers authenticate to each other with."),
     ConfigKey("sasl.server.max.receive.size", INT, "524288",

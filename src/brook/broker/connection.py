@@ -94,10 +94,15 @@ class Connection:
         #: request other than a re-authentication after it closes the connection (KIP-368).
         self.session_expires: float | None = None
         self.sasl_mechanism: str | None = None
-        self.reauthentication = None  # a re-authentication in progress (authenticator.py)
+        #: A SASL exchange in progress in the request stream (authenticator.py): a
+        #: re-authentication, or a broker's login on a listener without SASL.
+        self.reauthentication = None
         #: Who the client is (Kafka's KafkaPrincipal): User:<name> once SASL authenticated it,
         #: or the mapped subject of its TLS client certificate.
         self.principal = "User:ANONYMOUS"
+        #: The broker id this connection logged in as with the cluster's inter-broker identity
+        #: (brook.security.broker_identity); None for everyone else.
+        self.peer_broker_id: int | None = None
         self.loop = asyncio.get_running_loop()
         self.closed = False
         self._task: weakref.ref[asyncio.Task] | None = None

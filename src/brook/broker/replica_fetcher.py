@@ -51,7 +51,8 @@ class ReplicaFetcher:
         self.channel = BrokerChannel(leader_id, host, port,
                                      client_id=f"broker-{self.broker.broker_id}-fetcher-{leader_id}",
                                      timeout_s=cfg.replica_socket_timeout_ms / 1000,
-                                     sasl=cfg.inter_broker_sasl, tls=cfg.inter_broker_tls)
+                                     sasl=self.broker.cluster.channel_credentials,
+                                     tls=cfg.inter_broker_tls)
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None

@@ -31,8 +31,10 @@ class ReplicaManager:
     def __init__(self, broker) -> None:
         self.broker = broker
         self.broker_id = broker.broker_id
+        #: The controller this broker takes requests from, and its epoch: checked against
+        #: ZooKeeper when they changed (handlers.replication._from_controller).
+        self.controller_id = -1
         self.controller_epoch = -1
-        self.controller_of_epoch = -1  # the controller whose request carried controller_epoch
         self.cache = MetadataCache()
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._following: dict[tuple[str, int], int] = {}  # partition -> leader it is fetched from
@@ -160,7 +162,7 @@ class ReplicaManager:
 
     def _note_controller(self, request) -> None:
         self.controller_epoch = request.controller_epoch
-        self.controller_of_epoch = request.controller_id
+        self.controller_id = request.controller_id
 
     def controller_to_ask(self) -> int:
         """Where to send AlterPartition: the controller ZooKeeper names (watched, so fresher
@@ -295,12 +297,12 @@ class ReplicaManager:
                 ch.close()
             ch = self._controller_channel = BrokerChannel(
                 controller, *address, client_id=f"broker-{self.broker_id}-alter-partition",
-                sasl=self.broker.config.inter_broker_sasl, tls=self.broker.config.inter_broker_tls)
+                sasl=self.broker.cluster.channel_credentials, tls=self.broker.config.inter_broker_tls)
         else:
             ch.retarget(*address)
         cls = request_class(ALTER_PARTITION_KEY, ALTER_PARTITION_VERSION)
         mod = __import__(cls.__module__, fromlist=["x"])
-        request = make(cls, broker_id=self.broker_id, broker_epoch=-1, topics=(make(
+        request = make(cls, broker_id=self.broker_id, broker_epoch=self.broker.cluster.broker_epoch, topics=(make(
             mod.TopicData, topic_id=topic_id, partitions=(make(
                 mod.PartitionData, partition_index=tp[1], leader_epoch=epoch, new_isr=isr,
                 leader_recovery_state=0, partition_epoch=version),)),))

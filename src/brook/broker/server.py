@@ -240,10 +240,11 @@ class BrokerServer:
                     return
                 channel = BrokerChannel(controller, *address, client_id=f"broker-{self.broker.broker_id}-shutdown",
                                         timeout_s=cfg.request_timeout_ms / 1000,
-                                        sasl=cfg.inter_broker_sasl, tls=cfg.inter_broker_tls)
+                                        sasl=self.broker.cluster.channel_credentials,
+                                        tls=cfg.inter_broker_tls)
                 try:
                     response = await channel.request(ib.ControlledShutdownRequest(
-                        broker_id=self.broker.broker_id, broker_epoch=-1))
+                        broker_id=self.broker.broker_id, broker_epoch=self.broker.cluster.broker_epoch))
                 except ChannelError as exc:
                     log.warning("controlled shutdown attempt %d failed: %s", attempt, exc)
                     await asyncio.sleep(cfg.controlled_shutdown_retry_backoff_ms / 1000)

@@ -29,8 +29,9 @@ class BrokerChannel:
         self.broker_id = broker_id
         #: An ssl.SSLContext when the inter-broker listener is SSL or SASL_SSL.
         self.tls = tls
-        #: ClientCredentials when the inter-broker listener is SASL: each new connection
-        #: authenticates before its first request.
+        #: ClientCredentials (or a function giving them, read for each connection): each new
+        #: connection authenticates before its first request; on a listener without SASL,
+        #: with the cluster's inter-broker identity (brook.security.broker_identity).
         self.sasl = sasl
         self.host, self.port = host, port
         self.client_id = client_id
@@ -72,7 +73,7 @@ class BrokerChannel:
     async def _authenticate(self) -> None:
         from ..security.client import SaslClientError, sasl_exchange
 
-        exchange = sasl_exchange(self.sasl)
+        exchange = sasl_exchange(self.sasl() if callable(self.sasl) else self.sasl)
         try:
             request = next(exchange)
             while True:

@@ -52,13 +52,16 @@ def topic_id_text(value: uuid.UUID) -> str:
 class Controller:
     def __init__(self, zk: ZkClient, broker_id: int, epoch: int, epoch_zk_version: int,
                  view: ClusterView, *, listener: str, unclean: bool = False, sasl=None,
-                 tls=None) -> None:
+                 tls=None, control_listener: str | None = None) -> None:
         self.zk = zk
         self.broker_id = broker_id
         self.epoch = epoch
         self.epoch_zk_version = epoch_zk_version
         self.listener = listener  # the inter-broker listener's name
-        self.sasl = sasl  # ClientCredentials on a SASL inter-broker listener
+        #: Where the controller's own requests go (control.plane.listener.name, else the
+        #: inter-broker listener).
+        self.control_listener = control_listener or listener
+        self.sasl = sasl  # ClientCredentials (or a function giving them) brokers log in with
         self.tls = tls  # an ssl.SSLContext on a TLS inter-broker listener
         self.unclean = unclean
         self.live: dict[int, LiveBroker] = dict(view.brokers)
@@ -246,8 +249,8 @@ class Controller:
                 del self.states[tp]
             log.info("Deletion of topic %s successfully completed", name)
         update = self._update_metadata()
-        for b in self.live:
-            self._send(b, update)
+        for b, live in self.live.items():
+            self._send(b, replace(update, broker_epoch=live.epoch))
 
     # ------------------------------------------------------------ ISR changes asked by leaders
 
@@ -532,8 +535,8 @@ class Controller:
                 self._send(b, self._leader_and_isr(b, tps, full=b in new))
         if changed or new:
             update = self._update_metadata()
-            for b in self.live:
-                self._send(b, update)
+            for b, live in self.live.items():  # each addressed to the broker's registration
+                self._send(b, replace(update, broker_epoch=live.epoch))
 
     def _leader_and_isr(self, broker: int, tps: set[tuple[str, int]], full: bool):
         topics: dict[str, list] = {}
@@ -559,9 +562,9 @@ class Controller:
         return ib.LeaderAndIsrLiveLeader(broker_id=b, host_name=ep.host if ep else "",
                                          port=ep.port if ep else -1)
 
-    def _endpoint(self, b: int):
+    def _endpoint(self, b: int, listener: str | None = None):
         reg = self.live[b].registration
-        return reg.endpoint(self.listener) or (reg.endpoints[0] if reg.endpoints else None)
+        return reg.endpoint(listener or self.listener) or (reg.endpoints[0] if reg.endpoints else None)
 
     def _update_metadata(self):
         live = frozenset(self.live)
@@ -612,7 +615,7 @@ class Controller:
         while True:
             request = await queue.get()
             while broker in self.live:
-                ep = self._endpoint(broker)
+                ep = self._endpoint(broker, self.control_listener)
                 ch = self._channels.get(broker)
                 if ch is None:
                     ch = self._channels[broker] = BrokerChannel(

@@ -197,6 +197,43 @@ class ZkClient:
         the brokers carry the cluster on); returns the id it holds."""
         return self.get_or_create_cluster_id(lambda: cluster_id)
 
+    def get_or_create_broker_secret(self, new_secret: Callable[[], bytes]) -> bytes:
+        """The cluster's inter-broker secret (brook.security.broker_identity); the first broker
+        creates it, the others read it (a broker restoring a ZooKeeper that lost its data
+        passes its own)."""
+        path = self.p(zk_paths.BROKER_SECRET)
+        while True:
+            try:
+                return zk_data.decode_broker_secret(self.kz.get(path)[0])
+            except NoNodeError:
+                pass
+            try:
+                secret = new_secret()
+                self.kz.create(path, zk_data.encode_broker_secret(secret), makepath=True)
+                return secret
+            except NodeExistsError:
+                continue  # another broker made it first: read theirs
+
+    def read_controller(self) -> tuple[int, int]:
+        """(the controller's id, the controller epoch) as ZooKeeper holds them now: synced
+        first, so a server of the ensemble behind the leader cannot answer older news."""
+        self.kz.sync(self.p(zk_paths.CONTROLLER_EPOCH))
+        try:
+            controller = zk_data.decode_controller(self.kz.get(self.p(zk_paths.CONTROLLER))[0])
+        except NoNodeError:
+            controller = NO_CONTROLLER
+        try:
+            epoch = zk_data.decode_controller_epoch(self.kz.get(self.p(zk_paths.CONTROLLER_EPOCH))[0])
+        except NoNodeError:
+            epoch = zk_data.INITIAL_CONTROLLER_EPOCH
+        return controller, epoch
+
+    def read_broker_epoch(self, broker_id: int) -> int | None:
+        """The czxid of /brokers/ids/<id> (the broker epoch), None if not registered."""
+        self.kz.sync(self.p(zk_paths.broker_path(broker_id)))
+        stat = self.kz.exists(self.p(zk_paths.broker_path(broker_id)))
+        return None if stat is None else stat.czxid
+
     # ------------------------------------------------------------ registration
 
     def register(self, registration: zk_data.BrokerRegistration) -> int:

@@ -18,6 +18,7 @@ import threading
 import time
 
 from ..broker.metadata import new_cluster_id
+from ..security import broker_identity
 from . import zk_data, zk_paths
 from .errors import BrokerIdInUseError, ClusterError
 from .view import NO_CONTROLLER, ClusterView, membership_change
@@ -45,6 +46,11 @@ class ZkCluster:
         #: This broker's controller epoch while it is the controller, else None.
         self.controller_epoch: int | None = None
         self.cluster_id: str | None = None
+        #: The secret brokers derive their logins to each other from (broker_identity), from
+        #: ZooKeeper at start.
+        self.broker_secret: bytes | None = None
+        #: This broker's epoch: the czxid of its registration (-1 until registered).
+        self.broker_epoch: int = -1
         self._client: ZkClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._dirty = asyncio.Event()
@@ -113,7 +119,27 @@ class ZkCluster:
         self.cluster_id = await self._retrying(
             lambda: self._client.get_or_create_cluster_id(new_cluster_id), "reading /cluster/id")
         log.info("Cluster ID = %s", self.cluster_id)
+        self.broker_secret = await self._retrying(
+            lambda: self._client.get_or_create_broker_secret(broker_identity.new_secret),
+            f"reading {zk_paths.BROKER_SECRET}")
         return self.cluster_id
+
+    def channel_credentials(self):
+        """How this broker logs in to the others (read for each new connection): the
+        operator's inter-broker SASL user on a SASL inter-broker listener, else the cluster's
+        inter-broker identity."""
+        if self.config.inter_broker_sasl is not None:
+            return self.config.inter_broker_sasl
+        return broker_identity.client_credentials(self.broker_secret, self.broker_id)
+
+    async def controller_in_zookeeper(self) -> tuple[int, int]:
+        """(controller id, controller epoch) read from ZooKeeper now (TRANSIENT_ERRORS when
+        it cannot be read)."""
+        return await asyncio.to_thread(self._client.read_controller)
+
+    async def own_epoch_in_zookeeper(self) -> int | None:
+        """This broker's registration's czxid read from ZooKeeper now."""
+        return await asyncio.to_thread(self._client.read_broker_epoch, self.broker_id)
 
     def use_endpoints(self, listeners) -> None:
         """The advertised listeners as bound (a listener on port 0 has its port only then)."""
@@ -314,6 +340,12 @@ class ZkCluster:
                 if found != self.cluster_id:
                     conflict = (f"/cluster/id is {found} now, not {self.cluster_id}: ZooKeeper "
                                 "holds another cluster, which this broker does not join")
+                else:
+                    secret = client.get_or_create_broker_secret(lambda: self.broker_secret)
+                    if secret != self.broker_secret:
+                        log.error("%s changed: this broker logs in to the others with the new "
+                                  "one from now on", zk_paths.BROKER_SECRET)
+                        self.broker_secret = secret
         if conflict is None and session != self._registered_session:
             try:
                 epoch = client.register(self._registration())
@@ -323,6 +355,7 @@ class ZkCluster:
                 conflict = str(exc)
             else:
                 self._registered_session = session
+                self.broker_epoch = epoch
                 log.info("Registered broker %d at path %s with addresses: %s, czxid (broker "
                          "epoch): %d", self.broker_id, zk_paths.broker_path(self.broker_id),
                          ",".join(e.connection_string for e in self.endpoints), epoch)
@@ -458,7 +491,8 @@ class ZkCluster:
         self.controller = Controller(self._client, self.broker_id, election.epoch,
                                      election.epoch_zk_version, view, listener=listener,
                                      unclean=cfg.unclean_leader_election_enable,
-                                     sasl=cfg.inter_broker_sasl, tls=cfg.inter_broker_tls)
+                                     sasl=self.channel_credentials, tls=cfg.inter_broker_tls,
+                                     control_listener=cfg.control_plane_listener_name)
         self.controller.start(
             cfg.leader_imbalance_check_interval_seconds if cfg.auto_leader_rebalance_enable else None,
             cfg.leader_imbalance_per_broker_percentage / 100)

@@ -171,6 +171,29 @@ def decode_cluster_id(data: bytes | None) -> str:
     return cluster_id
 
 
+# ------------------------------------------------------------------ /brook/broker_secret (brook's own)
+
+BROKER_SECRET_VERSION = 1
+
+
+def encode_broker_secret(secret: bytes) -> bytes:
+    import base64
+    return _dumps({"version": BROKER_SECRET_VERSION, "secret": base64.b64encode(secret).decode()})
+
+
+def decode_broker_secret(data: bytes | None) -> bytes:
+    import base64
+    import binascii
+    js = _loads(data, "/brook/broker_secret")
+    try:
+        secret = base64.b64decode(js.get("secret") or "", validate=True)
+    except (binascii.Error, TypeError, ValueError):
+        secret = b""
+    if len(secret) < 16:
+        raise ZkDataError("/brook/broker_secret holds no secret of at least 16 bytes")
+    return secret
+
+
 # ------------------------------------------------------------------ /brokers/topics/<topic>
 
 TOPIC_VERSION = 3  # Kafka 2.8 with a topic id (KIP-516)

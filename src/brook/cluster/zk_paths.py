@@ -25,6 +25,8 @@ REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+#: brook's own: the secret brokers derive their logins to each other from (not Kafka's layout)
+BROKER_SECRET = "/brook/broker_secret"
 CONSUMERS = "/consumers"  # the old consumer's path, still created by Kafka 2.8
 CONFIG_ENTITY_TYPES = ("topics", "clients", "users", "brokers")  # ConfigType.all
 

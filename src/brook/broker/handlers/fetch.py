@@ -28,6 +28,7 @@ from ...protocol.fetch_response import (
     encode_fetch_response,
 )
 from ...storage.errors import OffsetOutOfRangeError
+from ...cluster import inter_broker_rules as rules
 from .. import authz
 from ..errors import error_code_for
 from ..fetch_session import FINAL_EPOCH, INVALID_SESSION_ID
@@ -35,6 +36,7 @@ from ..throttling import fetch_throttle, fetch_with_throttle, release
 from . import Api, RawResponse
 from .fetch_conversion import Pending, convert, down_conversion_enabled, legacy_magic
 from .common import ms
+from .replication import refused
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +129,10 @@ async def handle(broker, request, connection):
     epoch = getattr(body, "session_epoch", FINAL_EPOCH)
     if session_id == INVALID_SESSION_ID and epoch == FINAL_EPOCH:
         topics = _topics(broker, body, version)
-        if broker.authorizer is not None:
-            topics = _authorized(broker, connection, body, topics)
+        if _replica_id(body) >= 0:
+            topics = _follower_topics(broker, connection, _replica_id(body), topics)
+        elif broker.authorizer is not None:
+            topics = _authorized(broker, connection, topics)
         results = await _fetch(broker, body, topics, legacy_magic(version))
         if version <= _LAST_WITHOUT_STORAGE_ERROR:
             _storage_error_as_not_leader(results)
@@ -145,18 +149,26 @@ async def handle(broker, request, connection):
     return await _handle_in_session(broker, request, connection, session_id, epoch)
 
 
-def _authorized(broker, connection, body, topics):
-    """`topics` with TOPIC_AUTHORIZATION_FAILED for those the principal may not Read; a
-    follower's fetch needs Cluster ClusterAction, and without it gets that for every one."""
-    if _replica_id(body) >= 0:
-        if authz.cluster_allowed(broker, connection, authz.Op.CLUSTER_ACTION):
-            return topics
-        may = set()
-    else:
-        may = authz.allowed_names(broker, connection, authz.Op.READ, authz.TOPIC,
-                                  (name for name, _, _, error in topics if error is None and name))
+def _authorized(broker, connection, topics):
+    """`topics` with TOPIC_AUTHORIZATION_FAILED for those the principal may not Read."""
+    may = authz.allowed_names(broker, connection, authz.Op.READ, authz.TOPIC,
+                              (name for name, _, _, error in topics if error is None and name))
     return [(name, topic_id, parts, error if error is not None or name in may
              else ErrorCode.topic_authorization_failed) for name, topic_id, parts, error in topics]
+
+
+def _follower_topics(broker, connection, replica_id: int, topics):
+    """A follower's fetch reads past the high watermark and moves it: every partition is
+    refused (TOPIC_AUTHORIZATION_FAILED, Kafka's answer to a follower without ClusterAction)
+    unless the connection is the registered broker `replica_id` (inter_broker_rules)."""
+    cluster = broker.cluster
+    refusal = rules.follower(authz.peer_broker(broker, connection), replica_id,
+                             cluster.view.brokers if cluster is not None else None)
+    if refusal is None:
+        return topics
+    refused(connection, refusal)
+    return [(name, topic_id, parts, error if error is not None else refusal.code)
+            for name, topic_id, parts, error in topics]
 
 
 #: Consumers of Fetch v0-v5 may not know KAFKA_STORAGE_ERROR (they take it for a fatal unknown
@@ -239,8 +251,10 @@ async def _handle_in_session(broker, request, connection, session_id: int, epoch
                                              error_code=context.error_code)
         return RawResponse(pieces, size)
     topics = _session_topics(broker, context.partitions, uses_topic_ids)
-    if broker.authorizer is not None:
-        topics = _authorized(broker, connection, body, topics)
+    if _replica_id(body) >= 0:
+        topics = _follower_topics(broker, connection, _replica_id(body), topics)
+    elif broker.authorizer is not None:
+        topics = _authorized(broker, connection, topics)
     results = await _fetch(broker, body, topics)
     done = context.complete([pr for tr in results for pr in tr.partitions])
     if done.error_code:

@@ -3,22 +3,24 @@ StopReplica to brokers; a stopping broker's ControlledShutdown and a leader's Al
 to the controller; and OffsetForLeaderEpoch, which followers (and clients checking for
 truncation, KIP-320) send to a partition's leader.
 
-Controller requests are taken only from the broker ZooKeeper names as the controller (until
-authorization exists, that is the fence against anyone else sending them); on a single node
-they are refused."""
+The inter-broker requests are taken only from connections that proved to be a broker's, with
+the epochs ZooKeeper holds (brook.cluster.inter_broker_rules); anyone else is answered
+CLUSTER_AUTHORIZATION_FAILED and nothing is done. On a single node they are refused."""
 
 from __future__ import annotations
 
 import logging
+import time
 
 from kio.schema.errors import ErrorCode
 
+from ...cluster import inter_broker_rules as rules
 from ...protocol import inter_broker as ib
 from ...protocol.messages import make, response_class, response_module
 from ...storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from .. import authz
 from . import Api
-from .common import NO_THROTTLE
+from .common import NO_THROTTLE, CloseConnection
 
 log = logging.getLogger(__name__)
 
@@ -26,33 +28,89 @@ OFFSET_FOR_LEADER_EPOCH = 23
 ALTER_PARTITION = 56
 
 
-def _cluster_action_refused(broker, connection) -> bool:
-    """Brokers' requests need Cluster ClusterAction (brokers run as super users, or with it)."""
-    return broker.authorizer is not None and not authz.cluster_allowed(broker, connection,
-                                                                       authz.Op.CLUSTER_ACTION)
+class RefusalLog:
+    """One log line per refused request, at most one a `every_s` seconds (a client sending
+    them in a loop must not fill the log); the next line counts the ones left out."""
+
+    def __init__(self, every_s: float = 1.0) -> None:
+        self.every_s = every_s
+        self._last = float("-inf")
+        self._left_out = 0
+
+    def __call__(self, connection, refusal: rules.Refusal) -> ErrorCode:
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            self._left_out += 1
+        else:
+            more = f" ({self._left_out} more refused since the last line)" if self._left_out else ""
+            log.warning("refused %s, answered %s: from %s (%s) on listener %s%s", refusal.reason,
+                        refusal.code.name.upper(), getattr(connection, "peer", "?"),
+                        authz.principal_of(connection), getattr(connection, "listener_name", "?"), more)
+            self._last, self._left_out = now, 0
+        return refusal.code
 
 
-def _from_controller(broker, request, connection) -> ErrorCode:
-    if _cluster_action_refused(broker, connection):
-        return ErrorCode.cluster_authorization_failed
-    if broker.replicas is None:
+refused = RefusalLog()
+
+
+def _not_a_broker(connection, what: str) -> ErrorCode:
+    return refused(connection, rules.claims(None, -1, what))
+
+
+async def _from_controller(broker, request, connection) -> ErrorCode:
+    """NONE if the request comes from the controller ZooKeeper names, at its epoch, for this
+    broker's registration; else the refusal (logged)."""
+    what = type(request.body).__name__.removesuffix("Request")
+    peer = authz.peer_broker(broker, connection)
+    if peer is None:
+        return _not_a_broker(connection, what)
+    replicas = broker.replicas
+    if replicas is None:
         return ErrorCode.invalid_request  # not a cluster
     body = request.body
-    known = broker.cluster.view.controller_id
-    replicas = broker.replicas
-    # The controller that already used this epoch is believed even if this broker's view of
-    # /controller is a moment behind (a request can beat the watch that names its sender).
-    same = (body.controller_epoch == replicas.controller_epoch
-            and body.controller_id == replicas.controller_of_epoch)
-    if body.controller_id != known and body.controller_epoch <= replicas.controller_epoch and not same:
-        log.warning("refusing %s from broker %d: the controller is %d", type(body).__name__,
-                    body.controller_id, known)
-        return ErrorCode.stale_controller_epoch
+    cluster = broker.cluster
+    verdict = rules.controller_request(peer, body.controller_id, body.controller_epoch,
+                                       known_controller=replicas.controller_id,
+                                       known_epoch=replicas.controller_epoch, what=what)
+    if isinstance(verdict, rules.Refusal):
+        return refused(connection, verdict)
+    if verdict is rules.Verdict.ASK_ZOOKEEPER:
+        zk_controller, zk_epoch = await _zookeeper(cluster.controller_in_zookeeper(), what)
+        refusal = rules.controller_from_zookeeper(body.controller_id, body.controller_epoch,
+                                                  zk_controller, zk_epoch, what)
+        if refusal is not None:
+            return refused(connection, refusal)
+    verdict = rules.broker_epoch(body.broker_epoch, cluster.broker_epoch, what)
+    if isinstance(verdict, rules.Refusal):
+        return refused(connection, verdict)
+    if verdict is rules.Verdict.ASK_ZOOKEEPER:
+        own = await _zookeeper(cluster.own_epoch_in_zookeeper(), what)
+        if own != body.broker_epoch:
+            return refused(connection, rules.Refusal(
+                ErrorCode.stale_broker_epoch, f"{what} for broker epoch {body.broker_epoch}: "
+                f"ZooKeeper's registration of this broker has {own}"))
+    if body.controller_epoch < replicas.controller_epoch:  # a newer one came while ZooKeeper answered
+        return refused(connection, rules.Refusal(
+            ErrorCode.stale_controller_epoch, f"{what} of controller epoch {body.controller_epoch}: "
+            f"epoch {replicas.controller_epoch} is newer"))
+    replicas.controller_id, replicas.controller_epoch = body.controller_id, body.controller_epoch
     return ErrorCode.none
 
 
+async def _zookeeper(read, what: str):
+    """A ZooKeeper read a check needs; when it fails the connection is closed unanswered, so
+    that the controller sends the request again rather than take a refusal."""
+    from ...cluster.zk_client import TRANSIENT_ERRORS
+    try:
+        return await read
+    except TRANSIENT_ERRORS as exc:
+        log.warning("closing the connection that sent %s unanswered: ZooKeeper could not be read "
+                    "to check it (%s); the controller sends it again", what, type(exc).__name__)
+        raise CloseConnection(f"cannot check {what} against ZooKeeper") from None
+
+
 async def handle_leader_and_isr(broker, request, connection):
-    code = _from_controller(broker, request, connection)
+    code = await _from_controller(broker, request, connection)
     topics = []
     if code == ErrorCode.none:
         code, results = await broker.replicas.leader_and_isr(request.body)
@@ -63,14 +121,14 @@ async def handle_leader_and_isr(broker, request, connection):
 
 
 async def handle_update_metadata(broker, request, connection):
-    code = _from_controller(broker, request, connection)
+    code = await _from_controller(broker, request, connection)
     if code == ErrorCode.none:
         code = broker.replicas.update_metadata(request.body)
     return ib.UpdateMetadataResponse(error_code=code)
 
 
 async def handle_stop_replica(broker, request, connection):
-    code = _from_controller(broker, request, connection)
+    code = await _from_controller(broker, request, connection)
     errors = []
     if code == ErrorCode.none:
         for ts in request.body.topic_states:
@@ -82,15 +140,27 @@ async def handle_stop_replica(broker, request, connection):
     return ib.StopReplicaResponse(error_code=code, partition_errors=tuple(errors))
 
 
+def _from_registered_broker(broker, connection, controller, broker_id: int, broker_epoch: int,
+                            what: str, unknown: ErrorCode = ErrorCode.stale_broker_epoch) -> ErrorCode:
+    refusal = rules.registered_broker(authz.peer_broker(broker, connection), broker_id, broker_epoch,
+                                      {b: live.epoch for b, live in controller.live.items()}, what, unknown)
+    return ErrorCode.none if refusal is None else refused(connection, refusal)
+
+
 async def handle_controlled_shutdown(broker, request, connection):
-    if _cluster_action_refused(broker, connection):
-        return ib.ControlledShutdownResponse(error_code=ErrorCode.cluster_authorization_failed,
+    if authz.peer_broker(broker, connection) is None:
+        return ib.ControlledShutdownResponse(error_code=_not_a_broker(connection, "ControlledShutdown"),
                                              remaining_partitions=())
     cluster = broker.cluster
     controller = cluster.controller if cluster is not None else None
     if controller is None:
         return ib.ControlledShutdownResponse(error_code=ErrorCode.not_controller, remaining_partitions=())
-    remaining = await controller.controlled_shutdown(request.body.broker_id)
+    body = request.body
+    code = _from_registered_broker(broker, connection, controller, body.broker_id, body.broker_epoch,
+                                   "ControlledShutdown", ErrorCode.broker_not_available)
+    if code != ErrorCode.none:
+        return ib.ControlledShutdownResponse(error_code=code, remaining_partitions=())
+    remaining = await controller.controlled_shutdown(body.broker_id)
     return ib.ControlledShutdownResponse(
         error_code=ErrorCode.none,
         remaining_partitions=tuple(ib.RemainingPartition(topic_name=t, partition_index=p)
@@ -101,14 +171,18 @@ async def handle_alter_partition(broker, request, connection):
     version = request.api_version
     mod = response_module(ALTER_PARTITION, version)
     cls = response_class(ALTER_PARTITION, version)
-    if _cluster_action_refused(broker, connection):
-        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
+    if authz.peer_broker(broker, connection) is None:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=_not_a_broker(connection, "AlterPartition"),
                     topics=())
     cluster = broker.cluster
     controller = cluster.controller if cluster is not None else None
     if controller is None:
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.not_controller, topics=())
     body = request.body
+    code = _from_registered_broker(broker, connection, controller, body.broker_id, body.broker_epoch,
+                                   "AlterPartition")
+    if code != ErrorCode.none:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=code, topics=())
     by_id = {}
     from ...cluster.controller import topic_uuid
     for name, a in controller.assignments.items():
@@ -143,7 +217,7 @@ async def handle_offset_for_leader_epoch(broker, request, connection):
     mod = response_module(OFFSET_FOR_LEADER_EPOCH, version)
     body = request.body
     topics = []
-    may = None  # followers (ClusterAction) may ask of every topic, clients of those they may Describe
+    may = None  # brokers may ask of every topic, clients of those they may Describe
     if broker.authorizer is not None and not authz.cluster_allowed(broker, connection, authz.Op.CLUSTER_ACTION,
                                                                    log_denied=False):
         may = authz.describable_topics(broker, connection, (t.topic for t in body.topics))

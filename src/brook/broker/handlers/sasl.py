@@ -1,7 +1,8 @@
 """SaslHandshake and SaslAuthenticate once the connection is past authentication: a
 re-authentication (KIP-368) when the connection's session has a lifetime
-(connections.max.reauth.ms), else, as on a listener without SASL, ILLEGAL_SASL_STATE. The
-exchange itself is `broker.authenticator`'s."""
+(connections.max.reauth.ms); on a listener without SASL in a cluster, a broker's login with
+the cluster's inter-broker identity (SCRAM-SHA-512); else ILLEGAL_SASL_STATE. The exchanges
+themselves are `broker.authenticator`'s."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from datetime import timedelta
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class
+from ...security import broker_identity
 from . import Api
 from .common import CloseConnection
 
@@ -24,6 +26,11 @@ def mechanisms(broker, connection) -> tuple[str, ...]:
 
 async def handshake(broker, request, connection):
     enabled = mechanisms(broker, connection)
+    login = _broker_login(broker, request, connection)
+    if login is not None:
+        connection.reauthentication = login
+        return make(response_class(HANDSHAKE_KEY, request.api_version), error_code=ErrorCode.none,
+                    mechanisms=(broker_identity.MECHANISM.name,))
     if request.api_version < 1 or getattr(connection, "session_expires", None) is None:
         return make(response_class(HANDSHAKE_KEY, request.api_version),
                     error_code=ErrorCode.illegal_sasl_state, mechanisms=enabled)
@@ -36,6 +43,21 @@ async def handshake(broker, request, connection):
     connection.reauthentication = Reauthentication(connection, security, request.body.mechanism)
     return make(response_class(HANDSHAKE_KEY, request.api_version), error_code=ErrorCode.none,
                 mechanisms=enabled)
+
+
+def _broker_login(broker, request, connection):
+    """A broker logging in to this one on a listener without SASL (a BrokerLogin), else None."""
+    cluster = broker.cluster
+    if (cluster is None or cluster.broker_secret is None or request.api_version < 1
+            or request.body.mechanism != broker_identity.MECHANISM.name
+            or getattr(connection, "peer_broker_id", None) is not None
+            or getattr(connection, "reauthentication", None) is not None):
+        return None
+    security = broker.config.listener_security.get(getattr(connection, "listener_name", None))
+    if security is not None and security.sasl:
+        return None  # a SASL listener: logins go through its own exchange
+    from ..authenticator import BrokerLogin
+    return BrokerLogin(connection, cluster.broker_secret)
 
 
 async def authenticate(broker, request, connection):
