@@ -10,6 +10,7 @@ acks=all answers wait for it (`wait_for_high_watermark`).
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Callable
 
 from ..cluster.replica_tracker import ReplicaTracker
@@ -17,6 +18,16 @@ from ..storage.log import Log
 from ..storage.producer_state import AppendOrigin
 
 NO_LEADER = -1
+
+
+def _high_watermark_of(ref: "weakref.ref[Partition]") -> Callable[[], int | None]:
+    """The partition's high watermark, through a weak reference: the log holds this, and a
+    cycle between a partition and its log would outlive them (the broker frees its structures
+    by reference counting; brook.broker.heap)."""
+    def high_watermark() -> int | None:
+        partition = ref()
+        return None if partition is None else partition.high_watermark
+    return high_watermark
 
 
 class NotLeaderError(Exception):
@@ -32,7 +43,7 @@ class NotEnoughReplicasAfterAppend(Exception):
 class Partition:
     __slots__ = ("topic", "index", "log", "leader_epoch", "high_watermark", "_listeners",
                  "leader_id", "replicas", "isr", "zk_version", "tracker", "epoch_start_offset",
-                 "_hw_waiters", "pending_isr")
+                 "_hw_waiters", "pending_isr", "__weakref__")
 
     def __init__(self, topic: str, index: int, log: Log, leader_epoch: int = 0,
                  leader_id: int = NO_LEADER) -> None:
@@ -51,10 +62,7 @@ class Partition:
         self.epoch_start_offset = 0
         self._hw_waiters: list[tuple[int, int, asyncio.Future]] = []
         self.pending_isr: tuple[int, ...] | None = None  # an ISR change asked of the controller
-        log.cleaning_bound = self._high_watermark  # compaction stays below it
-
-    def _high_watermark(self) -> int:
-        return self.high_watermark
+        log.cleaning_bound = _high_watermark_of(weakref.ref(self))  # compaction stays below it
 
     @property
     def log_start_offset(self) -> int:

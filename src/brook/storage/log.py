@@ -148,7 +148,7 @@ class Log:
         self.pending_deletes: list[tuple[int, LogSegment]] = []
         #: The offset compaction must stay below, asked when a pass is planned (the owner's
         #: high watermark; None: the whole log up to the active segment may be cleaned).
-        self.cleaning_bound: Callable[[], int] | None = None
+        self.cleaning_bound: Callable[[], int | None] | None = None
         self.recovered_bytes_truncated = 0
         os.makedirs(directory, exist_ok=True)
         self._segments: tuple[LogSegment, ...] = ()
