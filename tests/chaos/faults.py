@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -252,6 +253,22 @@ class DiskFull(Fault):
 
     def stop(self):
         (self.cluster.disks[self.b] / "ballast").unlink(missing_ok=True)
+        # A broker whose write failed took its log dir offline and stopped (exit 1, its
+        # leaderships moved first): its supervisor starts it again once the disk has room.
+        self.ctx.background(self.resources, self._restart_if_stopped)
+
+    def _restart_if_stopped(self):
+        proc = self.cluster.brokers[self.b].proc
+        if proc is None:
+            return
+        try:
+            proc.wait(15)  # one stopping after a failed write has its moment to finish
+        except subprocess.TimeoutExpired:
+            return  # still serving: its disk never refused a write
+        if "is offline" not in self.cluster.brokers[self.b].stderr_tail(20):
+            return  # stopped for another reason (a kill): that fault restarts it
+        self.cluster.brokers[self.b].proc = None
+        self.cluster.start_broker(self.b, 120)
 
 
 KINDS = {f.kind: f for f in (LeaderFromZooKeeper, LeaderFromFollowers, Isolate, MajorityMinority,
