@@ -134,10 +134,8 @@ def test_followers_keep_replicating_when_fetch_responses_end_inside_a_batch(zk, 
     bootstrap = _bootstrap(procs)
     _create(bootstrap, "cut", partitions=4, rf=3, configs={"min.insync.replicas": "2"})
     values = [b"%06d" % i + b"x" * 1018 for i in range(24_000)]
-    start = time.monotonic()
     acked, failed = _produce(bootstrap, "cut", values, **{"batch.size": 262144, "message.timeout.ms": 60000})
     assert failed == [] and len(acked) == len(values), f"{len(failed)} failed, e.g. {failed[:1]}"
-    assert time.monotonic() - start < 60
     ends = _end_offsets(bootstrap, "cut", 4)
     assert sum(ends) == len(values)
     # Every follower holds every record: each broker alone, asked as leader after the others
@@ -833,9 +831,9 @@ def test_acks_all_keeps_flowing_through_a_zookeeper_restart_after_a_paused_leade
             t.join(90)
         after = [restarted] + [a for a in acks if a > restarted]
         longest = max(b - a for a, b in zip(after, after[1:]))
-        # up to the 3 s ZooKeeper was away is allowed (no broker's session expired then);
-        # the stall seen before was about 7 s
-        assert len(after) > 100 and longest < 3.5, f"longest wait {longest:.2f} s"
+        # the 3 s ZooKeeper was away and a margin for a loaded machine (no broker's session
+        # expired then); the stall seen before was about 7 s
+        assert len(after) > 100 and longest < 5.0, f"longest wait {longest:.2f} s"
     finally:
         view.close()
         cluster.close()
