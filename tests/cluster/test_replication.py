@@ -302,18 +302,10 @@ def test_acks_all_waiting_while_the_isr_shrinks_below_min_insync_is_not_acknowle
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 6 MiB tmpfs, for one broker's log dir (skipped where mounting is not allowed)."""
-    import subprocess
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)],
-                          capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    """A 6 MiB disk for one broker's log dir."""
+    from tests.support.small_disk import small_tmpfs
+    with small_tmpfs(tmp_path / "small", 6 << 20) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_leader_whose_disk_is_full_steps_down_and_another_in_sync_replica_leads(zk, brokers, small_disk):

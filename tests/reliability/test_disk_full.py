@@ -6,7 +6,6 @@ work again once space is freed. The broker's data lives on a small tmpfs mounted
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import uuid
 
@@ -14,6 +13,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.support.broker_harness import BrokerProcess
+from tests.support.small_disk import small_tmpfs
 from brook.records import Record, encode_batch
 from tests.support.kafka_wire import WireClient
 from tests.support.wire_requests import create_topic, fetch_request, produce
@@ -24,16 +24,8 @@ VALUE = 16 * 1024
 
 @pytest.fixture
 def small_fs(tmp_path):
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES}", "tmpfs", str(mount)],
-                          capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path / "small", FS_BYTES) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def batch(n: int, tag: int) -> bytes:

@@ -178,19 +178,8 @@ class ZkClient:
 
     def get_or_create_cluster_id(self, new_id: Callable[[], str]) -> str:
         """/cluster/id's id; the first broker of a cluster creates it (getOrGenerateClusterId)."""
-        path = self.p(zk_paths.CLUSTER_ID)
-        while True:
-            try:
-                data, _ = self.kz.get(path)
-                return zk_data.decode_cluster_id(data)
-            except NoNodeError:
-                pass
-            try:
-                cluster_id = new_id()
-                self.kz.create(path, zk_data.encode_cluster_id(cluster_id), makepath=True)
-                return cluster_id
-            except NodeExistsError:
-                continue  # another broker made it first: read theirs
+        return self._get_or_create(zk_paths.CLUSTER_ID, new_id, zk_data.encode_cluster_id,
+                                   zk_data.decode_cluster_id)
 
     def restore_cluster_id(self, cluster_id: str) -> str:
         """Create /cluster/id with `cluster_id` if it is gone (a ZooKeeper that lost its data:
@@ -201,16 +190,22 @@ class ZkClient:
         """The cluster's inter-broker secret (brook.security.broker_identity); the first broker
         creates it, the others read it (a broker restoring a ZooKeeper that lost its data
         passes its own)."""
-        path = self.p(zk_paths.BROKER_SECRET)
+        return self._get_or_create(zk_paths.BROKER_SECRET, new_secret,
+                                   zk_data.encode_broker_secret, zk_data.decode_broker_secret)
+
+    def _get_or_create(self, path: str, new: Callable, encode: Callable, decode: Callable):
+        """What the znode at `path` holds; the first broker to find it missing creates it
+        with `new()`, and a broker that loses that race reads the winner's."""
+        path = self.p(path)
         while True:
             try:
-                return zk_data.decode_broker_secret(self.kz.get(path)[0])
+                return decode(self.kz.get(path)[0])
             except NoNodeError:
                 pass
             try:
-                secret = new_secret()
-                self.kz.create(path, zk_data.encode_broker_secret(secret), makepath=True)
-                return secret
+                value = new()
+                self.kz.create(path, encode(value), makepath=True)
+                return value
             except NodeExistsError:
                 continue  # another broker made it first: read theirs
 
