@@ -24,6 +24,7 @@ class Workload:
         self.cluster, self.topic, self.partitions = cluster, topic, partitions
         self.dir = history_dir
         self.stop_file = history_dir / "stop"
+        self.stop_file.unlink(missing_ok=True)  # an earlier run's in the same CHAOS_OUT
         self.plan: list[tuple[str, str, list[str]]] = []  # (role, name, command prefix)
         self.plan += [("producer", f"p{i}", []) for i in range(control_producers)]
         self.plan += [("producer", f"p-{node(b)}", cluster.net.prefix(node(b))) for b in BROKERS]
