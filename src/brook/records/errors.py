@@ -9,6 +9,11 @@ class CorruptRecordError(RecordsError):
     """The bytes are complete but invalid: bad CRC, bad magic, impossible sizes or fields."""
 
 
+class InflationLimitError(CorruptRecordError):
+    """Compressed records that would inflate past what the broker allows for one batch
+    (answered MESSAGE_TOO_LARGE: a producer that splits batches can still send them)."""
+
+
 class TruncatedBatchError(RecordsError):
     """The bytes end before the batch (or message) they start is complete."""
 
