@@ -122,12 +122,19 @@ def test_offset_deltas_out_of_order_name_those_records(n):
 
 
 @pytest.mark.parametrize("n", [10, 100])
-def test_a_compacted_topic_names_each_record_without_a_key(n):
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.LZ4])
+def test_a_compacted_topic_names_each_record_without_a_key(n, codec):
     records = _records(n)
     for r in records[::10]:
         r.key = None
+    for i, r in enumerate(records):  # record lengths of one, two and three varint bytes
+        r.value = (b"", b"x" * 70, b"y" * 300)[i % 3]
+    batch = encode_batch(records, codec=codec)
     body = _body(encode_batch(records))
     expected = tuple(range(0, n, 10))
+    with pytest.raises(InvalidRecordError) as refused:
+        _check(batch, KEYED)
+    assert tuple(i for i, _ in refused.value.record_errors) == expected
     assert _both(body, n, NOW, KEYED) == [("InvalidRecordError", expected)] * 2
     assert _both(body, n, NOW, RULES)[0][0] == "ok"
     with pytest.raises(InvalidRecordError) as refused:

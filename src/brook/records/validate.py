@@ -31,6 +31,16 @@ SMALL = 16  # fewer records than this are decoded one by one: numpy's fixed cost
 SLICE = 1 << 16  # records whose columns are decoded at once
 SHOWN = 3  # record errors quoted in the answer's error message
 UNBOUNDED = 1 << 62  # a timestamp bound this far or farther is no bound
+INFLATION = 8  # a batch may inflate to this many times max.message.bytes
+
+
+def inflate_limit(max_message_bytes: int) -> int:
+    """What a compressed batch of a topic may inflate to: 8 times max.message.bytes (at least
+    1 MiB). max.message.bytes bounds a batch as sent, compressed; producers fill batches
+    before compressing them (librdkafka to batch.size, 1 MB by default; the Java client by
+    an estimate of the ratio), so a real batch inflates a few times at most. One past the
+    limit is MESSAGE_TOO_LARGE, which the Java producer answers by splitting the batch."""
+    return INFLATION * max(max_message_bytes, 1 << 20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +149,9 @@ def _refuse(bad_offsets: list, deltas: list, no_key: list, bad_times: list, stam
     for i, ts in zip(bad_times, stamps):
         if i not in errors:
             timestamps = True
-            errors[i] = (f"Timestamp {ts} of record {i} is out of range [{earliest}, {latest}] "
+            errors[i] = (f"Timestamp {ts} of record {i} is out of range "
+                         f"[{'-inf' if earliest is None else earliest}, "
+                         f"{'+inf' if latest is None else latest}] "
                          f"(message.timestamp.before.max.ms, message.timestamp.after.max.ms)")
     record_errors = tuple(sorted(errors.items()))
     shown = "; ".join(message for _, message in record_errors[:SHOWN])

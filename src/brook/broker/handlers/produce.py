@@ -36,6 +36,7 @@ _FIRST_ZSTD_VERSION = 7
 _FIRST_BATCH_ONLY_VERSION = 3  # before it, legacy message sets (magic 0 and 1) too
 _LEGACY_MAGICS = (0, 1)
 _LENGTH = struct.Struct(">i")
+_CODEC_BYTE = ATTRIBUTES_OFFSET + 1  # the low byte of a batch's attributes
 _LOGGED_CODES = {ErrorCode.corrupt_message, ErrorCode.kafka_storage_error, ErrorCode.unknown_server_error}
 
 
@@ -82,7 +83,7 @@ async def handle(broker, request, connection):
         parts = []
         for pd in td.partition_data:
             code, base_offset, append_time, start = ErrorCode.none, -1, -1, -1
-            detail = None
+            detail, record_errors = None, ()
             partition = broker.partition(name, pd.index)
             if acks not in (0, 1, -1):
                 code = ErrorCode.invalid_required_acks
@@ -102,12 +103,19 @@ async def handle(broker, request, connection):
                 try:
                     records, converted = pd.records, 0
                     if version < _FIRST_BATCH_ONLY_VERSION and records[MAGIC_OFFSET] != MAGIC_V2:
-                        records, converted = produced_to_v2(records)
-                    info = partition.append(records)
+                        # (the messages may be compressed: converted off the event loop)
+                        records, converted = await asyncio.to_thread(produced_to_v2, records)
+                    checked = None
+                    if len(records) > _CODEC_BYTE and records[_CODEC_BYTE] & CODEC_MASK:
+                        # A compressed batch is inflated for its records to be checked: in a
+                        # worker thread, so that other connections are served meanwhile.
+                        checked = await asyncio.to_thread(partition.log.check_records, records)
+                    info = partition.append(records, checked=checked)
                     base_offset, append_time = info.first_offset, info.log_append_time
                 except Exception as exc:
                     code = error_code_for(exc)
                     detail = str(exc)
+                    record_errors = _record_errors(mod, getattr(exc, "record_errors", ()))
                     if code in _LOGGED_CODES:
                         log.warning("produce to %s-%d from %s failed: %s: %s", name, pd.index,
                                     connection.peer, code.name.upper(), exc)
@@ -126,7 +134,7 @@ async def handle(broker, request, connection):
                               base_offset=base_offset,
                               log_append_time=None if append_time < 0 else
                               datetime.fromtimestamp(append_time / 1000, timezone.utc),
-                              log_start_offset=start, record_errors=(),
+                              log_start_offset=start, record_errors=record_errors,
                               error_message=detail))
         topics.append(make(mod.TopicProduceResponse, name=name, partition_responses=tuple(parts)))
     if acks == 0:
@@ -140,6 +148,15 @@ async def handle(broker, request, connection):
         written = broker.group_commit.durable(lg for _, _, lg in appended)
         return Deferred(written, lambda done: _durable_answer(done, version, topics, appended, throttle))
     return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle)
+
+
+def _record_errors(mod, errors) -> tuple:
+    """KIP-467's record_errors (Produce v8+): the records that failed the batch, by index."""
+    entity = getattr(mod, "BatchIndexAndErrorMessage", None)
+    if entity is None or not errors:
+        return ()
+    return tuple(make(entity, batch_index=i, batch_index_error_message=message)
+                 for i, message in errors)
 
 
 def _durable_answer(written, version: int, topics: list, appended: list, throttle=NO_THROTTLE):
