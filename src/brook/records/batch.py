@@ -26,7 +26,7 @@ from typing import Iterator, Sequence
 
 from .crc import crc32c
 
-from .compression import Codec, codec_of, compress, decompress
+from .compression import DEFAULT_LIMIT, Codec, codec_of, compress, decompress
 from .errors import CorruptRecordError, TruncatedBatchError
 from .varint import decode_varint, encode_varint
 
@@ -318,15 +318,17 @@ def _read_bytes(data: bytes | memoryview, pos: int, end: int) -> tuple[bytes | N
     return bytes(data[pos : pos + length]), pos + length
 
 
-def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool = True) -> RecordBatch:
-    """Decode the whole batch at `pos`, records included (decompressing them)."""
+def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool = True,
+                 limit: int = DEFAULT_LIMIT) -> RecordBatch:
+    """Decode the whole batch at `pos`, records included (decompressing them, to at most
+    `limit` bytes: InflationLimitError past it)."""
     header = read_header(buf, pos)
     if verify:
         verify_crc(buf, pos, header)
     body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     codec = header.compression
     if codec != Codec.NONE:
-        body = decompress(codec, body)
+        body = decompress(codec, body, limit)
     base_ts = header.base_timestamp
     records = decode_records(body, header.record_count, header.base_offset, base_ts)
     return RecordBatch(
