@@ -6,7 +6,12 @@ As in Kafka, a partition's records must be exactly one v2 batch from Produce v3 
 (INVALID_RECORD), and zstd needs Produce v7+ (UNSUPPORTED_COMPRESSION_TYPE). Produce v0-v2
 carry legacy message sets (magic 0 from v0-v1 clients, magic 1 from v2 ones): they are validated
 and up-converted into one v2 batch (`brook.records.legacy.produced_to_v2`) before the log sees
-them, and counted as conversions in the metrics, as Kafka counts them."""
+them, and counted as conversions in the metrics, as Kafka counts them.
+
+Records are checked as Kafka's LogValidator checks them (`brook.records.validate`, from
+`Log.append`); when only some records of a batch break a rule, the answer names them in
+`record_errors` (KIP-467, v8+). A compressed batch is inflated for that in a worker thread
+(`Log.check_records`), bounded by the topic's limit (MESSAGE_TOO_LARGE past it)."""
 
 from __future__ import annotations
 
