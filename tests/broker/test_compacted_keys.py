@@ -1,6 +1,5 @@
 """A compacted topic refuses records without a key, as Kafka does (INVALID_RECORD, the whole
-batch, the keyless records named in record_errors: tests/broker/test_record_validation.py),
-whatever the codec; topics that only delete take them (real broker, real clients)."""
+batch), whatever the codec; topics that only delete take them (real broker, real clients)."""
 
 from __future__ import annotations
 
