@@ -28,7 +28,7 @@ simulated network that delays, loses and reorders messages, all driven by one
 - Fetch answers cut by a byte limit drawn per seed (records weigh 1 to 8 units): an answer
   may end in a record cut short, as a byte limit ends a real one inside a batch.
 
-Seven rules of brook's wiring are modeled with a switch each, and
+Eight rules of brook's wiring are modeled with a switch each, and
 `test_each_rule_of_the_wiring_is_needed` keeps a seed that fails without the rule (the simpler
 rule brook's first wiring had): `reelect_restarted` (the
 controller gives a partition a new leader epoch when its leader registered after the state was
@@ -39,8 +39,10 @@ already wrote with that state), `newer_state_only` (a LeaderAndIsr of the leader
 changes its ISR only with a newer partition epoch) and `hw_checkpoint` (a restarted broker's
 high watermark is the one it had, not its log end), `after_append_check` (an acks=all produce
 the high watermark reaches with fewer than min.insync.replicas in the ISR is answered
-NOT_ENOUGH_REPLICAS_AFTER_APPEND) and `partial_tail` (a follower appends the whole records
-of a cut answer and fetches the cut one again); and `fence_refusals`, brook's own against
+NOT_ENOUGH_REPLICAS_AFTER_APPEND), `partial_tail` (a follower appends the whole records
+of a cut answer and fetches the cut one again) and `truncation_rounds` (a follower the leader
+answers with an epoch it never had cuts to the end of its own older epoch and asks again,
+KIP-279); and `fence_refusals`, brook's own against
 a network that may deliver a request after its retry (the controller writes
 a partition's state again under a new partition epoch when it refuses an ISR change as
 INELIGIBLE_REPLICA, so that a late copy of the request cannot be applied after the leader
@@ -418,19 +420,28 @@ class Fetcher:
 
     def on_epochs(self, answers) -> None:
         self.inflight = None
+        again = False
         for tp, code, epoch, end in answers:
             st = self.partitions.get(tp)
             p = self.broker.replicas.get(tp)
             if st is None or p is None or not st.truncating or code != NONE:
                 continue
-            target = truncation_offset(p.cache, p.leo, p.high_watermark, epoch, end)
+            target, finished = truncation_offset(p.cache, p.leo, p.high_watermark, epoch, end)
+            if not self.broker.sim.truncation_rounds:  # one round, at whichever end is first
+                target, finished = min(target, end), True
             if target < p.leo:
                 self.broker.sim.trace(f"broker {self.broker.id} {tp[1]}: truncates {p.leo} -> "
                                       f"{target} (leader {self.leader} epoch {epoch} end {end})")
                 p.truncate_to(target)
                 p.high_watermark = min(p.high_watermark, p.leo)
-            st.truncating = False
-        self.fetch()
+            elif not finished:
+                p.cache.truncate_from_end(target)
+            st.truncating = not finished
+            again = again or not finished
+        if again:
+            self.run()  # the next round of questions
+        else:
+            self.fetch()
 
     def on_fetched(self, answers) -> None:
         if not self.broker.sim.partial_tail and any(a[5] for a in answers):
@@ -981,8 +992,9 @@ class Simulation:
                  hw_checkpoint: bool = True, newer_state_only: bool = True,
                  fence_refusals: bool = True, after_append_check: bool = True,
                  partial_tail: bool = True, cut_responses: bool = True,
-                 reelect_restarted: bool = True) -> None:
+                 reelect_restarted: bool = True, truncation_rounds: bool = True) -> None:
         self.seed = seed
+        self.truncation_rounds = truncation_rounds
         self.reelect_restarted = reelect_restarted
         self.newer_state_only = newer_state_only
         self.maximal_isr = maximal_isr
@@ -1405,6 +1417,12 @@ WIRING_TODAY = [
                "(6) an acks=all record is acknowledged while one broker holds it: the ISR "
                "shrank to the leader alone while the produce waited, which moved the high "
                "watermark past it (Kafka answers NOT_ENOUGH_REPLICAS_AFTER_APPEND)"),
+    wiring_bug(101826, {"truncation_rounds": False},
+               "(2) an ISR member keeps records its leader does not have: it copied epoch 3 "
+               "from a leader past where the next one (epoch 4) took over, then led epoch 5; "
+               "the leader of epoch 6 answers epoch 4 to its question about 5, and one cut "
+               "at the first end leaves its epoch-3 records where the leader holds epoch 4's "
+               "(KIP-279: cut to the end of its own older epoch and ask again)"),
     wiring_bug(0, {"partial_tail": False},
                "settled: followers never catch up: a Fetch answer cut inside a batch by its "
                "byte limit fails the follower's append every time it is asked again"),

@@ -5,11 +5,13 @@ starting over at a leader's log start, and the epoch cache surviving a restart."
 from __future__ import annotations
 
 import os
+import types
 import time
 
 from hypothesis import given, settings, strategies as st
 from tests.support.examples import examples
 
+from brook.broker.replica_fetcher import ReplicaFetcher
 from brook.records import Record, encode_batch
 from brook.storage.config import LogConfig
 from brook.storage.leader_epoch import FILE_NAME, LeaderEpochCache, read_checkpoint
@@ -157,3 +159,39 @@ def test_high_watermarks_are_checkpointed_per_log_dir_and_read_back(tmp_path):
     again.startup()
     assert again.read_high_watermarks() == {("t", 0): 5, ("t", 1): 7, ("t", 2): 0}
     again.shutdown()
+
+
+def _follower_part(lg: Log, high_watermark: int = 0):
+    return types.SimpleNamespace(log=lg, high_watermark=high_watermark, topic="t", index=0)
+
+
+def test_a_follower_told_of_an_epoch_it_skipped_cuts_and_asks_again(tmp_path):
+    """The fetcher's side of KIP-279 on a real log: epochs 0 and 3 copied, then led epoch 5.
+    The leader answers epoch 4 (which this log skipped) ending at 8: cut where epoch 3 ends
+    here and ask about 3 again; then its answer (3 ends at 3) finishes the cut."""
+    lg = _log(tmp_path)
+    lg.append_as_follower(_batch([b"a", b"b"], base=0, epoch=0))
+    for i, value in enumerate([b"c", b"d", b"e", b"f"]):
+        lg.append_as_follower(_batch([value], base=2 + i, epoch=3))
+    lg.append_as_follower(_batch([b"g"], base=6, epoch=5))
+    part = _follower_part(lg, high_watermark=2)
+    assert ReplicaFetcher._truncate_to_epoch_end(part, 4, 8) is False
+    assert lg.log_end_offset == 6 and lg.epoch_cache.latest_epoch == 3
+    assert ReplicaFetcher._truncate_to_epoch_end(part, 3, 3) is True
+    assert lg.log_end_offset == 3 and [r[3] for r in read_all(lg)] == [b"a", b"b", b"c"]
+    lg.close()
+
+
+def test_an_epoch_without_records_the_leader_skipped_is_forgotten(tmp_path):
+    """A former leader that wrote nothing in its epoch 5: the leader answers epoch 4, which ends
+    here at the log end. Nothing to cut, but epoch 5 must go, or the next round would ask about
+    it again for ever."""
+    lg = _log(tmp_path)
+    lg.append_as_follower(_batch([b"a", b"b"], base=0, epoch=3))
+    lg.epoch_cache.assign(5, 2)
+    part = _follower_part(lg, high_watermark=2)
+    assert ReplicaFetcher._truncate_to_epoch_end(part, 4, 9) is False
+    assert lg.log_end_offset == 2 and lg.epoch_cache.latest_epoch == 3
+    assert ReplicaFetcher._truncate_to_epoch_end(part, 3, 9) is True
+    assert lg.log_end_offset == 2
+    lg.close()

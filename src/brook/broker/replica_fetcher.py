@@ -129,20 +129,28 @@ class ReplicaFetcher:
                     log.info("%s-%d: leader %d answered OffsetForLeaderEpoch with %s", *tp,
                              self.leader_id, ErrorCode(pr.error_code).name.upper())
                     continue  # asked again on the next round (the controller's news may be late)
-                self._truncate_to_epoch_end(part, pr.leader_epoch, pr.end_offset)
-                st.truncating = False
+                # Not finished: the leader answered an epoch this log skipped; asked again
+                # about the epoch the cut leaves last (KIP-279).
+                st.truncating = not self._truncate_to_epoch_end(part, pr.leader_epoch,
+                                                                pr.end_offset)
 
     @staticmethod
-    def _truncate_to_epoch_end(part, leader_epoch: int, end_offset: int) -> None:
+    def _truncate_to_epoch_end(part, leader_epoch: int, end_offset: int) -> bool:
+        """Cut the log where the leader's answer says; True if truncation is finished."""
         lg = part.log
-        target = truncation_offset(lg.epoch_cache, lg.log_end_offset, part.high_watermark,
-                                   leader_epoch, end_offset)
+        target, finished = truncation_offset(lg.epoch_cache, lg.log_end_offset,
+                                             part.high_watermark, leader_epoch, end_offset)
         if target < lg.log_end_offset:
             log.info("%s-%d: truncating from %d to %d to match leader epoch %d", part.topic,
                      part.index, lg.log_end_offset, target, leader_epoch)
             lg.truncate_to(target)
             if part.high_watermark > lg.log_end_offset:
                 part.high_watermark = lg.log_end_offset
+        elif not finished:
+            # An epoch of ours the leader never had, holding no records (we led it and wrote
+            # nothing): forget it, or the next round would ask about it again.
+            lg.epoch_cache.truncate_from_end(target)
+        return finished
 
     # ------------------------------------------------------------ fetching
 
