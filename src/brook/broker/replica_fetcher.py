@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -40,6 +41,12 @@ _AWAITING_THE_CONTROLLER = (ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_
 class FetchState:
     leader_epoch: int
     truncating: bool = True
+    #: monotonic time before which the partition is not asked for again: a leader that
+    #: answered it with an error is asked again only after replica.fetch.backoff.ms (Kafka
+    #: delays such partitions; asking at once spins the fetcher and the leader)
+    delayed_until: float = 0.0
+    #: the error last logged for it, so a leader refusing for a while is logged once
+    last_error: int = 0
 
 
 class ReplicaFetcher:
@@ -159,8 +166,9 @@ class ReplicaFetcher:
         cls = request_class(FETCH_KEY, FETCH_VERSION)
         mod = __import__(cls.__module__, fromlist=["x"])
         topics: dict[str, list] = {}
+        now = time.monotonic()
         for (topic, p), st in self.partitions.items():
-            if st.truncating:
+            if st.truncating or st.delayed_until > now:
                 continue
             part = self.broker.partition(topic, p)
             if part is None:
@@ -171,7 +179,9 @@ class ReplicaFetcher:
                 fetch_offset=lg.log_end_offset, last_fetched_epoch=lg.epoch_cache.latest_epoch,
                 log_start_offset=lg.log_start_offset, partition_max_bytes=cfg.replica_fetch_max_bytes))
         if not topics:
-            await asyncio.sleep(cfg.replica_fetch_backoff_ms / 1000)
+            due = [st.delayed_until for st in self.partitions.values() if st.delayed_until > now]
+            wait = cfg.replica_fetch_backoff_ms / 1000
+            await asyncio.sleep(min(wait, max(0.0, min(due) - now)) if due else wait)
             return
         request = make(cls, replica_id=self.broker.broker_id, max_wait=_ms(cfg.replica_fetch_wait_max_ms),
                        min_bytes=cfg.replica_fetch_min_bytes, max_bytes=cfg.replica_fetch_response_max_bytes,
@@ -206,6 +216,8 @@ class ReplicaFetcher:
             return False
         code = pr.error_code
         records = pr.records
+        if code not in (ErrorCode.none, ErrorCode.offset_out_of_range):
+            st.delayed_until = time.monotonic() + self.broker.config.replica_fetch_backoff_ms / 1000
         if code == ErrorCode.none:
             if records:
                 # The response's byte limits may cut its last batch short: the whole ones
@@ -230,9 +242,11 @@ class ReplicaFetcher:
                 part.high_watermark = pr.log_start_offset
             else:
                 st.truncating = True
-        elif code not in _AWAITING_THE_CONTROLLER:
-            log.warning("%s-%d: leader %d answered fetch with %s", *tp, self.leader_id,
-                        ErrorCode(code).name.upper())
+        elif code not in _AWAITING_THE_CONTROLLER and code != st.last_error:
+            log.warning("%s-%d: leader %d answered fetch with %s (asked again every %d ms, "
+                        "logged again when the answer changes)", *tp, self.leader_id,
+                        ErrorCode(code).name.upper(), self.broker.config.replica_fetch_backoff_ms)
+        st.last_error = code
         return bool(records)
 
 
