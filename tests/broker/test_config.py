@@ -12,11 +12,11 @@ from brook.broker.metadata import (
     MetadataError,
     MetadataStore,
     TopicExistsError,
-    new_cluster_id,
     validate_topic_configs,
     validate_topic_name,
 )
-from brook.broker.properties import parse_properties
+from brook.cluster.zk_data import new_cluster_id
+from brook.properties import parse_properties
 from brook.storage.config import LogConfig
 
 

@@ -26,6 +26,8 @@ from kio.schema.errors import ErrorCode
 from ..protocol.log_text import loggable
 from ..protocol.messages import (
     API_VERSIONS_KEY,
+    SASL_AUTHENTICATE_KEY as AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY as HANDSHAKE_KEY,
     MalformedRequestError,
     UnsupportedVersionError,
     encode_response,
@@ -40,7 +42,6 @@ from ..security.errors import SaslError
 from ..security.scram import ScramServer
 from .handlers.api_versions import build_response as api_versions_response
 from .handlers.common import CloseConnection
-from .handlers.sasl import AUTHENTICATE_KEY, HANDSHAKE_KEY
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from ..security.tls import TlsConfigError, client_context
 from ..storage.config import LogConfig
 from ..storage.manager import ManagerConfig
 from .producer_id_quota import DEFAULT_PRODUCER_IDS_RATE
-from .properties import parse_properties
+from ..properties import parse_properties
 
 DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
 

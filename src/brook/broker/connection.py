@@ -34,17 +34,17 @@ from time import perf_counter
 from ..protocol.framing import FrameDecoder, FrameTooLargeError, InvalidFrameError
 from ..protocol.messages import (
     API_VERSIONS_KEY,
+    SASL_AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY,
     MalformedRequestError,
     UnsupportedVersionError,
     encode_response,
     parse_request,
 )
 from .authenticator import authenticate
-from .handlers import Deferred, RawResponse
+from .handlers.api import Deferred, RawResponse
 from .handlers.api_versions import build_response as api_versions_response
 from .handlers.common import CloseConnection, InvalidRequest
-from .handlers.sasl import AUTHENTICATE_KEY as SASL_AUTHENTICATE_KEY
-from .handlers.sasl import HANDSHAKE_KEY as SASL_HANDSHAKE_KEY
 from .tls_socket import TlsSocket, WantWrite
 from ..security.tls import NoMatchingRule
 

@@ -17,7 +17,6 @@ to start on a log dir that belongs to another cluster or broker.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -29,7 +28,8 @@ from typing import Iterator
 
 from ..storage.checkpoint import atomic_write_text as _atomic_write
 from ..storage.config import TOPIC_KEYS, LogConfig
-from .properties import parse_properties
+from ..cluster.zk_data import new_cluster_id
+from ..properties import parse_properties
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +97,6 @@ class PolicyViolationError(MetadataError):
 class InconsistentClusterIdError(MetadataError):
     """The log dirs belong to another cluster than ZooKeeper's /cluster/id (Kafka's
     InconsistentClusterIdException)."""
-
-
-def new_cluster_id() -> str:
-    """22 characters of URL-safe base64 of a random UUID, as Kafka makes them."""
-    while True:
-        s = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not s.startswith("-"):
-            return s
 
 
 def validate_topic_name(name: str) -> None:

@@ -21,7 +21,7 @@ from functools import cache
 from types import coroutine
 
 from ..protocol.messages import API_VERSIONS_KEY, response_class
-from .handlers import RawResponse
+from .handlers.api import RawResponse
 
 from .quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 

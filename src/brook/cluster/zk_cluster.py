@@ -17,7 +17,6 @@ import logging
 import threading
 import time
 
-from ..broker.metadata import new_cluster_id
 from ..security import broker_identity
 from . import zk_data, zk_paths
 from .errors import BrokerIdInUseError, ClusterError
@@ -117,7 +116,7 @@ class ZkCluster:
                  self._client.session_id or 0, self._client.negotiated_session_timeout_ms)
         await self._retrying(self._client.ensure_layout, "creating Kafka's top-level paths")
         self.cluster_id = await self._retrying(
-            lambda: self._client.get_or_create_cluster_id(new_cluster_id), "reading /cluster/id")
+            lambda: self._client.get_or_create_cluster_id(zk_data.new_cluster_id), "reading /cluster/id")
         log.info("Cluster ID = %s", self.cluster_id)
         self.broker_secret = await self._retrying(
             lambda: self._client.get_or_create_broker_secret(broker_identity.new_secret),

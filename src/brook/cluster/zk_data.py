@@ -7,7 +7,9 @@ zookeeper-shell shows what a Kafka broker would have written, byte for byte but 
 
 from __future__ import annotations
 
+import base64
 import json
+import uuid
 from dataclasses import dataclass, field
 
 BROKER_REGISTRATION_VERSION = 5  # Kafka 2.7+ (KIP-584 added "features")
@@ -37,6 +39,14 @@ def _loads(data: bytes | None, what: str) -> dict:
 
 # ------------------------------------------------------------------ /brokers/ids/<id>
 
+
+
+def new_cluster_id() -> str:
+    """22 characters of URL-safe base64 of a random UUID, as Kafka makes them (/cluster/id, meta.properties)."""
+    while True:
+        s = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not s.startswith("-"):
+            return s
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:

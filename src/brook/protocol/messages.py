@@ -25,6 +25,8 @@ _KEY_VERSION = struct.Struct(">hh")
 _SIZE = struct.Struct(">i")
 
 API_VERSIONS_KEY = 18
+SASL_HANDSHAKE_KEY = 17  # the two APIs a connection speaks before it is authenticated
+SASL_AUTHENTICATE_KEY = 36
 
 
 class MalformedRequestError(Exception):

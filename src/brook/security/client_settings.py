@@ -92,7 +92,7 @@ class ClientSecurity:
 
     @classmethod
     def from_file(cls, path: str) -> "ClientSecurity":
-        from ..broker.properties import parse_properties
+        from ..properties import parse_properties
         try:
             with open(path, encoding="utf-8") as f:
                 props = parse_properties(f.read())

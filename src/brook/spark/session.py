@@ -37,9 +37,9 @@ def local_session(app_name: str = "brook", cores: int = 2, *,
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     _checkpoint_without_forks(spark)
-    from . import register
+    from .datasource import BrookDataSource  # (the package's register(), which imports us)
 
-    register(spark)
+    spark.dataSource.register(BrookDataSource)
     return spark
 
 

@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Iterable
-
-if TYPE_CHECKING:
-    from .producer_state import ProducerStateManager
+from typing import Any, Iterable, Protocol
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PRODUCER_ID_MAX_COUNT = 200_000  # entries (a producer id in a partition), ~400 B each
 ACTIVE_PRODUCER_MS = 5 * 60 * 1000  # more than the producers' default delivery.timeout.ms
+
+
+class ProducerTable(Protocol):
+    """What the budget knows of a partition's `ProducerStateManager`: its entries by id."""
+
+    producers: dict[int, Any]
 
 
 class ProducerIdBudgetFullError(Exception):
@@ -45,7 +48,7 @@ class ProducerIdBudget:
         self.evicted = 0  # entries forgotten for the bound, ever (a metric)
         self.refused = 0  # batches of new producer ids refused while full, ever (a metric)
         # (manager, producer id) -> when last written (ms), oldest first.
-        self._order: OrderedDict[tuple[ProducerStateManager, int], int] = OrderedDict()
+        self._order: OrderedDict[tuple[ProducerTable, int], int] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._order)
@@ -70,7 +73,7 @@ class ProducerIdBudget:
                     f"producer.id.max.count={self.max_count} reached by producers active in the "
                     f"last {ACTIVE_PRODUCER_MS // 1000} s; retry later")
 
-    def touched(self, manager: "ProducerStateManager", producer_ids: Iterable[int],
+    def touched(self, manager: ProducerTable, producer_ids: Iterable[int],
                 now_ms: int = 0) -> None:
         """`manager` just wrote (or loaded) these producers' entries at `now_ms`: they are the
         newest. Then forget the oldest entries over the bound."""
@@ -90,7 +93,7 @@ class ProducerIdBudget:
                             "producer id(s) (%d in all)", self.max_count, over, self.evicted + over)
             self.evicted += over
 
-    def forget(self, manager: "ProducerStateManager", producer_ids: Iterable[int]) -> None:
+    def forget(self, manager: ProducerTable, producer_ids: Iterable[int]) -> None:
         """`manager` dropped these entries itself (expiry, a snapshot replacing its state)."""
         for pid in producer_ids:
             self._order.pop((manager, pid), None)

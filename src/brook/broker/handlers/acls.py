@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol.messages import make, response_class, response_module
 from ...security.acls import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 from .. import authz
-from . import Api
+from .api import Api
 from .common import NO_THROTTLE
 
 log = logging.getLogger(__name__)

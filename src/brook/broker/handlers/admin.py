@@ -16,7 +16,7 @@ from .. import authz
 from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from ..zookeeper_calls import ZooKeeperUnavailable, in_zookeeper
-from . import Api
+from .api import Api
 from .common import NO_THROTTLE
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import response_class, response_module, make
-from . import Api
+from .api import Api
 from .common import NO_THROTTLE
 
 API_KEY = 18

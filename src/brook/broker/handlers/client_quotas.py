@@ -11,7 +11,7 @@ from ...protocol.messages import make, response_class, response_module
 from .. import authz
 from .. import quotas as q
 from ..zookeeper_calls import ZooKeeperUnavailable
-from . import Api
+from .api import Api
 from .common import NO_THROTTLE
 
 DESCRIBE_KEY = 48

@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from .. import authz
-from . import Api
+from .api import Api
 from .common import INT32_MIN, NO_THROTTLE
 
 API_KEY = 60

@@ -11,7 +11,7 @@ from .. import authz
 from ..errors import error_code_for
 from ..metadata import MetadataError
 from ..zookeeper_calls import ZooKeeperUnavailable, in_zookeeper
-from . import Api
+from .api import Api
 from .. import config_defs as defs
 from ..config_defs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC
 from ..dynamic_config import TOPIC_SYNONYMS, DynamicConfigError, Entry, Synonym

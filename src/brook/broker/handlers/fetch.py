@@ -33,7 +33,7 @@ from .. import authz
 from ..errors import error_code_for
 from ..fetch_session import FINAL_EPOCH, INVALID_SESSION_ID
 from ..throttling import fetch_throttle, fetch_with_throttle, release
-from . import Api, RawResponse
+from .api import Api, RawResponse
 from .fetch_conversion import Pending, convert, down_conversion_enabled, legacy_magic
 from .common import ms
 from .replication import refused

@@ -12,7 +12,7 @@ from ...coordinator.runtime import OFFSETS_TOPIC, CoordinatorError, CoordinatorN
 from ...protocol.group_responses import heartbeat_response
 from ...protocol.messages import make, response_class, response_module
 from .. import authz
-from . import Api, RawResponse
+from .api import Api, RawResponse
 from .common import INT32_MIN, NO_THROTTLE, message, ms
 
 FIND_COORDINATOR = 10

@@ -10,7 +10,7 @@ from ...protocol.messages import make, response_class, response_module
 from ...storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from .. import authz
 from ..errors import error_code_for
-from . import Api
+from .api import Api
 from .common import NO_THROTTLE
 
 API_KEY = 2

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from .. import authz
-from . import Api
+from .api import Api
 from .common import NO_THROTTLE
 
 API_KEY = 35

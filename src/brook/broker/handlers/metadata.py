@@ -17,7 +17,7 @@ from .. import authz
 from ..errors import error_code_for
 from ...coordinator.runtime import OFFSETS_TOPIC
 from ..metadata import INTERNAL_TOPICS, MetadataError
-from . import Api, RawResponse
+from .api import Api, RawResponse
 from .common import INT32_MIN, NO_THROTTLE, InvalidRequest
 
 log = logging.getLogger(__name__)

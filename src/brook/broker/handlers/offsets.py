@@ -24,7 +24,7 @@ from ...protocol.group_responses import (
 )
 from ...protocol.messages import make, response_class, response_module
 from .. import authz
-from . import Api, Deferred, RawResponse
+from .api import Api, Deferred, RawResponse
 from .common import NO_THROTTLE, ms
 
 OFFSET_COMMIT = 8

@@ -27,7 +27,7 @@ from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from ..partition import NotEnoughReplicasAfterAppend
 from ..throttling import produce_throttle
-from . import Api, Deferred
+from .api import Api, Deferred
 from .common import NO_THROTTLE, CloseConnection, ms
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from ...protocol import inter_broker as ib
 from ...protocol.messages import make, response_class, response_module
 from ...storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from .. import authz
-from . import Api
+from .api import Api
 from .common import NO_THROTTLE, CloseConnection
 
 log = logging.getLogger(__name__)

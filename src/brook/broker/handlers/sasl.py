@@ -10,13 +10,13 @@ from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
 
+from ...protocol.messages import SASL_AUTHENTICATE_KEY as AUTHENTICATE_KEY
+from ...protocol.messages import SASL_HANDSHAKE_KEY as HANDSHAKE_KEY
 from ...protocol.messages import make, response_class
 from ...security import broker_identity
-from . import Api
+from ..authenticator import BrokerLogin, Reauthentication
+from .api import Api
 from .common import CloseConnection
-
-HANDSHAKE_KEY = 17
-AUTHENTICATE_KEY = 36
 
 
 def mechanisms(broker, connection) -> tuple[str, ...]:
@@ -38,7 +38,6 @@ async def handshake(broker, request, connection):
         raise CloseConnection("re-authentication with an unsupported mechanism", make(
             response_class(HANDSHAKE_KEY, request.api_version),
             error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=enabled))
-    from ..authenticator import Reauthentication
     security = broker.config.listener_security[connection.listener_name]
     connection.reauthentication = Reauthentication(connection, security, request.body.mechanism)
     return make(response_class(HANDSHAKE_KEY, request.api_version), error_code=ErrorCode.none,
@@ -56,7 +55,6 @@ def _broker_login(broker, request, connection):
     security = broker.config.listener_security.get(getattr(connection, "listener_name", None))
     if security is not None and security.sasl:
         return None  # a SASL listener: logins go through its own exchange
-    from ..authenticator import BrokerLogin
     return BrokerLogin(connection, cluster.broker_secret)
 
 

@@ -9,7 +9,7 @@ from ...protocol.messages import make, response_class, response_module
 from ...security import credentials as creds
 from .. import authz
 from ..zookeeper_calls import ZooKeeperUnavailable
-from . import Api
+from .api import Api
 from .common import NO_THROTTLE
 
 DESCRIBE_KEY = 50

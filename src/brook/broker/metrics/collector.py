@@ -6,17 +6,23 @@ scraped, in one walk on the event loop (see `LoopReader`).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from ...coordinator.group import GroupState
 from .counts import BUCKET_LABELS
 
-if TYPE_CHECKING:
-    from .broker_metrics import BrokerMetrics
-
 log = logging.getLogger(__package__)
+
+
+class BrokerMetrics(Protocol):
+    """What the collector reads of `broker_metrics.BrokerMetrics` (which registers it)."""
+
+    reader: Any  # a LoopReader
+    topics: dict
+    requests: dict
+
 
 #: quota key -> Kafka's quota type (its throttle-time metrics' type= name)
 _QUOTA_TYPES = {"producer_byte_rate": "Produce", "consumer_byte_rate": "Fetch",
