@@ -70,8 +70,9 @@ PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 # (about 9 s of each worker's collection).
 PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 
+# The ten slowest tests are printed at the end, so what a test costs stays in sight.
 test: venv tools
-	$(PYTEST) -q $(PARALLEL)
+	$(PYTEST) -q $(PARALLEL) --durations=10
 
 # The tests that start no broker process, no Spark and run for no set time (the markers broker,
 # spark and timeboxed, which tests/conftest.py sets), property tests with a quarter of their
