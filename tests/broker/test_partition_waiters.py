@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from brook.broker.partition import NotEnoughReplicasAfterAppend, NotLeaderError, Partition
+from brook.replication.partition import NotEnoughReplicasAfterAppend, NotLeaderError, Partition
 from brook.records import Record, encode_batch
 from brook.storage.config import LogConfig
 from brook.storage.log import Log

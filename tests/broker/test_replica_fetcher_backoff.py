@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from brook.broker.broker import Broker
 from brook.broker.config import BrokerConfig
-from brook.broker.replica_fetcher import ReplicaFetcher
+from brook.replication.replica_fetcher import ReplicaFetcher
 
 BACKOFF_MS = 300
 
@@ -47,7 +47,7 @@ def test_a_partition_the_leader_refuses_is_asked_again_only_after_the_backoff(
         await asyncio.sleep(1.5)
         await fetcher.stop()
 
-    with caplog.at_level(logging.WARNING, logger="brook.broker.replica_fetcher"):
+    with caplog.at_level(logging.WARNING, logger="brook.replication.replica_fetcher"):
         try:
             asyncio.run(main())
         finally:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from brook.broker.broker import Broker
 from brook.broker.config import BrokerConfig
-from brook.broker.replica_manager import ReplicaManager
+from brook.replication.replica_manager import ReplicaManager
 from brook.cluster import inter_broker_rules as rules
 from brook.cluster.view import ClusterView
 from brook.cluster.zk_cluster import ZkCluster

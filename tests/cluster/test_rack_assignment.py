@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from tests.support.examples import examples
 
-from brook.cluster.assignment import (ReplicationFactorError, assign_replicas_rack_aware,
+from brook.controller.assignment import (ReplicationFactorError, assign_replicas_rack_aware,
                                       rack_alternated)
 
 

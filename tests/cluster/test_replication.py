@@ -222,7 +222,7 @@ def test_an_isr_change_refused_as_ineligible_fences_the_partition_epoch(zk, brok
 
     from kio.schema.errors import ErrorCode
 
-    from brook.cluster.controller import topic_uuid
+    from brook.controller.controller import topic_uuid
     from tests.support.wire_requests import req_mod
     procs = _three(brokers, zk)
     _create(_bootstrap(procs), "fenced", rf=3)

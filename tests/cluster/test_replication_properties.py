@@ -11,10 +11,10 @@ from itertools import pairwise
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from brook.cluster import elections
-from brook.cluster.assignment import ReplicationFactorError, assign_replicas
-from brook.cluster.replica_tracker import ReplicaTracker
-from brook.cluster.truncation import truncation_offset
+from brook.controller import elections
+from brook.controller.assignment import ReplicationFactorError, assign_replicas
+from brook.replication.replica_tracker import ReplicaTracker
+from brook.replication.truncation import truncation_offset
 from brook.cluster.zk_data import PartitionState
 from brook.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET, LeaderEpochCache
 

@@ -75,10 +75,10 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from brook.cluster import elections
-from brook.cluster.assignment import assign_replicas
-from brook.cluster.replica_tracker import ReplicaTracker
-from brook.cluster.truncation import truncation_offset
+from brook.controller import elections
+from brook.controller.assignment import assign_replicas
+from brook.replication.replica_tracker import ReplicaTracker
+from brook.replication.truncation import truncation_offset
 from brook.cluster.zk_data import PartitionState
 from brook.storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
 

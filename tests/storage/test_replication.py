@@ -11,7 +11,7 @@ import time
 from hypothesis import given, settings, strategies as st
 from tests.support.examples import examples
 
-from brook.broker.replica_fetcher import ReplicaFetcher
+from brook.replication.replica_fetcher import ReplicaFetcher
 from brook.records import Record, encode_batch
 from brook.storage.config import LogConfig
 from brook.storage.leader_epoch import FILE_NAME, LeaderEpochCache, read_checkpoint

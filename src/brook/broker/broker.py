@@ -40,7 +40,7 @@ from .metadata import (
     validate_topic_configs,
     validate_topic_name,
 )
-from .partition import Partition
+from ..replication.partition import Partition
 from .producer_id_quota import ProducerIdQuota
 from . import throttling
 from .quotas import KEYS as QUOTA_KEYS
@@ -92,7 +92,7 @@ class Broker:
         #: The ACL authorizer (brook.security.acls.Authorizer) when authorizer.class.name
         #: selects it, with the ACLs as stored; None: everything is allowed (see authz.py).
         self.authorizer: Authorizer | None = None
-        #: Replication in a cluster (a brook.broker.replica_manager.ReplicaManager), else None.
+        #: Replication in a cluster (a brook.replication.replica_manager.ReplicaManager), else None.
         self.replicas = None
         #: In a cluster, called with (log dir, error) when a write to a log dir failed (the
         #: server steps down); None on a single node, which refuses writes and keeps serving.

@@ -14,9 +14,9 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from ..cluster.assignment import (ReplicationFactorError, assign_replicas,
+from ..controller.assignment import (ReplicationFactorError, assign_replicas,
                                   assign_replicas_rack_aware)
-from ..cluster.controller import topic_id_text
+from ..controller.controller import topic_id_text
 from ..cluster.zk_data import TopicAssignment
 from .metadata import (INTERNAL_TOPICS, InvalidRequestError, MetadataError, validate_topic_configs,
                        validate_topic_name)

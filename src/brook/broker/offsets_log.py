@@ -19,7 +19,7 @@ from ..coordinator.runtime import OFFSETS_TOPIC, AppendError
 from ..records.batch import HEADER_SIZE, HEADER_STRUCT, LOG_OVERHEAD
 from ..storage.producer_state import AppendOrigin
 from .errors import error_code_for
-from .partition import NotEnoughReplicasAfterAppend
+from ..replication.partition import NotEnoughReplicasAfterAppend
 
 #: Bytes of record batches read (and replayed) between two yields to the event loop while
 #: loading: about 12,000 offset commits, some 10 ms.

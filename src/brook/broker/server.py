@@ -88,8 +88,9 @@ class BrokerServer:
         self.broker.on_config_change = self._config_changed
         if config.zookeeper_connect is not None:
             from ..cluster.zk_cluster import ZkCluster  # kazoo is imported only for a cluster
+            from ..controller.controller import start_controller
 
-            self.broker.cluster = ZkCluster(config)
+            self.broker.cluster = ZkCluster(config, start_controller)
         if config.metrics_port is not None:
             self.broker.metrics = BrokerMetrics(self.broker)
         self.sockets: list[tuple[socket.socket, Listener]] = []
@@ -156,7 +157,7 @@ class BrokerServer:
                 self.sockets.append((sock, dataclasses.replace(listener, port=port)))
             self._use_bound_ports()
             if cluster is not None:
-                from .replica_manager import ReplicaManager
+                from ..replication.replica_manager import ReplicaManager
                 self.broker.replicas = ReplicaManager(self.broker)
                 self.broker.replicas.start()
                 self.broker.on_log_dir_failure = self._log_dir_failed

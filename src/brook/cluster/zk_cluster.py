@@ -16,12 +16,16 @@ import asyncio
 import logging
 import threading
 import time
+from typing import Any, Callable
 
 from ..security import broker_identity
 from . import zk_data, zk_paths
 from .errors import BrokerIdInUseError, ClusterError
 from .view import NO_CONTROLLER, ClusterView, membership_change
 from .zk_client import TRANSIENT_ERRORS, Election, Snapshot, ZkClient
+
+#: (client, broker id, election, view, config, listener=, sasl=) -> the running controller
+ControllerFactory = Callable[..., Any]
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +40,12 @@ CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 
 
 class ZkCluster:
-    def __init__(self, config) -> None:
+    def __init__(self, config, controller_factory: ControllerFactory | None = None) -> None:
         self.config = config
+        #: Makes and starts the controller's work when this broker is elected
+        #: (brook.controller's `start_controller`, given by the wiring: this package elects the
+        #: controller and knows nothing of what it does).
+        self._controller_factory = controller_factory
         self.broker_id: int = config.broker_id
         self.connect = zk_paths.parse_connect(config.zookeeper_connect)
         self.endpoints = self._endpoints(config.advertised)
@@ -60,7 +68,7 @@ class ZkCluster:
         self._conflict: str | None = None  # why this broker is not registered, once logged
         self._connected = False
         self._watchdog: asyncio.Task | None = None
-        #: The controller's work (a brook.cluster.controller.Controller) while this broker is it.
+        #: The controller's work (a brook.controller.controller.Controller) while this broker is it.
         self.controller = None
         #: Called with the ZkCluster when the view of the live brokers or the controller changed.
         self.on_change = None
@@ -484,17 +492,14 @@ class ZkCluster:
                 return
 
     def _start_controller(self, election: Election, view: ClusterView) -> None:
-        from .controller import Controller
-        cfg = self.config
-        listener = cfg.inter_broker_listener_name or self.endpoints[0].listener
-        self.controller = Controller(self._client, self.broker_id, election.epoch,
-                                     election.epoch_zk_version, view, listener=listener,
-                                     unclean=cfg.unclean_leader_election_enable,
-                                     sasl=self.channel_credentials, tls=cfg.inter_broker_tls,
-                                     control_listener=cfg.control_plane_listener_name)
-        self.controller.start(
-            cfg.leader_imbalance_check_interval_seconds if cfg.auto_leader_rebalance_enable else None,
-            cfg.leader_imbalance_per_broker_percentage / 100)
+        if self._controller_factory is None:
+            log.warning("elected controller (epoch %d) with no controller to run",
+                        election.epoch)
+            return
+        listener = self.config.inter_broker_listener_name or self.endpoints[0].listener
+        self.controller = self._controller_factory(
+            self._client, self.broker_id, election, view, self.config,
+            listener=listener, sasl=self.channel_credentials)
 
     def _resign(self, why: str) -> None:
         if self.controller_epoch is not None:

@@ -25,7 +25,7 @@ from ...records.legacy import produced_to_v2
 from .. import authz
 from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
-from ..partition import NotEnoughReplicasAfterAppend
+from ...replication.partition import NotEnoughReplicasAfterAppend
 from ..throttling import produce_throttle
 from .api import Api, Deferred
 from .common import NO_THROTTLE, CloseConnection, ms

@@ -184,7 +184,7 @@ async def handle_alter_partition(broker, request, connection):
     if code != ErrorCode.none:
         return make(cls, throttle_time=NO_THROTTLE, error_code=code, topics=())
     by_id = {}
-    from ...cluster.controller import topic_uuid
+    from ...controller.controller import topic_uuid
     for name, a in controller.assignments.items():
         tid = topic_uuid(a.topic_id)
         if tid is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Collection, Iterable, Mapping
 
-from .zk_data import PartitionState
+from ..cluster.zk_data import PartitionState
 
 NO_LEADER = -1  # LeaderAndIsr.NoLeader
 INITIAL_LEADER_EPOCH = 0

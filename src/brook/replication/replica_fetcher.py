@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from ..cluster.channel import BrokerChannel, ChannelError
-from ..cluster.truncation import truncation_offset
+from .truncation import truncation_offset
 from ..protocol.messages import make, request_class
 from ..records.batch import whole_batches_size
 from ..storage.errors import KafkaStorageError

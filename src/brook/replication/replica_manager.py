@@ -18,7 +18,6 @@ from ..cluster.metadata_cache import MetadataCache
 from ..protocol import inter_broker as ib
 from ..protocol.messages import make, request_class
 from ..coordinator.runtime import OFFSETS_TOPIC
-from .metadata import INTERNAL_TOPICS
 from .partition import Partition
 from .replica_fetcher import ReplicaFetcher
 
@@ -333,7 +332,3 @@ class ReplicaManager:
             if current_leader_epoch > p.leader_epoch:
                 return ErrorCode.unknown_leader_epoch
         return ErrorCode.none
-
-
-def is_internal(topic: str) -> bool:
-    return topic in INTERNAL_TOPICS

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .zk_data import PartitionState
+from ..cluster.zk_data import PartitionState
 
 
 @dataclass(frozen=True, slots=True)

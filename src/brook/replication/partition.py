@@ -13,7 +13,7 @@ import asyncio
 import weakref
 from typing import Callable
 
-from ..cluster.replica_tracker import ReplicaTracker
+from .replica_tracker import ReplicaTracker
 from ..storage.log import Log
 from ..storage.producer_state import AppendOrigin
 

@@ -21,12 +21,13 @@ from dataclasses import replace
 from kio.schema.errors import ErrorCode
 
 from ..protocol import inter_broker as ib
-from . import elections, reassignment, zk_data
-from .channel import BrokerChannel, ChannelError
-from .errors import ControllerMovedError
-from .view import ClusterView, LiveBroker
-from .zk_client import TRANSIENT_ERRORS, ZkClient
-from .zk_data import PartitionState, TopicAssignment
+from ..cluster import zk_data
+from ..cluster.channel import BrokerChannel, ChannelError
+from ..cluster.errors import ControllerMovedError
+from ..cluster.view import ClusterView, LiveBroker
+from ..cluster.zk_client import TRANSIENT_ERRORS, ZkClient
+from ..cluster.zk_data import PartitionState, TopicAssignment
+from . import elections, reassignment
 
 log = logging.getLogger(__name__)
 
@@ -639,3 +640,17 @@ class Controller:
                     await asyncio.sleep(RETRY_S)
                     continue
                 break
+
+
+def start_controller(client: ZkClient, broker_id: int, election, view: ClusterView, config, *,
+                     listener: str, sasl) -> Controller:
+    """The controller's work, made and started for a broker just elected (`election`, a
+    brook.cluster.zk_client.Election): what `ZkCluster` is given to call."""
+    controller = Controller(client, broker_id, election.epoch, election.epoch_zk_version, view,
+                            listener=listener, unclean=config.unclean_leader_election_enable,
+                            sasl=sasl, tls=config.inter_broker_tls,
+                            control_listener=config.control_plane_listener_name)
+    controller.start(
+        config.leader_imbalance_check_interval_seconds if config.auto_leader_rebalance_enable
+        else None, config.leader_imbalance_per_broker_percentage / 100)
+    return controller
