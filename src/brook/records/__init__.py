@@ -1,4 +1,5 @@
-"""Kafka record formats: RecordBatch v2, legacy message sets, compression codecs."""
+"""Kafka record formats: RecordBatch v2, legacy message sets, compression codecs. Bytes in,
+bytes out: knows nothing of files, sockets or partitions."""
 
 from .batch import (
     CREATE_TIME,

@@ -1,2 +1,3 @@
-"""Authentication: the SASL mechanisms (PLAIN, SCRAM), Kafka's JAAS syntax and the SASL
-settings of listeners. Sans-I/O: the broker's connection drives these with bytes."""
+"""Authentication and authorization rules: the SASL mechanisms (PLAIN, SCRAM), Kafka's JAAS
+syntax, the SASL settings of listeners, ACLs, the brokers' own login. Sans-I/O: the broker's
+connection drives these with bytes; knows nothing of sockets or the broker."""
