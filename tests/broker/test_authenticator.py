@@ -124,7 +124,7 @@ def test_what_a_failed_login_logs_from_the_wire_is_escaped_and_cut_short(tmp_pat
     # A 60 KB user name with a newline in it: the log line quotes a short, escaped part of it.
     broker = _broker(tmp_path)
     user = "mallory\nFAKE LOG LINE " + "x" * 60_000
-    with caplog.at_level(logging.INFO, logger="brook.broker.authenticator"):
+    with caplog.at_level(logging.INFO, logger="brook.broker.auth.authenticator"):
         _exchange(broker, _handshake("PLAIN") + _authenticate(f"\0{user}\0guess".encode()))
     lines = [r.getMessage() for r in caplog.records if "failed authentication" in r.getMessage()]
     assert len(lines) == 1

@@ -12,7 +12,7 @@ import pytest
 from kio.serial import entity_reader
 from kio.schema.errors import ErrorCode
 
-from brook.broker.throttling import _patched, _Timed, user_of
+from brook.broker.quotas.throttling import _patched, _Timed, user_of
 from brook.protocol.messages import encode_response, make, response_class
 
 
@@ -86,8 +86,8 @@ def test_the_quota_user_is_the_principals_name():
 
 def test_a_throttled_produce_mutes_its_connection_and_is_counted_in_the_metrics(tmp_path):
     from brook.broker.metrics import BrokerMetrics
-    from brook.broker.quotas import Entity
-    from brook.broker.throttling import produce_throttle
+    from brook.broker.quotas.client_quotas import Entity
+    from brook.broker.quotas.throttling import produce_throttle
     from brook.protocol.messages import Request
     from tests.metrics.test_collector import sample, samples
     from tests.support.socketpair_broker import run_broker

@@ -7,7 +7,7 @@ The acceptance test of issue 20: a producer over its byte-rate quota is throttle
 Checked over every 10 s window from the first byte (in steps of half a second) through two
 window spans (22 s): brook measures a new client over the one window it has been in, where
 Kafka's ten would let it through ten seconds' worth at once every 11 s (see
-brook.broker.quotas and docs/security.md).
+brook.broker.quotas.client_quotas and docs/security.md).
 """
 
 from __future__ import annotations

@@ -41,10 +41,10 @@ from .metadata import (
     validate_topic_name,
 )
 from ..replication.partition import Partition
-from .producer_id_quota import ProducerIdQuota
-from . import throttling
-from .quotas import KEYS as QUOTA_KEYS
-from .quotas import ClientQuotas, Entity, quota_text, quota_values
+from .quotas.producer_id_quota import ProducerIdQuota
+from .quotas import throttling
+from .quotas.client_quotas import KEYS as QUOTA_KEYS
+from .quotas.client_quotas import ClientQuotas, Entity, quota_text, quota_values
 from .zookeeper_calls import in_zookeeper
 from .response_cache import EncodedResponseCache
 
@@ -73,7 +73,7 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.log_manager: LogManager | None = None
         self.producer_id_quota = ProducerIdQuota(config.producer_ids_rate)
-        #: Client quotas (brook.broker.quotas): what is set, and the clients' measured rates.
+        #: Client quotas (brook.broker.quotas.client_quotas): what is set, and the clients' measured rates.
         self.quotas = ClientQuotas(config.quota_window_num, config.quota_window_size_seconds * 1000)
         #: log.flush.before.ack: what makes appends durable before they are answered
         self.group_commit = (GroupCommitter(config.log_flush_before_ack_syncfs)

@@ -25,7 +25,7 @@ from ..security.acls import parse_super_users
 from ..security.tls import TlsConfigError, client_context
 from ..storage.config import LogConfig
 from ..storage.manager import ManagerConfig
-from .producer_id_quota import DEFAULT_PRODUCER_IDS_RATE
+from .quotas.producer_id_quota import DEFAULT_PRODUCER_IDS_RATE
 from ..properties import parse_properties
 
 DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
@@ -145,7 +145,7 @@ class BrokerConfig:
     producer_id_expiration_ms: int = 86_400_000
     # InitProducerId per second per client id and per address (KIP-936's producer_ids_rate).
     producer_ids_rate: float = DEFAULT_PRODUCER_IDS_RATE
-    # Client quotas' windowed rate (brook.broker.quotas): samples, and each one's seconds.
+    # Client quotas' windowed rate (brook.broker.quotas.client_quotas): samples, and each one's seconds.
     quota_window_num: int = 11
     quota_window_size_seconds: int = 1
     connections_max_idle_ms: int = 600_000

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..storage.config import BROKER_KEYS, LogConfig
 from ..storage.manager import ManagerConfig
-from .producer_id_quota import DEFAULT_PRODUCER_IDS_RATE
+from .quotas.producer_id_quota import DEFAULT_PRODUCER_IDS_RATE
 
 # DescribeConfigs v3+ config_type (Kafka's DescribeConfigsResponse.ConfigType).
 UNKNOWN, BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD = range(10)

@@ -41,7 +41,7 @@ from ..protocol.messages import (
     encode_response,
     parse_request,
 )
-from .authenticator import authenticate
+from .auth.authenticator import authenticate
 from .handlers.api import Deferred, RawResponse
 from .handlers.api_versions import build_response as api_versions_response
 from .handlers.common import CloseConnection, InvalidRequest
@@ -121,7 +121,7 @@ class Connection:
         self._answered: list[tuple[int, float]] = []
         self._pending: list[_Pending] = []  # deferred answers not ready, oldest first
         #: Over a client quota: nothing more is read from the client until this loop time
-        #: (set by brook.broker.throttling; 0.0: not throttled).
+        #: (set by brook.broker.quotas.throttling; 0.0: not throttled).
         self.muted_until = 0.0
 
     @property

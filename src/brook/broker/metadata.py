@@ -172,7 +172,7 @@ class MetadataStore:
         #: credential (salt, stored key, server key, iterations), as /config/users/<user> holds.
         self.user_scram: dict[str, dict[str, str]] = {}
         #: Client quotas: the entity's path under ZooKeeper's /config (users/alice/clients/app,
-        #: brook.broker.quotas.Entity.path) -> quota key -> value.
+        #: brook.broker.quotas.client_quotas.Entity.path) -> quota key -> value.
         self.client_quotas: dict[str, dict[str, float]] = {}
         #: ACL bindings (brook.security.acls.AclBinding.to_json), in the order created.
         self.acls: list[dict] = []

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from ...security.acls import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
-from .. import authz
+from ..auth import authz
 from .api import Api
 from .common import NO_THROTTLE
 

@@ -12,7 +12,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
-from .. import authz
+from ..auth import authz
 from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from ..zookeeper_calls import ZooKeeperUnavailable, in_zookeeper

@@ -1,5 +1,5 @@
 """DescribeClientQuotas and AlterClientQuotas (KIP-546): the quotas of users and client ids,
-kept in the broker's metadata (brook.broker.quotas has what they mean)."""
+kept in the broker's metadata (brook.broker.quotas.client_quotas has what they mean)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import dataclasses
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
-from .. import authz
-from .. import quotas as q
+from ..auth import authz
+from ..quotas import client_quotas as q
 from ..zookeeper_calls import ZooKeeperUnavailable
 from .api import Api
 from .common import NO_THROTTLE

@@ -8,7 +8,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
-from .. import authz
+from ..auth import authz
 from .api import Api
 from .common import INT32_MIN, NO_THROTTLE
 

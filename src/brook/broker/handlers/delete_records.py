@@ -17,7 +17,7 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
-from .. import authz
+from ..auth import authz
 from .api import Api
 from .common import NO_THROTTLE
 

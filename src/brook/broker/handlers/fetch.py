@@ -29,10 +29,10 @@ from ...protocol.fetch_response import (
 )
 from ...storage.errors import OffsetOutOfRangeError
 from ...cluster import inter_broker_rules as rules
-from .. import authz
+from ..auth import authz
 from ..errors import error_code_for
 from ..fetch_session import FINAL_EPOCH, INVALID_SESSION_ID
-from ..throttling import fetch_throttle, fetch_with_throttle, release
+from ..quotas.throttling import fetch_throttle, fetch_with_throttle, release
 from .api import Api, RawResponse
 from .fetch_conversion import Pending, convert, down_conversion_enabled, legacy_magic
 from .common import ms

@@ -11,7 +11,7 @@ from ...coordinator import classic
 from ...coordinator.runtime import OFFSETS_TOPIC, CoordinatorError, CoordinatorNotAvailable
 from ...protocol.group_responses import heartbeat_response
 from ...protocol.messages import make, response_class, response_module
-from .. import authz
+from ..auth import authz
 from .api import Api, RawResponse
 from .common import INT32_MIN, NO_THROTTLE, message, ms
 

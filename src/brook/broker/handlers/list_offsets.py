@@ -8,7 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from ...storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
-from .. import authz
+from ..auth import authz
 from ..errors import error_code_for
 from .api import Api
 from .common import NO_THROTTLE

@@ -13,7 +13,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import encode_response, make, response_class, response_module
-from .. import authz
+from ..auth import authz
 from ..errors import error_code_for
 from ...coordinator.runtime import OFFSETS_TOPIC
 from ..metadata import INTERNAL_TOPICS, MetadataError

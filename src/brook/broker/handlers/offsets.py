@@ -23,7 +23,7 @@ from ...protocol.group_responses import (
     offset_fetch_response,
 )
 from ...protocol.messages import make, response_class, response_module
-from .. import authz
+from ..auth import authz
 from .api import Api, Deferred, RawResponse
 from .common import NO_THROTTLE, ms
 

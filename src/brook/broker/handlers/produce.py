@@ -22,11 +22,11 @@ from ...protocol.messages import make, response_class, response_module
 from ...records.batch import ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 from ...records.compression import CODEC_MASK, Codec
 from ...records.legacy import produced_to_v2
-from .. import authz
+from ..auth import authz
 from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from ...replication.partition import NotEnoughReplicasAfterAppend
-from ..throttling import produce_throttle
+from ..quotas.throttling import produce_throttle
 from .api import Api, Deferred
 from .common import NO_THROTTLE, CloseConnection, ms
 

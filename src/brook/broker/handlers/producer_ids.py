@@ -1,5 +1,5 @@
 """InitProducerId for idempotent producers: a producer id never handed out before, epoch 0,
-at `producer.ids.rate` per client (over it, the answer is throttled: `brook.broker.producer_id_quota`).
+at `producer.ids.rate` per client (over it, the answer is throttled: `brook.broker.quotas.producer_id_quota`).
 
 Transactional ids are refused (transactions are not implemented yet) with
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report as a fatal error rather than
@@ -14,7 +14,7 @@ from datetime import timedelta
 from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class
-from .. import authz
+from ..auth import authz
 from .api import Api
 from .common import NO_THROTTLE
 

@@ -18,7 +18,7 @@ from ...cluster import inter_broker_rules as rules
 from ...protocol import inter_broker as ib
 from ...protocol.messages import make, response_class, response_module
 from ...storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET
-from .. import authz
+from ..auth import authz
 from .api import Api
 from .common import NO_THROTTLE, CloseConnection
 

@@ -14,7 +14,7 @@ from ...protocol.messages import SASL_AUTHENTICATE_KEY as AUTHENTICATE_KEY
 from ...protocol.messages import SASL_HANDSHAKE_KEY as HANDSHAKE_KEY
 from ...protocol.messages import make, response_class
 from ...security import broker_identity
-from ..authenticator import BrokerLogin, Reauthentication
+from ..auth.authenticator import BrokerLogin, Reauthentication
 from .api import Api
 from .common import CloseConnection
 

@@ -7,7 +7,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class, response_module
 from ...security import credentials as creds
-from .. import authz
+from ..auth import authz
 from ..zookeeper_calls import ZooKeeperUnavailable
 from .api import Api
 from .common import NO_THROTTLE

@@ -94,7 +94,7 @@ class BrokerCollector:
         return count, total_time
 
     def _quotas(self, throttled):
-        """Client quotas' throttling (brook.broker.quotas), by quota type as Kafka names it."""
+        """Client quotas' throttling (brook.broker.quotas.client_quotas), by quota type as Kafka names it."""
         labels = ["quota_type"]
         count = CounterMetricFamily("brook_quota_throttled_responses",
                                     "Responses throttled for a client quota, by quota type.", labels=labels)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from ..security.acls import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType, bitfield
+from ...security.acls import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType, bitfield
 
 log = logging.getLogger("brook.authorizer")  # Kafka has kafka.authorizer.logger for this
 
@@ -91,7 +91,7 @@ def peer_broker(broker, connection) -> int | None:
     id it logged in as with the cluster's inter-broker identity; UNBOUND for a principal the
     operator made a broker's (with an authorizer, one allowed Cluster ClusterAction; without,
     this broker's own inter-broker SASL user); None for a client."""
-    from ..cluster.inter_broker_rules import UNBOUND
+    from ...cluster.inter_broker_rules import UNBOUND
 
     broker_id = getattr(connection, "peer_broker_id", None)
     if broker_id is not None:

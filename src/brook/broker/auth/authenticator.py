@@ -23,8 +23,8 @@ from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.log_text import loggable
-from ..protocol.messages import (
+from ...protocol.log_text import loggable
+from ...protocol.messages import (
     API_VERSIONS_KEY,
     SASL_AUTHENTICATE_KEY as AUTHENTICATE_KEY,
     SASL_HANDSHAKE_KEY as HANDSHAKE_KEY,
@@ -36,12 +36,12 @@ from ..protocol.messages import (
     peek_header,
     response_class,
 )
-from ..security import broker_identity, credentials, scram
-from ..security.plain import PlainServer
-from ..security.errors import SaslError
-from ..security.scram import ScramServer
-from .handlers.api_versions import build_response as api_versions_response
-from .handlers.common import CloseConnection
+from ...security import broker_identity, credentials, scram
+from ...security.plain import PlainServer
+from ...security.errors import SaslError
+from ...security.scram import ScramServer
+from ..handlers.api_versions import build_response as api_versions_response
+from ..handlers.common import CloseConnection
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Client quotas applied to requests (KIP-219): the handlers' side of brook.broker.quotas.
+"""Client quotas applied to requests (KIP-219): the handlers' side of brook.broker.quotas.client_quotas.
 
 A Produce's bytes count against `producer_byte_rate`, a consumer's Fetch answer against
 `consumer_byte_rate`, and the time a handler runs on the event loop against
@@ -20,10 +20,10 @@ from time import perf_counter
 from functools import cache
 from types import coroutine
 
-from ..protocol.messages import API_VERSIONS_KEY, response_class
-from .handlers.api import RawResponse
+from ...protocol.messages import API_VERSIONS_KEY, response_class
+from ..handlers.api import RawResponse
 
-from .quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
+from .client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 
 _I32 = struct.Struct(">i")
 #: APIs whose time is not the client's to pay for (Kafka's exempt requests): what brokers send
