@@ -127,12 +127,17 @@ class Group:
 
 class Cluster:
     """One AdminClient on a bootstrap address (the command's -b, the root's, the environment's
-    or the default); every call waits at most `timeout` (the command's, else the root's)."""
+    or the default); every call waits at most `timeout` (the command's, else the root's).
 
-    def __init__(self, bootstrap: str | None, timeout: float | None = None) -> None:
+    A long-lived client (the web console) passes its `security` and a `client_id` of its own
+    instead of reading them from the command line's options."""
+
+    def __init__(self, bootstrap: str | None, timeout: float | None = None, security=None,
+                 client_id: str = "brook-cli") -> None:
         self.bootstrap = options.bootstrap(bootstrap)
         self.timeout = options.timeout(timeout)
-        self.security = options.security()
+        self.security = options.security() if security is None else security
+        self.client_id = client_id
         probe(self.bootstrap, min(self.timeout, PROBE_TIMEOUT))
         self.admin = AdminClient(self.config())
 
@@ -140,7 +145,7 @@ class Cluster:
         """Settings for any confluent-kafka client of this command (producers and consumers too)."""
         conf = {
             "bootstrap.servers": self.bootstrap,
-            "client.id": "brook-cli",
+            "client.id": self.client_id,
             "socket.timeout.ms": int(self.timeout * 1000),
             "logger": _librdkafka_logger(),
             **self.security.librdkafka(),

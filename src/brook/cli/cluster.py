@@ -11,7 +11,7 @@ from .options import bootstrap_option, timeout_option
 from .output import Format, output_option
 
 
-def cluster_view(bootstrap: str, timeout: float) -> dict[str, Any]:
+def cluster_view(bootstrap: str, timeout: float, security=None) -> dict[str, Any]:
     """The cluster as plain values, from the first bootstrap address that answers: id,
     controller id (None while there is none) and the brokers by id."""
     from .client import _addresses
@@ -20,7 +20,7 @@ def cluster_view(bootstrap: str, timeout: float) -> dict[str, Any]:
     failure = None
     for host, port in _addresses(bootstrap):
         try:
-            response = describe_cluster(host, port, timeout)
+            response = describe_cluster(host, port, timeout, security)
         except CliError as exc:
             failure = exc
             continue

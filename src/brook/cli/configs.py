@@ -30,13 +30,14 @@ def _target(broker: int | None, broker_defaults: bool) -> tuple[str, str]:
     return str(broker), f"broker {broker}"
 
 
-def _address(bootstrap: str | None, timeout: float | None, name: str) -> tuple[str, int, float]:
+def _address(bootstrap: str | None, timeout: float | None, name: str,
+             security=None) -> tuple[str, int, float]:
     """Where to send a broker resource's request: to that broker (as Kafka's AdminClient
     does), any broker for the defaults."""
     from .cluster import cluster_view
 
     timeout = options.timeout(timeout)
-    view = cluster_view(options.bootstrap(bootstrap), timeout)
+    view = cluster_view(options.bootstrap(bootstrap), timeout, security)
     for b in view["brokers"]:
         if not name or str(b["id"]) == name:
             return b["host"], b["port"], timeout
@@ -45,12 +46,14 @@ def _address(bootstrap: str | None, timeout: float | None, name: str) -> tuple[s
 
 
 def broker_configs(bootstrap: str | None, timeout: float | None, name: str,
-                   what: str) -> list[dict[str, Any]]:
+                   what: str, security=None) -> list[dict[str, Any]]:
+    """Every config of broker `name` ("" for the cluster-wide defaults), as plain values; a
+    sensitive one is marked so, and whoever shows it shows no value."""
     from .wire import SOURCES, describe_broker_configs
 
-    host, port, timeout = _address(bootstrap, timeout, name)
+    host, port, timeout = _address(bootstrap, timeout, name, security)
     try:
-        entries = describe_broker_configs(host, port, name, timeout)
+        entries = describe_broker_configs(host, port, name, timeout, security)
     except CliError as exc:
         raise CliError(f"cannot describe the configs of {what}: {exc.message}") from None
     return [{"name": e.name, "value": e.value, "source": SOURCES.get(e.config_source, "UNKNOWN"),

@@ -134,6 +134,101 @@ def _existing_group(cluster: "Cluster", group_id: str) -> "Group":
     return group
 
 
+# --- operations the command and the web console share ----------------------------------------
+
+
+def group_offsets(cluster: "Cluster", group: "Group") -> list[dict[str, Any]]:
+    """offset_rows of a group from what the brokers say now: its committed offsets, and the
+    log end offsets of those partitions and of the ones its members are assigned."""
+    committed = {tp: o for tp, (o, _) in cluster.committed(group.group_id).items()}
+    tps = set(committed) | {tp for m in group.members for tp in m.partitions}
+    ends = cluster.log_offsets(tps, "latest", missing_ok=True)
+    return offset_rows(group, committed, {tp: o for tp, (o, _) in ends.items()})
+
+
+def reset_plan(cluster: "Cluster", group_id: str, spec, topic_args: list[str],
+               all_topics: bool) -> tuple[list[Change], list[str]]:
+    """Where a reset would move the group's offsets (the dry run), and the warnings of clamped
+    or fallen-back partitions; refused while the group has active members."""
+    require_inactive(cluster.group(group_id), "reset offsets")
+    committed = {tp: o for tp, (o, _) in cluster.committed(group_id).items()}
+    if all_topics:
+        tps = sorted(committed)
+        if not tps:
+            raise CliError(f"group '{group_id}' has no committed offsets; "
+                           "name the partitions with --topic")
+    else:
+        tps = expand_topics(cluster, topic_args)
+    log_start, log_end = cluster.log_start_end(tps)
+    by_time = None
+    if spec.kind == "timestamp":
+        by_time = {tp: o for tp, (o, _) in cluster.log_offsets(tps, spec.value).items()}
+    return plan(spec, tps, committed, log_start, log_end, by_time)
+
+
+def execute_reset(cluster: "Cluster", group_id: str, changes: list[Change]) -> None:
+    """Commit a plan's offsets, checking again that no member joined since it was made."""
+    require_inactive(cluster.group(group_id), "reset offsets")
+    cluster.commit(group_id, {(c.topic, c.partition): c.new for c in changes})
+
+
+def delete_reason(reason: str) -> str:
+    """Why a group could not be deleted, in words (from the broker's error text)."""
+    if "GROUP_ID_NOT_FOUND" in reason:
+        return "it does not exist"
+    if "NON_EMPTY_GROUP" in reason:
+        return "it has active members"
+    return reason
+
+
+def delete_group_offsets(cluster: "Cluster", group_id: str,
+                         topic_args: list[str]) -> list[dict[str, Any]]:
+    """OffsetDelete of the partitions of `topic_args` (TOPIC or TOPIC:P,...): one row per
+    partition with its error (None when deleted); CliError when the group refuses it whole."""
+    from kio.schema.errors import ErrorCode
+
+    from .wire import offset_delete
+
+    group = _existing_group(cluster, group_id)
+    committed = set(cluster.committed(group_id))
+    tps: dict[str, list[int]] = {}
+    for arg in topic_args:
+        name, partitions = parse_topic_arg(arg)
+        if partitions is None:
+            partitions = _partitions_or_committed(cluster, name, committed)
+        for p in partitions:
+            if p not in tps.setdefault(name, []):
+                tps[name].append(p)
+    # Refused before anything is deleted, as reset-offsets refuses them; the group's offsets of
+    # a topic deleted since (or of partitions it no longer has) may still be deleted.
+    cluster.check_partitions((t, p) for t, ps in tps.items() for p in ps
+                             if (t, p) not in committed)
+    if group.coordinator is None:
+        raise CliError(f"no coordinator known for group '{group_id}'")
+    _, host, port = group.coordinator
+    code, errors = offset_delete(host, port, group_id, tps, cluster.timeout, cluster.security)
+    if code == ErrorCode.group_id_not_found:
+        raise CliError(f"consumer group '{group_id}' does not exist")
+    if code == ErrorCode.non_empty_group:
+        raise CliError(f"cannot delete offsets of group '{group_id}' while it has active members")
+    if code != ErrorCode.none:
+        raise CliError(f"cannot delete offsets of group '{group_id}': {code.name.upper()}")
+    return [{"topic": t, "partition": p, "error": None if e == ErrorCode.none else e.name.upper()}
+            for (t, p), e in sorted(errors.items())]
+
+
+def offsets_failure(group_id: str, rows: list[dict[str, Any]]) -> str | None:
+    """The message for rows of delete_group_offsets some of which failed (None if none did)."""
+    failed = [r for r in rows if r["error"]]
+    if not failed:
+        return None
+    first = failed[0]
+    why = ("the group's members subscribe to the topic"
+           if first["error"] == "GROUP_SUBSCRIBED_TO_TOPIC" else first["error"])
+    return (f"could not delete {len(failed)} offset(s) of group '{group_id}', e.g. "
+            f"{first['topic']}-{first['partition']}: {why}")
+
+
 # --- commands ---------------------------------------------------------------------------------
 
 
@@ -204,11 +299,7 @@ def describe(
             table_rows.append(cells)
         output.table(columns, table_rows)
         return
-    committed = {tp: o for tp, (o, _) in cluster.committed(group_id).items()}
-    tps = set(committed) | {tp for m in group.members for tp in m.partitions}
-    ends = cluster.log_offsets(tps, "latest", missing_ok=True)
-    log_end = {tp: o for tp, (o, _) in ends.items()}
-    rows = offset_rows(group, committed, log_end)
+    rows = group_offsets(cluster, group)
     if fmt is Format.json:
         output.print_json({"group": group_id, "state": group.state, "partitions": rows})
         return
@@ -257,24 +348,9 @@ def reset_offsets(
                       shift_by=shift_by, to_datetime=to_datetime, by_duration=by_duration,
                       now_ms=int(time.time() * 1000))
     cluster = _cluster(bootstrap, timeout)
-    group = cluster.group(group_id)
-    require_inactive(group, "reset offsets")
-    committed = {tp: o for tp, (o, _) in cluster.committed(group_id).items()}
-    if all_topics:
-        tps = sorted(committed)
-        if not tps:
-            raise CliError(f"group '{group_id}' has no committed offsets; "
-                           "name the partitions with --topic")
-    else:
-        tps = expand_topics(cluster, topic)
-    log_start, log_end = cluster.log_start_end(tps)
-    by_time = None
-    if spec.kind == "timestamp":
-        by_time = {tp: o for tp, (o, _) in cluster.log_offsets(tps, spec.value).items()}
-    changes, warnings = plan(spec, tps, committed, log_start, log_end, by_time)
+    changes, warnings = reset_plan(cluster, group_id, spec, topic, all_topics)
     if execute:
-        require_inactive(cluster.group(group_id), "reset offsets")  # members may have joined
-        cluster.commit(group_id, {(c.topic, c.partition): c.new for c in changes})
+        execute_reset(cluster, group_id, changes)
     rows = change_rows(group_id, changes)
     if fmt is Format.json:
         output.print_json({"group": group_id, "executed": execute, "partitions": rows,
@@ -304,11 +380,7 @@ def delete(
         if reason is None:
             output.line(f"Deleted consumer group '{group_id}'.")
         else:
-            if "GROUP_ID_NOT_FOUND" in reason:
-                reason = "it does not exist"
-            elif "NON_EMPTY_GROUP" in reason:
-                reason = "it has active members"
-            failed.append(f"cannot delete consumer group '{group_id}': {reason}")
+            failed.append(f"cannot delete consumer group '{group_id}': {delete_reason(reason)}")
     if failed:
         for message in failed[:-1]:
             output.note(f"brook: {message}")
@@ -324,47 +396,14 @@ def delete_offsets(
     fmt: Format = output_option(),
 ) -> None:
     """Delete a group's committed offsets of topics its members do not consume (KIP-496)."""
-    from kio.schema.errors import ErrorCode
-
-    from .wire import offset_delete
-
     cluster = _cluster(bootstrap, timeout)
-    group = _existing_group(cluster, group_id)
-    committed = set(cluster.committed(group_id))
-    tps: dict[str, list[int]] = {}
-    for arg in topic:
-        name, partitions = parse_topic_arg(arg)
-        if partitions is None:
-            partitions = _partitions_or_committed(cluster, name, committed)
-        for p in partitions:
-            if p not in tps.setdefault(name, []):
-                tps[name].append(p)
-    # Refused before anything is deleted, as reset-offsets refuses them; the group's offsets of
-    # a topic deleted since (or of partitions it no longer has) may still be deleted.
-    cluster.check_partitions((t, p) for t, ps in tps.items() for p in ps
-                             if (t, p) not in committed)
-    if group.coordinator is None:
-        raise CliError(f"no coordinator known for group '{group_id}'")
-    _, host, port = group.coordinator
-    code, errors = offset_delete(host, port, group_id, tps, cluster.timeout)
-    if code == ErrorCode.group_id_not_found:
-        raise CliError(f"consumer group '{group_id}' does not exist")
-    if code == ErrorCode.non_empty_group:
-        raise CliError(f"cannot delete offsets of group '{group_id}' while it has active members")
-    if code != ErrorCode.none:
-        raise CliError(f"cannot delete offsets of group '{group_id}': {code.name.upper()}")
-    rows = [{"topic": t, "partition": p, "error": None if e == ErrorCode.none else e.name.upper()}
-            for (t, p), e in sorted(errors.items())]
+    rows = delete_group_offsets(cluster, group_id, topic)
     if fmt is Format.json:
         output.print_json({"group": group_id, "partitions": rows})
     else:
         output.table(("TOPIC", "PARTITION", "STATUS"),
                      [(r["topic"], r["partition"], "Successful" if r["error"] is None
                        else f"Error: {r['error']}") for r in rows])
-    failed = [r for r in rows if r["error"]]
-    if failed:
-        first = failed[0]
-        why = ("the group's members subscribe to the topic"
-               if first["error"] == "GROUP_SUBSCRIBED_TO_TOPIC" else first["error"])
-        raise CliError(f"could not delete {len(failed)} offset(s) of group '{group_id}', e.g. "
-                       f"{first['topic']}-{first['partition']}: {why}")
+    failure = offsets_failure(group_id, rows)
+    if failure:
+        raise CliError(failure)

@@ -1,6 +1,10 @@
 """`brook topics`: list, describe (partitions, log start/end offsets, configs), create, delete,
-alter-config, delete-records, elect-leaders, reassign (kafka-topics.sh, kafka-configs.sh for
-topics, kafka-delete-records.sh, kafka-leader-election.sh and kafka-reassign-partitions.sh)."""
+add-partitions, alter-config, delete-records, elect-leaders, reassign (kafka-topics.sh,
+kafka-configs.sh for topics, kafka-delete-records.sh, kafka-leader-election.sh and
+kafka-reassign-partitions.sh).
+
+The operations are functions of a `Cluster` (topic_rows, create_topic, ...), which the web
+console calls too; the commands parse options, call them and print."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ if TYPE_CHECKING:
     from .client import Cluster
 
 app = typer.Typer(no_args_is_help=True,
-                  help="Topics: list, describe, create, delete, alter-config, delete-records, "
+                  help="Topics: list, describe, create, delete, add-partitions, alter-config, delete-records, "
                    "elect-leaders, reassign, reassignments.")
 
 
@@ -58,7 +62,7 @@ def _source_name(source: Any) -> str:
         return str(source)
 
 
-def _configs(cluster: "Cluster", topic: str) -> list[dict[str, Any]]:
+def topic_configs(cluster: "Cluster", topic: str) -> list[dict[str, Any]]:
     from confluent_kafka.admin import ConfigResource, ResourceType
 
     resource = ConfigResource(ResourceType.TOPIC, topic)
@@ -83,7 +87,7 @@ def topic_view(cluster: "Cluster", topic: str, all_configs: bool) -> dict[str, A
         "log_start_offset": start.get((topic, p.id)),
         "log_end_offset": end.get((topic, p.id)),
     } for p in sorted(desc.partitions, key=lambda p: p.id)]
-    configs = _configs(cluster, topic)
+    configs = topic_configs(cluster, topic)
     if not all_configs:  # the topic's own (not those inherited from the broker's settings)
         configs = [c for c in configs if c["source"] == "DYNAMIC_TOPIC_CONFIG"]
     return {
@@ -96,16 +100,13 @@ def topic_view(cluster: "Cluster", topic: str, all_configs: bool) -> dict[str, A
     }
 
 
-@app.command("list")
-def list_topics(
-    bootstrap: Optional[str] = bootstrap_option(),
-    timeout: Optional[float] = timeout_option(),
-    fmt: Format = output_option(),
-) -> None:
-    """List the topics with their number of partitions."""
+# --- operations the command and the web console share ----------------------------------------
+
+
+def topic_rows(cluster: "Cluster") -> list[dict[str, Any]]:
+    """Every topic: its name, number of partitions and whether it is internal."""
     from confluent_kafka import TopicCollection
 
-    cluster = _cluster(bootstrap, timeout)
     metadata = cluster.topics()
     names = sorted(metadata)
     internal = set()
@@ -118,8 +119,114 @@ def list_topics(
                     internal.add(name)
             except CliError:
                 pass  # deleted since it was listed: shown as listed
-    rows = [{"topic": n, "partitions": len(metadata[n].partitions), "internal": n in internal}
+    return [{"topic": n, "partitions": len(metadata[n].partitions), "internal": n in internal}
             for n in names]
+
+
+def create_topic(cluster: "Cluster", topic: str, partitions: int, replication_factor: int,
+                 configs: dict[str, str], if_not_exists: bool = False) -> bool:
+    """Create a topic (-1: the broker's default count); False when it existed and
+    `if_not_exists` says that is fine."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import NewTopic
+
+    from .client import kafka_error
+
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
+                   config=configs)
+    future = cluster.admin.create_topics([new], operation_timeout=cluster.timeout,
+                                         request_timeout=cluster.timeout)[topic]
+    try:
+        future.result(timeout=cluster.timeout + 5)
+    except Exception as exc:
+        err = kafka_error(exc)
+        if err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            if if_not_exists:
+                return False
+            raise CliError(f"topic '{topic}' already exists") from exc
+        raise CliError(f"cannot create topic '{topic}': {cluster.reason(exc)}") from exc
+    return True
+
+
+def delete_topics(cluster: "Cluster", topics: list[str], if_exists: bool = False) -> list[str]:
+    """Delete topics (internal ones are refused before any is deleted); the deleted ones."""
+    from confluent_kafka import KafkaError
+
+    from .client import kafka_error
+
+    internal = _internal(cluster, topics)
+    if internal:
+        raise CliError(f"topic '{internal[0]}' is internal and cannot be deleted")
+    futures = cluster.admin.delete_topics(topics, operation_timeout=cluster.timeout,
+                                          request_timeout=cluster.timeout)
+    deleted = []
+    for topic in topics:
+        try:
+            futures[topic].result(timeout=cluster.timeout + 5)
+        except Exception as exc:
+            err = kafka_error(exc)
+            if err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                if if_exists:
+                    continue
+                raise CliError(f"unknown topic '{topic}'") from exc
+            raise CliError(f"cannot delete topic '{topic}': {cluster.reason(exc)}") from exc
+        deleted.append(topic)
+    return deleted
+
+
+def add_partitions(cluster: "Cluster", topic: str, total: int) -> int:
+    """Grow a topic to `total` partitions (a topic never shrinks); the count it had."""
+    from confluent_kafka.admin import NewPartitions
+
+    before = len(cluster.partitions(topic))
+    if total <= before:
+        raise CliError(f"topic '{topic}' has {before} partitions already; give more than that",
+                       code=2)
+    futures = cluster.admin.create_partitions([NewPartitions(topic, total)],
+                                              operation_timeout=cluster.timeout,
+                                              request_timeout=cluster.timeout)
+    cluster.wait(futures[topic], f"cannot add partitions to topic '{topic}'")
+    return before
+
+
+def alter_topic_configs(cluster: "Cluster", topic: str, to_set: dict[str, str],
+                        to_delete: list[str]) -> None:
+    """Set and remove topic configs incrementally (others stay as they are)."""
+    from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource,
+                                       ResourceType)
+
+    if not to_set and not to_delete:
+        raise CliError("nothing to change: give --set key=value or --delete key", code=2)
+    both = sorted(set(to_set) & set(to_delete))
+    if both:
+        raise CliError(f"{both[0]} is both set and deleted", code=2)
+    cluster.describe_topic(topic)  # an unknown topic is named as such
+    if to_delete:
+        known = {c["name"] for c in topic_configs(cluster, topic)}
+        unknown = [k for k in to_delete if k not in known]
+        if unknown:  # the broker accepts deleting any key; refused as --set refuses it
+            raise CliError(f"cannot alter the configs of topic '{topic}': "
+                           f"unknown topic config '{unknown[0]}'")
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+               for k, v in to_set.items()]
+    entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
+                for k in to_delete]
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    futures = cluster.admin.incremental_alter_configs([resource], request_timeout=cluster.timeout)
+    cluster.wait(futures[resource], f"cannot alter the configs of topic '{topic}'")
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+@app.command("list")
+def list_topics(
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
+    fmt: Format = output_option(),
+) -> None:
+    """List the topics with their number of partitions."""
+    rows = topic_rows(_cluster(bootstrap, timeout))
     if fmt is Format.json:
         output.print_json(rows)
         return
@@ -172,30 +279,14 @@ def create(
     timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Create a topic."""
-    from confluent_kafka import KafkaError
-    from confluent_kafka.admin import NewTopic
-
-    from .client import kafka_error
-
     if partitions == 0 or partitions < -1:
         raise CliError("--partitions must be at least 1", code=2)
     configs = parse_configs(config, "--config")
-    cluster = _cluster(bootstrap, timeout)
-    new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
-                   config=configs)
-    future = cluster.admin.create_topics([new], operation_timeout=cluster.timeout,
-                                         request_timeout=cluster.timeout)[topic]
-    try:
-        future.result(timeout=cluster.timeout + 5)
-    except Exception as exc:
-        err = kafka_error(exc)
-        if err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-            if if_not_exists:
-                output.line(f"Topic '{topic}' exists already.")
-                return
-            raise CliError(f"topic '{topic}' already exists") from exc
-        raise CliError(f"cannot create topic '{topic}': {cluster.reason(exc)}") from exc
-    output.line(f"Created topic '{topic}'.")
+    if create_topic(_cluster(bootstrap, timeout), topic, partitions, replication_factor, configs,
+                    if_not_exists):
+        output.line(f"Created topic '{topic}'.")
+    else:
+        output.line(f"Topic '{topic}' exists already.")
 
 
 def _internal(cluster: "Cluster", topics: list[str]) -> list[str]:
@@ -219,26 +310,7 @@ def delete(
     timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Delete topics and their data."""
-    from confluent_kafka import KafkaError
-
-    from .client import kafka_error
-
-    cluster = _cluster(bootstrap, timeout)
-    internal = _internal(cluster, topics)
-    if internal:
-        raise CliError(f"topic '{internal[0]}' is internal and cannot be deleted")
-    futures = cluster.admin.delete_topics(topics, operation_timeout=cluster.timeout,
-                                          request_timeout=cluster.timeout)
-    for topic in topics:
-        try:
-            futures[topic].result(timeout=cluster.timeout + 5)
-        except Exception as exc:
-            err = kafka_error(exc)
-            if err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                if if_exists:
-                    continue
-                raise CliError(f"unknown topic '{topic}'") from exc
-            raise CliError(f"cannot delete topic '{topic}': {cluster.reason(exc)}") from exc
+    for topic in delete_topics(_cluster(bootstrap, timeout), topics, if_exists):
         output.line(f"Deleted topic '{topic}'.")
 
 
@@ -408,32 +480,24 @@ def alter_config(
     timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Set or remove topic configs (incrementally: other configs stay as they are)."""
-    from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource,
-                                       ResourceType)
-
     to_set = parse_configs(set_, "--set")
     to_delete = [k.strip() for k in delete_]
-    if not to_set and not to_delete:
-        raise CliError("nothing to change: give --set key=value or --delete key", code=2)
-    both = sorted(set(to_set) & set(to_delete))
-    if both:
-        raise CliError(f"{both[0]} is both set and deleted", code=2)
-    cluster = _cluster(bootstrap, timeout)
-    cluster.describe_topic(topic)  # an unknown topic is named as such
-    if to_delete:
-        known = {c["name"] for c in _configs(cluster, topic)}
-        unknown = [k for k in to_delete if k not in known]
-        if unknown:  # the broker accepts deleting any key; refused as --set refuses it
-            raise CliError(f"cannot alter the configs of topic '{topic}': "
-                           f"unknown topic config '{unknown[0]}'")
-    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-               for k, v in to_set.items()]
-    entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
-                for k in to_delete]
-    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
-    futures = cluster.admin.incremental_alter_configs([resource], request_timeout=cluster.timeout)
-    cluster.wait(futures[resource], f"cannot alter the configs of topic '{topic}'")
+    alter_topic_configs(_cluster(bootstrap, timeout), topic, to_set, to_delete)
     for k, v in to_set.items():
         output.line(f"Set {k}={v} on topic '{topic}'.")
     for k in to_delete:
         output.line(f"Removed {k} from topic '{topic}' (the default applies).")
+
+
+@app.command("add-partitions")
+def add_partitions_command(
+    topic: str = typer.Argument(..., metavar="TOPIC"),
+    partitions: int = typer.Option(..., "--partitions", "-p", min=1,
+                                   help="The topic's new number of partitions (more than now)."),
+    bootstrap: Optional[str] = bootstrap_option(),
+    timeout: Optional[float] = timeout_option(),
+) -> None:
+    """Grow a topic to more partitions (kafka-topics.sh --alter --partitions); keyed records
+    written before map to other partitions than those written after."""
+    before = add_partitions(_cluster(bootstrap, timeout), topic, partitions)
+    output.line(f"Topic '{topic}' has {partitions} partitions (had {before}).")

@@ -16,12 +16,13 @@ from .errors import CliError
 OFFSET_DELETE = 47
 
 
-def request(host: str, port: int, body, timeout: float):
+def request(host: str, port: int, body, timeout: float, security=None):
     """Send `body` (a kio request entity) to host:port and return the response entity, over
-    TLS and SASL when --command-config says so."""
+    TLS and SASL when `security` (a ClientSecurity; default: --command-config's) says so."""
     try:
         connection = BrokerConnection(host, port, timeout, client_id="brook-cli",
-                                      security=options.security())
+                                      security=options.security() if security is None
+                                      else security)
     except KafkaClientError as exc:
         raise CliError(str(exc)) from exc
     try:
@@ -33,7 +34,8 @@ def request(host: str, port: int, body, timeout: float):
 
 
 def offset_delete(host: str, port: int, group_id: str, topics: dict[str, list[int]],
-                  timeout: float) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+                  timeout: float, security=None
+                  ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
     """OffsetDelete v0 to the group's coordinator: the group-level error and one per partition."""
     cls = request_class(OFFSET_DELETE, 0)
     mod = load_payload_module(OFFSET_DELETE, 0, EntityType.request)
@@ -41,7 +43,7 @@ def offset_delete(host: str, port: int, group_id: str, topics: dict[str, list[in
         mod.OffsetDeleteRequestTopic(name=topic, partitions=tuple(
             mod.OffsetDeleteRequestPartition(partition_index=p) for p in partitions))
         for topic, partitions in sorted(topics.items())))
-    response = request(host, port, body, timeout)
+    response = request(host, port, body, timeout, security)
     errors = {(t.name, p.partition_index): p.error_code
               for t in response.topics for p in t.partitions}
     return response.error_code, errors
@@ -50,12 +52,12 @@ def offset_delete(host: str, port: int, group_id: str, topics: dict[str, list[in
 DESCRIBE_CLUSTER = 60
 
 
-def describe_cluster(host: str, port: int, timeout: float):
+def describe_cluster(host: str, port: int, timeout: float, security=None):
     """DescribeCluster v0 (KIP-700): the broker's view of the cluster, its live brokers and the
     controller. (confluent-kafka's describe_cluster asks Metadata instead, whose brokers are
     those holding partitions, not every live one.)"""
     response = request(host, port, request_class(DESCRIBE_CLUSTER, 0)(
-        include_cluster_authorized_operations=False), timeout)
+        include_cluster_authorized_operations=False), timeout, security)
     if response.error_code != ErrorCode.none:
         raise CliError(f"cannot describe the cluster: {response.error_code.name}"
                        + (f": {response.error_message}" if response.error_message else ""))
@@ -104,14 +106,14 @@ SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
            6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
 
 
-def describe_broker_configs(host: str, port: int, name: str, timeout: float):
+def describe_broker_configs(host: str, port: int, name: str, timeout: float, security=None):
     """DescribeConfigs v4 of a broker resource (`name` a broker id, or "" for the cluster-wide
     dynamic defaults, which confluent-kafka's ConfigResource cannot name), with synonyms."""
     cls = request_class(DESCRIBE_CONFIGS, 4)
     mod = load_payload_module(DESCRIBE_CONFIGS, 4, EntityType.request)
     response = request(host, port, cls(resources=(mod.DescribeConfigsResource(
         resource_type=BROKER_RESOURCE, resource_name=name, configuration_keys=None),),
-        include_synonyms=True, include_documentation=False), timeout)
+        include_synonyms=True, include_documentation=False), timeout, security)
     (result,) = response.results
     if result.error_code != ErrorCode.none:
         raise CliError(f"{result.error_code.name}"
@@ -132,3 +134,29 @@ def alter_broker_configs(host: str, port: int, name: str, ops: list[tuple[str, i
     if result.error_code != ErrorCode.none:
         raise CliError(f"{result.error_code.name}"
                        + (f": {result.error_message}" if result.error_message else ""))
+
+
+DESCRIBE_LOG_DIRS = 35
+
+
+def describe_log_dirs(host: str, port: int, topics: dict[str, list[int]] | None, timeout: float,
+                      security=None) -> dict[tuple[str, int], int]:
+    """DescribeLogDirs v1 to one broker: the size in bytes of each partition it holds (of
+    `topics`, or of every partition for None), summed over its log dirs."""
+    cls = request_class(DESCRIBE_LOG_DIRS, 1)
+    mod = load_payload_module(DESCRIBE_LOG_DIRS, 1, EntityType.request)
+    asked = None if topics is None else tuple(
+        mod.DescribableLogDirTopic(topic=t, partitions=tuple(ps)) for t, ps in sorted(topics.items()))
+    response = request(host, port, cls(topics=asked), timeout, security)
+    if getattr(response, "error_code", ErrorCode.none) != ErrorCode.none:
+        raise CliError(f"cannot describe the log dirs of {host}:{port}: {response.error_code.name}")
+    sizes: dict[tuple[str, int], int] = {}
+    for result in response.results:
+        if result.error_code != ErrorCode.none:
+            continue  # a dir that cannot be read holds no size to show
+        for topic in result.topics:
+            for p in topic.partitions:
+                if not p.is_future_key:
+                    key = (topic.name, p.partition_index)
+                    sizes[key] = sizes.get(key, 0) + p.partition_size
+    return sizes
