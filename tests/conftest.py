@@ -135,15 +135,18 @@ def spark(spark_session):
 # spark      runs Spark (the session-scoped ``spark`` fixture, or a Spark job in a subprocess)
 # timeboxed  runs for a set time, kept in a module constant named *_SECONDS (from an environment
 #            variable: SOAK_SECONDS, ATHERIS_SECONDS)
+# browser    drives a headless Chromium (tests.support.console_harness.chromium_driver): the web
+#            console's tests in a real browser, `make test-console`
 #
 # `make test-fast` runs the rest. A test is classified by what its code, its fixtures' code and
 # the functions and classes of tests/ they use refer to, so a new test needs no marker by hand;
 # a test that starts a brook process or Spark without being marked so fails at teardown.
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-TIER_MARKERS = ("broker", "spark", "timeboxed")
+TIER_MARKERS = ("broker", "spark", "timeboxed", "browser")
 _BROKER_STARTERS = ("BrokerProcess", "BrokerFactory")
 _BROKER_MODULES = ("brook.demo", "brook.demo_broker", "brook.demo_spark")
+_BROWSER_STARTERS = ("chromium_driver",)
 _DURATION = re.compile(r"[A-Z][A-Z0-9_]*_SECONDS$")
 
 
@@ -221,6 +224,10 @@ class _Reach:
     def timeboxed(self) -> bool:
         return bool(self.durations)
 
+    def drives_browser(self) -> bool:
+        return any(getattr(o, "__name__", None) in _BROWSER_STARTERS and _in_tests(o)
+                   for o in self.objects)
+
 
 def _assigned_in(globals_: dict, name: str) -> bool:
     """Whether a module of tests/ sets ``name`` itself (rather than importing it)."""
@@ -275,6 +282,8 @@ def _classify(item) -> tuple[set[str], bool]:
         tiers.add("spark")
     if reach.timeboxed():
         tiers.add("timeboxed")
+    if reach.drives_browser():
+        tiers.add("browser")
     shared = any(d.scope in ("module", "package", "session") and _reach_of([d.func]).starts_broker()
                  for d in defs)
     return tiers, shared
@@ -302,16 +311,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
     def rank(tiers: set[str]) -> int:
-        for i, name in enumerate(("spark", "timeboxed", "broker")):
+        for i, name in enumerate(("spark", "timeboxed", "browser", "broker")):
             if name in tiers:
                 return i
-        return 3
+        return 4
 
     module_rank: dict[object, int] = {}
     first: dict[object, int] = {}
     for i, item in enumerate(items):
         key = getattr(item, "module", None)
-        module_rank[key] = min(module_rank.get(key, 3), rank(classes[item.nodeid][0]))
+        module_rank[key] = min(module_rank.get(key, 4), rank(classes[item.nodeid][0]))
         first.setdefault(key, i)
     order = {id(item): i for i, item in enumerate(items)}
     items.sort(key=lambda it: (module_rank[getattr(it, "module", None)],

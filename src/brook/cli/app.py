@@ -18,6 +18,7 @@ from typer.core import TyperGroup
 from .. import __version__
 from . import acls, cluster, configs, console, dump_log, groups, offsets, options, topics, users
 from . import quotas
+from ..console.command import console as web_console
 from .broker import broker
 from .errors import CliError
 
@@ -137,6 +138,7 @@ app.add_typer(quotas.app, name="quotas")
 app.command("produce")(console.produce)
 app.command("consume")(console.consume)
 app.command("dump-log")(dump_log.dump_log)
+app.command("console")(web_console)
 
 
 def main() -> None:

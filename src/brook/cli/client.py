@@ -188,12 +188,16 @@ class Cluster:
 
     # -- topics ----------------------------------------------------------------------------
 
-    def topics(self) -> dict[str, Any]:
-        """Topic name -> confluent-kafka's TopicMetadata, for every topic."""
+    def metadata(self):
+        """confluent-kafka's ClusterMetadata: brokers, controller id, every topic."""
         try:
-            return self.admin.list_topics(timeout=self.timeout).topics
+            return self.admin.list_topics(timeout=self.timeout)
         except KafkaException as exc:
             raise CliError(f"cannot list topics: {self.reason(exc)}") from exc
+
+    def topics(self) -> dict[str, Any]:
+        """Topic name -> confluent-kafka's TopicMetadata, for every topic."""
+        return self.metadata().topics
 
     def describe_topic(self, topic: str):
         """confluent-kafka's TopicDescription; CliError for a topic that does not exist."""
@@ -280,16 +284,23 @@ class Cluster:
 
     def committed(self, group_id: str) -> dict[TP, tuple[int, str]]:
         """(offset, metadata) of every partition the group has committed an offset for."""
-        request = [ConsumerGroupTopicPartitions(group_id)]
-        futures = self.admin.list_consumer_group_offsets(request, request_timeout=self.timeout)
-        result = self.wait(futures[group_id], f"cannot fetch the offsets of group '{group_id}'")
-        out = {}
-        for tp in result.topic_partitions:
-            if tp.error is not None:
-                raise CliError(f"cannot fetch the offset of {tp.topic}-{tp.partition} of group "
-                               f"'{group_id}': {error_text(tp.error)}")
-            if tp.offset >= 0:
-                out[(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
+        return self.committed_many([group_id])[group_id]
+
+    def committed_many(self, group_ids: list[str]) -> dict[str, dict[TP, tuple[int, str]]]:
+        """committed() of several groups, their requests in flight together (the client
+        takes one group a request)."""
+        futures = {g: self.admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout)[g] for g in group_ids}
+        out: dict[str, dict[TP, tuple[int, str]]] = {}
+        for group_id, future in futures.items():
+            result = self.wait(future, f"cannot fetch the offsets of group '{group_id}'")
+            offsets = out[group_id] = {}
+            for tp in result.topic_partitions:
+                if tp.error is not None:
+                    raise CliError(f"cannot fetch the offset of {tp.topic}-{tp.partition} of "
+                                   f"group '{group_id}': {error_text(tp.error)}")
+                if tp.offset >= 0:
+                    offsets[(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
         return out
 
     def commit(self, group_id: str, offsets: dict[TP, int],

@@ -74,12 +74,10 @@ def topic_configs(cluster: "Cluster", topic: str) -> list[dict[str, Any]]:
             for name, e in sorted(entries.items())]
 
 
-def topic_view(cluster: "Cluster", topic: str, all_configs: bool) -> dict[str, Any]:
-    """Everything `describe` shows of one topic, as plain values."""
-    desc = cluster.describe_topic(topic)
-    tps = [(topic, p.id) for p in desc.partitions]
-    start, end = cluster.log_start_end(tps)
-    partitions = [{
+def partition_rows(cluster: "Cluster", topic: str, desc) -> list[dict[str, Any]]:
+    """A described topic's partitions: leader, replicas, ISR, log start and end offsets."""
+    start, end = cluster.log_start_end([(topic, p.id) for p in desc.partitions])
+    return [{
         "partition": p.id,
         "leader": p.leader.id if p.leader is not None else None,
         "replicas": [r.id for r in p.replicas],
@@ -87,6 +85,12 @@ def topic_view(cluster: "Cluster", topic: str, all_configs: bool) -> dict[str, A
         "log_start_offset": start.get((topic, p.id)),
         "log_end_offset": end.get((topic, p.id)),
     } for p in sorted(desc.partitions, key=lambda p: p.id)]
+
+
+def topic_view(cluster: "Cluster", topic: str, all_configs: bool) -> dict[str, Any]:
+    """Everything `describe` shows of one topic, as plain values."""
+    desc = cluster.describe_topic(topic)
+    partitions = partition_rows(cluster, topic, desc)
     configs = topic_configs(cluster, topic)
     if not all_configs:  # the topic's own (not those inherited from the broker's settings)
         configs = [c for c in configs if c["source"] == "DYNAMIC_TOPIC_CONFIG"]
