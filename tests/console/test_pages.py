@@ -1,0 +1,313 @@
+"""The console's pages against a real broker process (Starlette's TestClient runs the console
+in this process): what each page shows, and that each change it makes is what a Kafka client
+then sees (checked with confluent-kafka's own AdminClient and Consumer)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from contextlib import contextmanager
+from html import unescape
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from starlette.testclient import TestClient
+
+from brook.console.app import ConsoleSettings, create_app
+from brook.console.backend import Backend
+from brook.coordinator.partitioner import partition_for
+from brook.security.client_settings import ClientSecurity
+from tests.support.broker_harness import BROKER_DEFAULTS, BrokerProcess
+
+OFFSETS_PARTITIONS = 5
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    proc = BrokerProcess(tmp_path_factory.mktemp("broker-console-pages"), overrides={
+        **BROKER_DEFAULTS, "offsets.topic.num.partitions": OFFSETS_PARTITIONS})
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.close()
+
+
+@pytest.fixture(scope="module")
+def admin(broker):
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+@pytest.fixture(scope="module")
+def console(broker):
+    backend = Backend(broker.bootstrap, 10.0, ClientSecurity(), lag_interval=1.0)
+    with TestClient(create_app(backend, ConsoleSettings(lag_interval=1.0)),
+                    raise_server_exceptions=False) as c:
+        c.backend = backend
+        yield c
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def text(html: str) -> str:
+    """A page's text without tags, whitespace folded."""
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html)))
+
+
+def post(c: TestClient, path: str, data: dict, **kw):
+    html = c.get("/topics").text  # any page with a form carries the token
+    token = re.search(r'name="csrf_token" value="([0-9a-f]+)"', html).group(1)
+    return c.post(path, data={**data, "csrf_token": token}, **kw)
+
+
+def make_topic(admin, partitions: int = 2) -> str:
+    topic = name("t")
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(10)
+    return topic
+
+
+def produce(broker, topic: str, values, partition: int = 0, key=None, **kw) -> None:
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for v in values:
+        p.produce(topic, value=v, key=key, partition=partition, **kw)
+    assert p.flush(20) == 0
+
+
+def committed(admin, group: str) -> dict[tuple[str, int], int]:
+    fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+    return {(tp.topic, tp.partition): tp.offset for tp in fut.result(10).topic_partitions
+            if tp.offset >= 0}
+
+
+def commit(admin, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])[group].result(10)
+
+
+@contextmanager
+def member(broker, group: str, topic: str):
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "session.timeout.ms": 6000})
+    c.subscribe([topic])
+    deadline = time.time() + 20
+    while not c.assignment() and time.time() < deadline:
+        c.poll(0.2)
+    assert c.assignment()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_groups_list_and_group_page_show_state_offsets_and_lag(broker, admin, console):
+    topic = make_topic(admin)
+    produce(broker, topic, [b"x"] * 7, partition=0)
+    produce(broker, topic, [b"y"] * 3, partition=1)
+    group = name("g")
+    commit(admin, group, {(topic, 0): 2, (topic, 1): 3})
+    console.backend._overview = None  # sampled afresh
+    page = text(console.get("/groups").text)
+    p = partition_for(group, OFFSETS_PARTITIONS)
+    assert re.search(rf"{group} Empty - 0 2 5 ", page), page
+    r = console.get(f"/groups/{group}")
+    assert r.status_code == 200
+    page = text(r.text)
+    assert "State Empty" in page and f"partition {p}" in page
+    assert f"{topic} 0 2 7 5" in page and f"{topic} 1 3 3 0" in page
+    chart = console.get(f"/lag/{group}").json()
+    assert chart["series"][0]["label"] == "total" and chart["lag"] == 5.0
+    assert console.get(f"/groups/{name('none')}").status_code == 404
+
+
+def test_reset_dry_run_then_execute_is_what_a_client_sees(broker, admin, console):
+    topic = make_topic(admin)
+    produce(broker, topic, [b"x"] * 10, partition=0)
+    produce(broker, topic, [b"x"] * 4, partition=1)
+    group = name("g")
+    commit(admin, group, {(topic, 0): 8, (topic, 1): 4})
+    r = console.get(f"/reset/{group}?to=shift&value=-5&scope=topics&topics={topic}")
+    page = text(r.text)
+    assert r.status_code == 200 and "Dry run: nothing has changed yet" in page
+    assert f"{topic} 0 8 3" in page and f"{topic} 1 4 0" in page
+    assert "below the log start offset" in page  # 4 - 5 clamped to 0
+    assert committed(admin, group) == {(topic, 0): 8, (topic, 1): 4}
+    r = post(console, f"/reset/{group}", {"to": "shift", "value": "-5", "scope": "topics",
+                                          "topics": topic})
+    assert r.status_code == 200 and "Committed the new offsets of 2 partition(s)" in text(r.text)
+    assert committed(admin, group) == {(topic, 0): 3, (topic, 1): 0}
+    r = post(console, f"/reset/{group}", {"to": "latest", "scope": "all"})
+    assert committed(admin, group) == {(topic, 0): 10, (topic, 1): 4}
+
+
+def test_reset_to_a_time_and_to_an_offset(broker, admin, console):
+    topic = make_topic(admin, 1)
+    base = 1_700_000_000_000
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(5):
+        p.produce(topic, value=b"v", partition=0, timestamp=base + i * 60_000)
+    assert p.flush(20) == 0
+    group = name("g")
+    commit(admin, group, {(topic, 0): 0})
+    r = post(console, f"/reset/{group}", {"to": "timestamp", "value": "2023-11-14T22:15:00Z",
+                                          "scope": "all"})
+    assert r.status_code == 200, text(r.text)
+    assert committed(admin, group) == {(topic, 0): 2}  # 22:13:20 + 2 min = 22:15:20
+    post(console, f"/reset/{group}", {"to": "offset", "value": "4", "scope": "all"})
+    assert committed(admin, group) == {(topic, 0): 4}
+
+
+def test_reset_is_refused_while_the_group_has_members(broker, admin, console):
+    topic = make_topic(admin, 1)
+    produce(broker, topic, [b"x"] * 3)
+    group = name("g")
+    with member(broker, group, topic):
+        r = console.get(f"/reset/{group}?to=earliest&scope=topics&topics={topic}")
+        assert r.status_code == 502
+        assert "while it has active members" in text(r.text)
+        r = post(console, f"/reset/{group}", {"to": "earliest", "scope": "topics",
+                                              "topics": topic})
+        assert "while it has active members" in text(r.text)
+        r = post(console, f"/delete-group/{group}", {"confirm": group})
+        assert "it has active members" in text(r.text)
+
+
+def test_delete_offsets_and_delete_group(broker, admin, console):
+    a, b = make_topic(admin, 1), make_topic(admin, 1)
+    produce(broker, a, [b"x"])
+    produce(broker, b, [b"x"])
+    group = name("g")
+    commit(admin, group, {(a, 0): 1, (b, 0): 1})
+    r = post(console, f"/delete-offsets/{group}", {"topics": a})
+    assert r.status_code == 200 and "Deleted 1 committed offset(s)" in text(r.text)
+    assert committed(admin, group) == {(b, 0): 1}
+    r = post(console, f"/delete-group/{group}", {"confirm": "not-it"})
+    assert r.status_code == 400 and "type the group's name" in text(r.text)
+    r = post(console, f"/delete-group/{group}", {"confirm": group})
+    assert r.status_code == 200 and f"Deleted consumer group '{group}'" in text(r.text)
+    assert committed(admin, group) == {}
+
+
+def test_offsets_topic_names_the_partition_and_broker_of_a_group(broker, admin, console):
+    topic = make_topic(admin, 1)
+    produce(broker, topic, [b"x"] * 2)
+    group = name("g")
+    commit(admin, group, {(topic, 0): 2})
+    p = partition_for(group, OFFSETS_PARTITIONS)
+    page = text(console.get(f"/offsets-topic?group={group}").text)
+    assert f"hashes to partition {p} of {OFFSETS_PARTITIONS}; its leader is broker 1" in page
+    assert "coordinator: broker 1" in page
+    # the partition's records decoded as dump-log --offsets-decoder shows them
+    page = text(console.get(f"/offsets-topic/{p}?group={group}").text)
+    assert f"offset_commit group={group} topic={topic} partition=0 offset=2" in page
+    # a tombstone after the group is deleted
+    post(console, f"/delete-group/{group}", {"confirm": group})
+    page = text(console.get(f"/offsets-topic/{p}?group={group}").text)
+    assert "tombstone" in page
+    overview = console.get("/offsets-topic")
+    assert overview.status_code == 200
+    assert len(re.findall(r'href="/offsets-topic/\d+"', overview.text)) == OFFSETS_PARTITIONS
+
+
+def test_cluster_and_broker_configs(broker, console):
+    page = text(console.get("/cluster").text)
+    assert "Controller broker 1" in page
+    assert re.search(rf"1 {re.escape(broker.bootstrap)} - yes \d+ \d+ configs", page), page
+    page = text(console.get("/cluster/brokers/1").text)
+    assert "offsets.topic.num.partitions 5 STATIC_BROKER_CONFIG" in page
+    r = console.get("/cluster/brokers/7")
+    assert r.status_code == 502 and "no broker 7" in text(r.text)
+
+
+def test_topics_create_alter_grow_and_delete(broker, admin, console):
+    topic = name("new")
+    r = post(console, "/topics", {"name": topic, "partitions": "2",
+                                  "configs": "retention.ms=3600000\n"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == f"/topics/{topic}"
+    page = text(console.get(f"/topics/{topic}").text)
+    assert "retention.ms 3600000 DYNAMIC_TOPIC_CONFIG" in page
+    assert topic in text(console.get(f"/topics?q={topic[4:]}").text)
+    r = post(console, f"/topics/{topic}/configs", {"set": "cleanup.policy=compact",
+                                                   "delete": "retention.ms"})
+    assert r.status_code == 200
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    configs = admin.describe_configs([res])[res].result(10)
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["retention.ms"].is_default
+    r = post(console, f"/topics/{topic}/partitions", {"partitions": "3"})
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 3
+    r = post(console, f"/topics/{topic}/partitions", {"partitions": "2"})
+    assert r.status_code == 400 and "has 3 partitions already" in text(r.text)
+    r = post(console, "/topics", {"name": topic})
+    assert "already exists" in text(r.text)
+    r = post(console, "/topics", {"name": "bad name"})
+    assert r.status_code == 400 and "is not a topic name" in text(r.text)
+    r = post(console, "/topics", {"name": name("x"), "configs": "no-equals"})
+    assert r.status_code == 400 and "expected key=value" in text(r.text)
+    r = post(console, f"/topics/{topic}/delete", {"confirm": topic})
+    assert r.status_code == 200 and f"Deleted topic '{topic}'" in text(r.text)
+    r = post(console, "/topics/__consumer_offsets/delete", {"confirm": "__consumer_offsets"})
+    assert "internal and cannot be deleted" in text(r.text)
+
+
+def test_messages_json_pretty_binary_hex_headers_filters_and_order(broker, admin, console):
+    topic = make_topic(admin, 1)
+    produce(broker, topic, [json.dumps({"order": 1, "items": ["a", "b"]}).encode()],
+            key=b"user-1", headers=[("trace", b"t-9")])
+    produce(broker, topic, [bytes([0, 1, 2, 254, 255])], key=b"user-2")
+    produce(broker, topic, [b"plain text %d" % i for i in range(5)], key=b"user-3")
+    html = console.get(f"/topics/{topic}/messages?partition=0").text
+    assert '<pre class="value kind-json" data-part="value">{\n  &#34;order&#34;: 1,\n  &#34;items&#34;: [' in html
+    assert '<pre class="value kind-hex" data-part="value">00000000  00 01 02 fe ff' in html
+    page = text(html)
+    assert "trace : t-9" in page
+    offsets = [int(o) for o in re.findall(r'id="m(\d+)"', html)]
+    assert offsets == [6, 5, 4, 3, 2, 1, 0]  # newest first
+    html = console.get(f"/topics/{topic}/messages?order=oldest&limit=2").text
+    assert [int(o) for o in re.findall(r'id="m(\d+)"', html)] == [0, 1]
+    html = console.get(f"/topics/{topic}/messages?key=user-2").text
+    assert [int(o) for o in re.findall(r'id="m(\d+)"', html)] == [1]
+    html = console.get(f"/topics/{topic}/messages?contains=text+3").text
+    assert [int(o) for o in re.findall(r'id="m(\d+)"', html)] == [5]
+    html = console.get(f"/topics/{topic}/messages?format=hex&offset=0&order=oldest&limit=1").text
+    assert "kind-hex" in html and "kind-json" not in html
+    r = console.get(f"/topics/{topic}/messages?partition=3")
+    assert r.status_code == 400 and "has no partition 3" in text(r.text)
+    r = console.get(f"/topics/{name('missing')}/messages")
+    assert r.status_code == 404 and "unknown topic" in text(r.text)
+
+
+def test_messages_from_a_time(broker, admin, console):
+    topic = make_topic(admin, 1)
+    base = 1_700_000_000_000
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(4):
+        p.produce(topic, value=b"m%d" % i, partition=0, timestamp=base + i * 1000)
+    assert p.flush(20) == 0
+    html = console.get(f"/topics/{topic}/messages?time={base + 1500}&order=oldest").text
+    assert [int(o) for o in re.findall(r'id="m(\d+)"', html)] == [2, 3]
+    assert "2023-11-14 22:13:22.000Z" in html
+
+
+def test_produce_a_message_from_the_page(broker, admin, console):
+    topic = make_topic(admin, 2)
+    r = post(console, f"/topics/{topic}/messages", {"partition": "1", "key": "k1",
+                                                    "value": '{"hello": "world"}',
+                                                    "headers": "a=1,b=2"},
+             follow_redirects=False)
+    assert r.status_code == 303
+    r = console.get(r.headers["location"])
+    assert "Produced: offset 0 of partition 1" in text(r.text)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": name("check")})
+    c.assign([TopicPartition(topic, 1, 0)])
+    msg = c.poll(10)
+    c.close()
+    assert (msg.key(), msg.value(), msg.headers()) == (b"k1", b'{"hello": "world"}',
+                                                       [("a", b"1"), ("b", b"2")])
+    r = post(console, f"/topics/{topic}/messages", {"value": "x", "headers": "novalue"})
+    assert r.status_code == 400 and "invalid header" in text(r.text)
