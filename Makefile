@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv tools sarama-check test test-fast chaos demo demo-cluster bench broker clean
+.PHONY: venv tools browser sarama-check test test-fast test-console chaos demo demo-cluster \
+	console bench broker clean
 
 venv: $(STAMP)
 
@@ -39,6 +40,21 @@ tools:
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; }
 	@$(MAKE) --no-print-directory sarama-check
 
+# The web console's browser tests (tests/console/test_browser.py) drive Debian's Chromium through
+# its chromedriver (Selenium, from the test extra). The console itself needs neither: its assets
+# (htmx, uPlot) ship inside the package. The stamp is made once both are there.
+BROWSER_STAMP := .tools/browser.installed
+browser: $(BROWSER_STAMP)
+$(BROWSER_STAMP):
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
+	[ -z "$$missing" ] || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; }
+	@mkdir -p .tools && touch $@
+
 # sarama, the Go client (Debian's golang-go and golang-github-shopify-sarama-dev), built in
 # GOPATH mode against the source the package installs into tests' sarama-check program. Where
 # the packages cannot be installed, the sarama tests are skipped and make goes on.
@@ -71,14 +87,20 @@ PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 
 # The ten slowest tests are printed at the end, so what a test costs stays in sight.
-test: venv tools
+test: venv tools browser
 	$(PYTEST) -q $(PARALLEL) --durations=10
 
-# The tests that start no broker process, no Spark and run for no set time (the markers broker,
-# spark and timeboxed, which tests/conftest.py sets), property tests with a quarter of their
-# examples (tests/support/examples.py): under a minute.
+# The tests that start no broker process, no Spark, no browser and run for no set time (the
+# markers broker, spark, browser and timeboxed, which tests/conftest.py sets), property tests
+# with a quarter of their examples (tests/support/examples.py): under a minute.
 test-fast: venv
-	BROOK_EXAMPLE_SCALE=0.25 $(PYTEST) -q $(PARALLEL) -m "not broker and not spark and not timeboxed"
+	BROOK_EXAMPLE_SCALE=0.25 $(PYTEST) -q $(PARALLEL) \
+	  -m "not broker and not spark and not timeboxed and not browser"
+
+# The web console's tests: its logic, its pages against a real broker, and the browser tier
+# (headless Chromium against a `brook console` process; screenshots in build/console-screenshots).
+test-console: venv browser
+	$(PYTEST) -q $(PARALLEL) tests/console
 
 # The nemesis (tests/chaos, needs root): three brokers and ZooKeeper in network namespaces under
 # partitions, delays, loss, kills, pauses, ZooKeeper restarts, clock steps and a full disk, then
@@ -97,6 +119,11 @@ demo: venv
 # leader killed in the middle of it.
 demo-cluster: venv tools
 	$(PY) -m brook.demo_cluster
+
+# A first look at the web console: a broker with sample traffic and consumer groups, and
+# `brook console` on CONSOLE_LISTEN (default 127.0.0.1:8080) until Ctrl-C.
+console: venv
+	$(PY) -m brook.demo_console
 
 bench: $(BENCH_STAMP)
 	$(PY) benchmarks/run_all.py

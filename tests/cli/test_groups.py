@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from typer.testing import CliRunner
 
@@ -18,6 +17,8 @@ from brook.cli import app
 from brook.cli.client import Group, Member
 from brook.cli.groups import assignment_text, offset_rows
 from tests.support.broker_harness import BROKER_DEFAULTS, BrokerProcess
+from tests.support.group_offsets import commit, committed
+from tests.support.group_offsets import unique_name as name
 
 runner = CliRunner()
 HOUR = 3_600_000
@@ -44,10 +45,6 @@ def brook(broker, *args):
     return runner.invoke(app, [*args, "--bootstrap-server", broker.bootstrap])
 
 
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 def make_topic(broker, admin, partitions: int, records: dict[int, list[int]]) -> str:
     """A topic whose partition p holds records with the timestamps records[p]."""
     topic = name("t")
@@ -58,17 +55,6 @@ def make_topic(broker, admin, partitions: int, records: dict[int, list[int]]) ->
             producer.produce(topic, value=b"v%d" % i, partition=p, timestamp=ts)
     assert producer.flush(30) == 0
     return topic
-
-
-def committed(admin, group: str) -> dict[tuple[str, int], int]:
-    fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
-    return {(tp.topic, tp.partition): tp.offset for tp in fut.result(10).topic_partitions
-            if tp.offset >= 0}
-
-
-def commit(admin, group: str, offsets: dict[tuple[str, int], int]) -> None:
-    tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])[group].result(10)
 
 
 @contextmanager

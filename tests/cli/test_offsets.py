@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from brook.cli import app
 from tests.support.broker_harness import BROKER_DEFAULTS, BrokerProcess
+from tests.support.group_offsets import committed
 
 runner = CliRunner()
 
@@ -54,12 +55,6 @@ def topics(broker, admin):
 
 def brook(broker, *args, input=None):
     return runner.invoke(app, [*args, "--bootstrap-server", broker.bootstrap], input=input)
-
-
-def committed(admin, group: str) -> dict[tuple[str, int], int]:
-    fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
-    return {(tp.topic, tp.partition): tp.offset for tp in fut.result(10).topic_partitions
-            if tp.offset >= 0}
 
 
 def test_export_then_import_into_another_group(broker, admin, topics, tmp_path):

@@ -53,24 +53,20 @@ def test_the_connection_is_named_without_its_password():
     assert SECRET not in r.text
 
 
-def test_bad_input_gets_a_clear_message():
-    c = client()
-    r = c.get("/topics/bad%20name")
-    assert r.status_code == 400 and "is not a topic name" in r.text
-    r = c.get("/topics/orders/messages?offset=-3")
-    assert r.status_code == 400 and "offset must be 0 or more, not -3" in r.text
-    r = c.get("/topics/orders/messages?format=xml")
-    assert r.status_code == 400 and "format is one of" in r.text
-    r = c.get("/topics/orders/messages?time=yesterday")
-    assert r.status_code == 400 and "is not a time" in r.text
-    r = c.get("/reset/g1?to=offset&value=-5")
-    assert r.status_code == 400 and "an offset is 0 or more" in r.text
-    r = c.get("/reset/g1?to=offset&value=abc")
-    assert r.status_code == 400 and "must be a whole number" in r.text
-    r = c.get("/reset/g1?to=sideways")
-    assert r.status_code == 400 and "unknown reset" in r.text
-    r = c.get("/nowhere")
-    assert r.status_code == 404 and "No page at /nowhere" in r.text
+@pytest.mark.parametrize("path,status,message", [
+    ("/topics/bad%20name", 400, "is not a topic name"),
+    ("/topics/orders/messages?offset=-3", 400, "offset must be 0 or more, not -3"),
+    ("/topics/orders/messages?format=xml", 400, "format is one of"),
+    ("/topics/orders/messages?time=yesterday", 400, "is not a time"),
+    ("/reset/g1?to=offset&value=-5", 400, "an offset is 0 or more"),
+    ("/reset/g1?to=offset&value=abc", 400, "must be a whole number"),
+    ("/reset/g1?to=sideways", 400, "unknown reset"),
+    ("/reset/g1?to=earliest&scope=topics", 400, "name the partitions"),
+    ("/nowhere", 404, "No page at /nowhere"),
+])
+def test_bad_input_gets_a_clear_message(path, status, message):
+    r = client().get(path)
+    assert r.status_code == status and message in r.text
 
 
 def test_read_only_hides_changes_and_refuses_a_hand_made_post():

@@ -11,36 +11,20 @@ import os
 import time
 import urllib.error
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
 
 from brook.coordinator.partitioner import partition_for
-from tests.support.broker_harness import BROKER_DEFAULTS, BrokerProcess
-from tests.support.console_harness import ConsoleProcess, chromium_available, chromium_driver
+from tests.support.console_harness import (OFFSETS_PARTITIONS, ConsoleProcess,
+                                           chromium_available, chromium_driver)
+from tests.support.group_offsets import commit, committed
+from tests.support.group_offsets import unique_name as name
 
-OFFSETS_PARTITIONS = 7
 SHOTS = Path(os.environ.get("BROOK_SCREENSHOTS")
              or Path(__file__).parents[2] / "build" / "console-screenshots")
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("broker-console-browser"), overrides={
-        **BROKER_DEFAULTS, "offsets.topic.num.partitions": OFFSETS_PARTITIONS})
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.close()
-
-
-@pytest.fixture(scope="module")
-def admin(broker):
-    return AdminClient({"bootstrap.servers": broker.bootstrap})
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +44,6 @@ def browser():
         yield driver
     finally:
         driver.quit()
-
-
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def shot(driver, file: str) -> None:
@@ -105,8 +85,7 @@ def test_lag_chart_rises_while_a_producer_runs_and_falls_to_zero_as_a_consumer_c
     topic = make_topic(admin, 2)
     group = name("lagging")
     # the group starts caught up: an offset committed at the (empty) end of each partition
-    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
-        group, [TopicPartition(topic, p, 0) for p in (0, 1)])])[group].result(10)
+    commit(admin, group, {(topic, 0): 0, (topic, 1): 0})
     browser.get(f"{console.url}groups/{group}")
     browser.execute_script("window.notReloaded = true")
     wait_for(lambda: len(total_lag_series(browser)) >= 2, what="the chart's first samples")
@@ -164,8 +143,7 @@ def test_an_offset_reset_through_the_page_is_what_committed_returns(broker, admi
             producer.produce(topic, value=b"v", partition=p)
     producer.flush(10)
     group = name("reset")
-    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
-        group, [TopicPartition(topic, 0, 9), TopicPartition(topic, 1, 10)])])[group].result(10)
+    commit(admin, group, {(topic, 0): 9, (topic, 1): 10})
 
     browser.get(f"{console.url}groups/{group}")
     Select(by_id(browser, "reset-to")).select_by_value("shift")
@@ -211,8 +189,7 @@ def test_the_offsets_topic_page_names_the_partition_and_broker_coordinating_a_gr
         broker, admin, console, browser):
     topic = make_topic(admin, 1)
     group = name("where")
-    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
-        group, [TopicPartition(topic, 0, 0)])])[group].result(10)
+    commit(admin, group, {(topic, 0): 0})
     browser.get(f"{console.url}offsets-topic")
     field = by_id(browser, "locate")
     field.send_keys(group)
@@ -272,8 +249,7 @@ def test_read_only_mode_hides_changes_and_refuses_a_post_made_by_hand(broker, ad
                                                                        tmp_path):
     topic = make_topic(admin, 1)
     group = name("ro")
-    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
-        group, [TopicPartition(topic, 0, 0)])])[group].result(10)
+    commit(admin, group, {(topic, 0): 0})
     with ConsoleProcess(tmp_path, broker.bootstrap, "--read-only") as ro:
         browser.get(f"{ro.url}groups/{group}")
         assert "read-only" in browser.find_element("css selector", "header").text
@@ -292,8 +268,7 @@ def test_read_only_mode_hides_changes_and_refuses_a_post_made_by_hand(broker, ad
         code, _ = post(f"{ro.url}topics", {"name": "created-by-hand"})
         assert code == 403
         shot(browser, "read-only-group.png")
-    groups = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
-    assert groups[group].result(10).topic_partitions  # the group and its offset are still there
+    assert committed(admin, group) == {(topic, 0): 0}  # the group and its offset are still there
     assert "created-by-hand" not in admin.list_topics(timeout=10).topics
 
 

@@ -7,38 +7,22 @@ from __future__ import annotations
 import json
 import re
 import time
-import uuid
 from contextlib import contextmanager
 from html import unescape
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
 from starlette.testclient import TestClient
 
 from brook.console.app import ConsoleSettings, create_app
 from brook.console.backend import Backend
 from brook.coordinator.partitioner import partition_for
 from brook.security.client_settings import ClientSecurity
-from tests.support.broker_harness import BROKER_DEFAULTS, BrokerProcess
+from tests.support.console_harness import OFFSETS_PARTITIONS
+from tests.support.group_offsets import commit, committed
+from tests.support.group_offsets import unique_name as name
 
-OFFSETS_PARTITIONS = 5
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("broker-console-pages"), overrides={
-        **BROKER_DEFAULTS, "offsets.topic.num.partitions": OFFSETS_PARTITIONS})
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.close()
-
-
-@pytest.fixture(scope="module")
-def admin(broker):
-    return AdminClient({"bootstrap.servers": broker.bootstrap})
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +32,6 @@ def console(broker):
                     raise_server_exceptions=False) as c:
         c.backend = backend
         yield c
-
-
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def text(html: str) -> str:
@@ -76,17 +56,6 @@ def produce(broker, topic: str, values, partition: int = 0, key=None, **kw) -> N
     for v in values:
         p.produce(topic, value=v, key=key, partition=partition, **kw)
     assert p.flush(20) == 0
-
-
-def committed(admin, group: str) -> dict[tuple[str, int], int]:
-    fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
-    return {(tp.topic, tp.partition): tp.offset for tp in fut.result(10).topic_partitions
-            if tp.offset >= 0}
-
-
-def commit(admin, group: str, offsets: dict[tuple[str, int], int]) -> None:
-    tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])[group].result(10)
 
 
 @contextmanager

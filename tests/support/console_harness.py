@@ -14,6 +14,7 @@ from pathlib import Path
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 _URL = re.compile(r"brook console: (http://\S+/)")
+OFFSETS_PARTITIONS = 5  # offsets.topic.num.partitions of the console tests' brokers
 
 
 def chromium_available() -> str | None:

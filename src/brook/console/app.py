@@ -231,23 +231,19 @@ def create_app(backend: Backend, settings: ConsoleSettings, sampler=None) -> Sta
         return spec, topics, scope == "all", raw
 
     @handled
-    async def reset_preview(request: Request) -> Response:
+    async def reset(request: Request) -> Response:
+        """GET: the dry run of a reset; POST: its execution (planned again: the logs may have
+        moved since the dry run)."""
         group_id = request.path_params["group"]
-        spec, topics, all_topics, raw = reset_args(request.query_params)
-        changes, warnings = await call(backend.reset_plan, group_id, spec, topics, all_topics)
+        execute = request.method == "POST"
+        params = await change_form(request) if execute else request.query_params
+        spec, topics, all_topics, raw = reset_args(params)
+        run = backend.reset_execute if execute else backend.reset_plan
+        changes, warnings = await call(run, group_id, spec, topics, all_topics)
+        if execute:
+            log.info("console: reset the offsets of group %r (%s)", group_id, raw["to"])
         return page(request, "reset.html", nav="groups", group_id=group_id, changes=changes,
-                    warnings=warnings, raw=raw, executed=False)
-
-    @handled
-    async def reset_execute(request: Request) -> Response:
-        group_id = request.path_params["group"]
-        form = await change_form(request)
-        spec, topics, all_topics, raw = reset_args(form)
-        changes, warnings = await call(backend.reset_execute, group_id, spec, topics,
-                                       all_topics)
-        log.info("console: reset the offsets of group %r (%s)", group_id, raw["to"])
-        return page(request, "reset.html", nav="groups", group_id=group_id, changes=changes,
-                    warnings=warnings, raw=raw, executed=True)
+                    warnings=warnings, raw=raw, executed=execute)
 
     @handled
     async def delete_group(request: Request) -> Response:
@@ -441,8 +437,7 @@ def create_app(backend: Backend, settings: ConsoleSettings, sampler=None) -> Sta
         Route("/groups", groups),
         Route("/groups/{group:path}", group),
         Route("/lag/{group:path}", lag),
-        Route("/reset/{group:path}", reset_preview, methods=["GET"]),
-        Route("/reset/{group:path}", reset_execute, methods=["POST"]),
+        Route("/reset/{group:path}", reset, methods=["GET", "POST"]),
         Route("/delete-group/{group:path}", delete_group, methods=["POST"]),
         Route("/delete-offsets/{group:path}", delete_offsets, methods=["POST"]),
         Route("/offsets-topic", offsets_topic),
