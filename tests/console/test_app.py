@@ -39,7 +39,7 @@ def test_an_unreachable_cluster_is_a_message_not_a_trace():
     c = client()
     for path in ("/groups", "/groups/g1", "/offsets-topic", "/cluster", "/topics",
                  "/topics/orders", "/topics/orders/messages", "/offsets-topic/0",
-                 "/cluster/brokers/1", "/reset/g1?to=earliest"):
+                 "/cluster/brokers/1", "/reset/g1?to=earliest", "/security"):
         r = c.get(path)
         assert r.status_code == 502, path
         assert "cannot connect to a broker at 127.0.0.1:" in r.text, path

@@ -218,6 +218,7 @@ def test_the_other_pages_render(broker, admin, console, browser):
                                ("topics", "topics.png", "Create a topic"),
                                (f"topics/{topic}", "topic.png", "Partitions"),
                                ("cluster/brokers/1", "broker-configs.png", "configs"),
+                               ("security", "security.png", "SCRAM users"),
                                ("groups", "groups.png", "Consumer groups")):
         browser.get(console.url + path)
         assert marker in browser.find_element("tag name", "main").text

@@ -55,7 +55,7 @@ def _kafka_name(enum_value) -> str:
     return "".join(w.capitalize() for w in enum_value.name.split("_"))
 
 
-def _rows(bindings) -> list[tuple]:
+def binding_rows(bindings) -> list[tuple]:
     return sorted((_kafka_name(b.restype), b.name, b.resource_pattern_type.name, b.principal, b.host,
                    _kafka_name(b.operation), b.permission_type.name) for b in bindings)
 
@@ -109,11 +109,29 @@ def list_acls(
 
     c = Cluster(bootstrap, timeout)
     pattern = _pattern(resource_pattern_type, ("ANY", "MATCH", "LITERAL", "PREFIXED"))
+    filters = _filters(_resources(topic, group, cluster, transactional_id, False), pattern,
+                       [principal] if principal else [], [], [], None)
+    _show(acl_rows(c, filters), fmt)
+
+
+def acl_rows(c, filters=None) -> list[tuple]:
+    """The ACLs matching `filters` (default: every ACL) as rows of COLUMNS; the broker's
+    refusal (no authorizer, not allowed) as a CliError."""
+    from confluent_kafka.admin import ResourcePatternType
+
+    from .client import _addresses
+    from .wire import describe_acls
+
+    if filters is None:
+        filters = _filters([], ResourcePatternType.ANY, [], [], [], None)
+    host, port = _addresses(c.bootstrap)[0]
     found = []
-    for f in _filters(_resources(topic, group, cluster, transactional_id, False), pattern,
-                      [principal] if principal else [], [], [], None):
-        found.extend(c.wait(c.admin.describe_acls(f, request_timeout=c.timeout), "cannot list ACLs"))
-    _show(_rows(set(found)), fmt)
+    for f in filters:
+        try:
+            found.extend(describe_acls(host, port, f, c.timeout, c.security))
+        except CliError as exc:
+            raise CliError(f"cannot list ACLs: {exc.message}") from None
+    return binding_rows(set(found))
 
 
 def _client_operations(topic: list[str], group: list[str], producer: bool, consumer: bool):
@@ -176,7 +194,7 @@ def add(
     for binding, f in c.admin.create_acls(bindings, request_timeout=c.timeout).items():
         c.wait(f, f"cannot add the ACL {binding}")
     output.note(f"added {len(bindings)} ACL(s)")
-    _show(_rows(bindings), Format.table)
+    _show(binding_rows(bindings), Format.table)
 
 
 @app.command("remove")
@@ -214,4 +232,4 @@ def remove(
     for f, fut in c.admin.delete_acls(filters, request_timeout=c.timeout).items():
         removed.extend(c.wait(fut, "cannot remove ACLs"))
     output.note(f"removed {len(set(removed))} ACL(s)")
-    _show(_rows(set(removed)), Format.table)
+    _show(binding_rows(set(removed)), Format.table)

@@ -123,6 +123,35 @@ def _name(value) -> str:
     return "<default>" if value is None else value
 
 
+def quota_rows(host: str, port: int, wanted: dict, timeout: float,
+               security=None) -> list[dict]:
+    """DescribeClientQuotas of the entities `wanted` ({} for every one; see entity()): a row
+    per quota, {"user", "client-id", "quota", "value"} (None: not part of the entity)."""
+    from ..protocol.messages import make, request_class
+    from .wire import request
+
+    mod = request_module(DESCRIBE, 1)
+    components = tuple(
+        make(mod.ComponentData, entity_type=t,
+             match_type=MATCH_SPECIFIED if n is ... else MATCH_DEFAULT if n is None else MATCH_EXACT,
+             match=None if n is ... or n is None else n)
+        for t, n in wanted.items())
+    response = request(host, port, make(request_class(DESCRIBE, 1), components=components,
+                                        strict=bool(wanted)), timeout, security)
+    if response.error_code:
+        raise CliError(f"cannot describe quotas: {response.error_code.name.upper()}"
+                       + (f": {response.error_message}" if response.error_message else ""))
+    rows = []
+    for entry in response.entries:
+        names = {e.entity_type: e.entity_name for e in entry.entity}
+        for value in sorted(entry.values, key=lambda v: v.key):
+            rows.append({"user": _name(names["user"]) if "user" in names else None,
+                         "client-id": _name(names["client-id"]) if "client-id" in names else None,
+                         "quota": value.key, "value": value.value})
+    rows.sort(key=lambda r: (r["user"] is None, r["user"] or "", r["client-id"] or "", r["quota"]))
+    return rows
+
+
 @app.command("describe")
 def describe(
     entity_type: list[str] = _entity_type_option(),
@@ -138,31 +167,10 @@ def describe(
 ) -> None:
     """The quotas set: every entity's, or (with entity options) those of exactly that entity
     (a type given without a name or default: every entity of that type)."""
-    from ..protocol.messages import make, request_class
-    from .wire import request
-
     wanted = entity(entity_type, entity_name, entity_default, user, client, user_defaults,
                     client_defaults, describing=True)
-    mod = request_module(DESCRIBE, 1)
-    components = tuple(
-        make(mod.ComponentData, entity_type=t,
-             match_type=MATCH_SPECIFIED if n is ... else MATCH_DEFAULT if n is None else MATCH_EXACT,
-             match=None if n is ... or n is None else n)
-        for t, n in wanted.items())
     host, port = _address(bootstrap)
-    response = request(host, port, make(request_class(DESCRIBE, 1), components=components,
-                                        strict=bool(wanted)), options.timeout(timeout))
-    if response.error_code:
-        raise CliError(f"cannot describe quotas: {response.error_code.name.upper()}"
-                       + (f": {response.error_message}" if response.error_message else ""))
-    rows = []
-    for entry in response.entries:
-        names = {e.entity_type: e.entity_name for e in entry.entity}
-        for value in sorted(entry.values, key=lambda v: v.key):
-            rows.append({"user": _name(names["user"]) if "user" in names else None,
-                         "client-id": _name(names["client-id"]) if "client-id" in names else None,
-                         "quota": value.key, "value": value.value})
-    rows.sort(key=lambda r: (r["user"] is None, r["user"] or "", r["client-id"] or "", r["quota"]))
+    rows = quota_rows(host, port, wanted, options.timeout(timeout))
     if fmt is Format.json:
         output.print_json(rows)
         return

@@ -28,11 +28,13 @@ def _mechanism(name: str):
     return ScramMechanism[name.replace("-", "_")]
 
 
-def _describe(cluster, users: list[str] | None = None) -> dict:
-    if users:
-        return {u: cluster.wait(f, f"cannot describe user {u}")
-                for u, f in cluster.admin.describe_user_scram_credentials(users).items()}
-    return cluster.wait(cluster.admin.describe_user_scram_credentials(), "cannot list users")
+def user_rows(cluster) -> list[tuple[str, str, int]]:
+    """(user, mechanism, iterations) of every SCRAM credential; never a salt or a key."""
+    from .client import _addresses
+    from .wire import describe_scram_users
+
+    host, port = _addresses(cluster.bootstrap)[0]
+    return describe_scram_users(host, port, cluster.timeout, cluster.security)
 
 
 @app.command("list")
@@ -42,9 +44,7 @@ def list_users(bootstrap: Optional[str] = bootstrap_option(), timeout: Optional[
     salts or keys)."""
     from .client import Cluster
 
-    described = _describe(Cluster(bootstrap, timeout))
-    rows = [(user, info.mechanism.name.replace("_", "-"), info.iterations)
-            for user, d in sorted(described.items()) for info in d.scram_credential_infos]
+    rows = user_rows(Cluster(bootstrap, timeout))
     if fmt == Format.json:
         output.print_json([{"user": u, "mechanism": m, "iterations": i} for u, m, i in rows])
     else:
@@ -92,7 +92,9 @@ def delete(
     if mechanism is not None:
         mechanisms = [_mechanism(mechanism)]
     else:
-        mechanisms = [i.mechanism for i in _describe(cluster, [user])[user].scram_credential_infos]
+        mechanisms = [_mechanism(m) for u, m, _ in user_rows(cluster) if u == user]
+        if not mechanisms:
+            raise CliError(f"user {user} has no SCRAM credentials")
     deletions = [UserScramCredentialDeletion(user, m) for m in mechanisms]
     for u, f in cluster.admin.alter_user_scram_credentials(deletions).items():
         cluster.wait(f, f"cannot delete the credentials of {u}")

@@ -160,3 +160,48 @@ def describe_log_dirs(host: str, port: int, topics: dict[str, list[int]] | None,
                     key = (topic.name, p.partition_index)
                     sizes[key] = sizes.get(key, 0) + p.partition_size
     return sizes
+
+
+DESCRIBE_SCRAM_USERS = 50
+SCRAM_MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+
+
+def describe_scram_users(host: str, port: int, timeout: float,
+                         security=None) -> list[tuple[str, str, int]]:
+    """DescribeUserScramCredentials v0 of every user: (user, mechanism, iterations), never a
+    salt or a key. (confluent-kafka 2.16's describe_user_scram_credentials crashes the process
+    when the broker refuses the request, as it does a user without Cluster Describe.)"""
+    response = request(host, port, request_class(DESCRIBE_SCRAM_USERS, 0)(users=None), timeout,
+                       security)
+    if response.error_code != ErrorCode.none:
+        raise CliError(f"cannot list users: {response.error_code.name.upper()}"
+                       + (f": {response.error_message}" if response.error_message else ""))
+    return sorted((r.user, SCRAM_MECHANISMS.get(int(i.mechanism), str(i.mechanism)),
+                   int(i.iterations))
+                  for r in response.results if r.error_code == ErrorCode.none
+                  for i in r.credential_infos)
+
+
+DESCRIBE_ACLS = 29
+
+
+def describe_acls(host: str, port: int, f, timeout: float, security=None) -> list:
+    """DescribeAcls v1 of a confluent-kafka AclBindingFilter: the matching AclBindings.
+    (confluent-kafka 2.16's describe_acls answers a refused request, or a cluster without an
+    authorizer, with no ACLs instead of the broker's error.)"""
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType,
+                                       ResourcePatternType, ResourceType)
+    from kio.static.primitive import i8
+
+    response = request(host, port, request_class(DESCRIBE_ACLS, 1)(
+        resource_type_filter=i8(f.restype.value), resource_name_filter=f.name,
+        pattern_type_filter=i8(f.resource_pattern_type.value), principal_filter=f.principal,
+        host_filter=f.host, operation=i8(f.operation.value),
+        permission_type=i8(f.permission_type.value)), timeout, security)
+    if response.error_code != ErrorCode.none:
+        raise CliError(f"{response.error_code.name.upper()}"
+                       + (f": {response.error_message}" if response.error_message else ""))
+    return [AclBinding(ResourceType(int(r.resource_type)), r.resource_name,
+                       ResourcePatternType(int(r.pattern_type)), a.principal, a.host,
+                       AclOperation(int(a.operation)), AclPermissionType(int(a.permission_type)))
+            for r in response.resources for a in r.acls]

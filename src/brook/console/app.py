@@ -424,6 +424,13 @@ def create_app(backend: Backend, settings: ConsoleSettings, sampler=None) -> Sta
         return RedirectResponse(f"/topics/{name}/messages?partition={p}&offset={offset}"
                                 f"&produced={offset}", status_code=303)
 
+    # -- security ------------------------------------------------------------------------
+
+    @handled
+    async def security(request: Request) -> Response:
+        view = await call(backend.security_page)
+        return page(request, "security.html", nav="security", view=view)
+
     async def root(request: Request) -> Response:
         return RedirectResponse("/groups", status_code=302)
 
@@ -444,6 +451,7 @@ def create_app(backend: Backend, settings: ConsoleSettings, sampler=None) -> Sta
         Route("/offsets-topic/{partition:int}", offsets_partition),
         Route("/cluster", cluster),
         Route("/cluster/brokers/{broker:int}", broker),
+        Route("/security", security),
         Route("/topics", topics, methods=["GET"]),
         Route("/topics", create_topic, methods=["POST"]),
         Route("/topics/{topic}", topic),

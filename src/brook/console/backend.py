@@ -426,3 +426,33 @@ class Backend:
     def alter_topic_configs(self, topic: str, to_set: dict[str, str],
                             to_delete: list[str]) -> None:
         cli_topics.alter_topic_configs(self.cluster(), topic, to_set, to_delete)
+
+    # -- security --------------------------------------------------------------------------
+
+    def security_page(self) -> dict[str, Any]:
+        """ACLs, SCRAM users (mechanisms and iterations: never a salt or a key) and client
+        quotas; each part is its rows, or the reason the cluster gave for not listing them (no
+        authorizer, not allowed)."""
+        from ..cli.acls import acl_rows
+        from ..cli.quotas import quota_rows
+        from ..cli.users import user_rows
+
+        cluster = self.cluster()
+
+        def part(fn):
+            try:
+                return fn(), None
+            except CliError as exc:
+                return [], exc.message
+
+        def quotas():
+            broker = next(iter(cluster.metadata().brokers.values()), None)
+            if broker is None:
+                raise CliError("no broker is known")
+            return quota_rows(broker.host, broker.port, {}, cluster.timeout, self.security)
+
+        acls, acls_error = part(lambda: acl_rows(cluster))
+        users, users_error = part(lambda: user_rows(cluster))
+        quota_list, quotas_error = part(quotas)
+        return {"acls": acls, "acls_error": acls_error, "users": users,
+                "users_error": users_error, "quotas": quota_list, "quotas_error": quotas_error}

@@ -93,7 +93,7 @@
     }
     if (pendingG) {
       pendingG = false;
-      const to = {c: "/groups", o: "/offsets-topic", t: "/topics", k: "/cluster"}[e.key];
+      const to = {c: "/groups", o: "/offsets-topic", t: "/topics", k: "/cluster", s: "/security"}[e.key];
       if (to) { e.preventDefault(); window.location.href = to; }
       return;
     }
