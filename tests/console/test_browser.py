@@ -234,6 +234,23 @@ def test_the_other_pages_render(broker, admin, console, browser):
     assert names == sorted(names, reverse=True)
 
 
+def background(driver) -> str:
+    return driver.execute_script("return getComputedStyle(document.body).backgroundColor")
+
+
+def test_the_theme_follows_the_system(console, browser):
+    browser.get(console.url + "cluster")
+    assert background(browser) == "rgb(255, 255, 255)"
+    try:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [
+            {"name": "prefers-color-scheme", "value": "dark"}]})
+        browser.get(console.url + "offsets-topic")
+        assert background(browser) == "rgb(13, 17, 23)"
+        shot(browser, "offsets-topic-dark.png")
+    finally:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+
 def post(url: str, data: dict, auth: str | None = None) -> tuple[int, str]:
     body = "&".join(f"{k}={v}" for k, v in data.items()).encode()
     request = urllib.request.Request(url, data=body, method="POST")

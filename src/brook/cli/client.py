@@ -188,10 +188,11 @@ class Cluster:
 
     # -- topics ----------------------------------------------------------------------------
 
-    def metadata(self):
-        """confluent-kafka's ClusterMetadata: brokers, controller id, every topic."""
+    def metadata(self, topic: str | None = None):
+        """confluent-kafka's ClusterMetadata: brokers, controller id, and every topic (or only
+        `topic`: far less to send and read on a cluster of many partitions)."""
         try:
-            return self.admin.list_topics(timeout=self.timeout)
+            return self.admin.list_topics(topic, timeout=self.timeout)
         except KafkaException as exc:
             raise CliError(f"cannot list topics: {self.reason(exc)}") from exc
 

@@ -205,3 +205,22 @@ def describe_acls(host: str, port: int, f, timeout: float, security=None) -> lis
                        ResourcePatternType(int(r.pattern_type)), a.principal, a.host,
                        AclOperation(int(a.operation)), AclPermissionType(int(a.permission_type)))
             for r in response.resources for a in r.acls]
+
+
+METADATA = 3
+
+
+def topic_metadata(host: str, port: int, timeout: float, security=None) -> list[dict]:
+    """Metadata v12 of every topic, as plain values sorted by name: {"topic", "internal",
+    "error", "partitions": [{"partition", "leader", "replicas", "isr"}]}."""
+    response = request(host, port, request_class(METADATA, 12)(
+        topics=None, allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False), timeout, security)
+    return sorted(({
+        "topic": t.name, "internal": bool(t.is_internal),
+        "error": None if t.error_code == ErrorCode.none else t.error_code.name.upper(),
+        "partitions": sorted(({"partition": int(p.partition_index), "leader": int(p.leader_id),
+                               "replicas": [int(r) for r in p.replica_nodes],
+                               "isr": [int(r) for r in p.isr_nodes]} for p in t.partitions),
+                             key=lambda p: p["partition"]),
+    } for t in response.topics if t.name is not None), key=lambda t: t["topic"])
