@@ -201,6 +201,7 @@ def test_topics_create_alter_grow_and_delete(broker, admin, console):
     page = text(console.get(f"/topics/{topic}").text)
     assert "retention.ms 3600000 DYNAMIC_TOPIC_CONFIG" in page
     assert topic in text(console.get(f"/topics?q={topic[4:]}").text)
+    commit(admin, name("g"), {(topic, 0): 0})  # __consumer_offsets exists from here on
     assert "__consumer_offsets" not in text(console.get("/topics").text)
     assert "__consumer_offsets internal" in text(console.get("/topics?internal=1").text)
     r = post(console, f"/topics/{topic}/configs", {"set": "cleanup.policy=compact",
