@@ -175,3 +175,16 @@ def test_listen_addresses(listen, expected):
     assert parse_listen(listen) == expected
     assert is_loopback(expected[0])
     assert not is_loopback("0.0.0.0") and not is_loopback("192.0.2.1")
+
+
+def test_every_control_has_a_label():
+    for template in (STATIC / "templates").glob("*.html"):
+        text = template.read_text()
+        labelled = set(re.findall(r'<label for="([^"]+)"', text))
+        for m in re.finditer(r"<(input|select|textarea)\b([^>]*)>", text):
+            attrs = m.group(2)
+            if 'type="hidden"' in attrs:
+                continue
+            wrapped = text.rfind("<label", 0, m.start()) > text.rfind("</label>", 0, m.start())
+            found = re.search(r'id="([^"]+)"', attrs)
+            assert wrapped or (found and found.group(1) in labelled), (template.name, m.group(0))

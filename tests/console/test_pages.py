@@ -283,3 +283,20 @@ def test_produce_a_message_from_the_page(broker, admin, console):
                                                        [("a", b"1"), ("b", b"2")])
     r = post(console, f"/topics/{topic}/messages", {"value": "x", "headers": "novalue"})
     assert r.status_code == 400 and "invalid header" in text(r.text)
+
+
+def test_a_group_id_with_odd_characters_has_its_own_page(broker, admin, console):
+    from urllib.parse import quote
+
+    topic = make_topic(admin, 1)
+    group = f"team/a b?c#d%e-{name('x')}"
+    commit(admin, group, {(topic, 0): 0})
+    path = quote(group, safe="")
+    r = console.get(f"/groups/{path}")
+    assert r.status_code == 200 and f'id="group-id">{group}<' in unescape(r.text)
+    assert f'data-lag-url="/lag/{path}"' in r.text
+    assert console.get(f"/lag/{path}").status_code == 200
+    r = console.get(f"/reset/{path}?to=latest&scope=all")
+    assert r.status_code == 200 and "Dry run" in r.text
+    console.backend._overview = None
+    assert f'href="/groups/{path}"' in console.get("/groups").text
