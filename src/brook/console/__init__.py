@@ -1,5 +1,7 @@
 """`brook console`: a web console for a Kafka-protocol cluster (brook's or any other), served
-as a client of the cluster. See docs/console.md.
+as a client of the cluster. See docs/console.md. It reaches the cluster only through the
+protocol (brook.cli's client and operations, brook.client's connection) and knows nothing of
+the broker's internals.
 
 - `command`: the `brook console` command (its options, binding, the server's start)
 - `app`: the Starlette application, its pages and its safety checks
