@@ -300,3 +300,25 @@ def test_a_group_id_with_odd_characters_has_its_own_page(broker, admin, console)
     assert r.status_code == 200 and "Dry run" in r.text
     console.backend._overview = None
     assert f'href="/groups/{path}"' in console.get("/groups").text
+
+
+def test_sampling_in_batches_reads_what_one_request_a_group_reads(broker, admin, console):
+    topic = make_topic(admin, 2)
+    produce(broker, topic, [b"x"] * 4, partition=1)
+    idle, busy = name("idle"), name("busy")
+    commit(admin, idle, {(topic, 0): 0, (topic, 1): 1})
+    backend = console.backend
+    with member(broker, busy, topic):
+        cluster = backend.cluster()
+        ids = [idle, busy]
+        batched = backend._read_groups(cluster, ids)
+        backend._batched = False
+        try:
+            one_by_one = backend._read_groups(cluster, ids)
+        finally:
+            backend._batched = True
+    assert batched == one_by_one
+    groups, committed = batched
+    assert groups[busy].state == "Stable" and groups[busy].assignor == "range"
+    assert {tp for m in groups[busy].members for tp in m.partitions} == {(topic, 0), (topic, 1)}
+    assert committed[idle] == {(topic, 0): 0, (topic, 1): 1}

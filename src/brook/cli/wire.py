@@ -224,3 +224,46 @@ def topic_metadata(host: str, port: int, timeout: float, security=None) -> list[
                                "isr": [int(r) for r in p.isr_nodes]} for p in t.partitions),
                              key=lambda p: p["partition"]),
     } for t in response.topics if t.name is not None), key=lambda t: t["topic"])
+
+
+FIND_COORDINATOR, DESCRIBE_GROUPS, OFFSET_FETCH = 10, 15, 9
+
+
+def find_group_coordinators(host: str, port: int, groups: list[str], timeout: float,
+                            security=None) -> dict[str, tuple[int, str, int] | str]:
+    """FindCoordinator v4 (KIP-699) of many groups in one request: each group's coordinator
+    (id, host, port), or the error name when it has none now."""
+    from kio.static.primitive import i8
+
+    response = request(host, port, request_class(FIND_COORDINATOR, 4)(
+        key_type=i8(0), coordinator_keys=tuple(groups)), timeout, security)
+    return {c.key: (int(c.node_id), c.host, int(c.port)) if c.error_code == ErrorCode.none
+            else c.error_code.name.upper() for c in response.coordinators}
+
+
+def describe_groups(host: str, port: int, groups: list[str], timeout: float,
+                    security=None) -> list:
+    """DescribeGroups v5 of the groups a coordinator has, in one request: kio's
+    DescribedGroup entities (state, protocol type and name, members and their assignments)."""
+    response = request(host, port, request_class(DESCRIBE_GROUPS, 5)(
+        groups=tuple(groups), include_authorized_operations=False), timeout, security)
+    return list(response.groups)
+
+
+def fetch_group_offsets(host: str, port: int, groups: list[str], timeout: float,
+                        security=None) -> dict[str, dict[tuple[str, int], int] | str]:
+    """OffsetFetch v8 (KIP-709) of many groups of one coordinator in one request: each group's
+    committed offsets {(topic, partition): offset}, or the error name of a group refused."""
+    mod = load_payload_module(OFFSET_FETCH, 8, EntityType.request)
+    response = request(host, port, request_class(OFFSET_FETCH, 8)(
+        groups=tuple(mod.OffsetFetchRequestGroup(group_id=g, topics=None) for g in groups),
+        require_stable=False), timeout, security)
+    out: dict[str, dict[tuple[str, int], int] | str] = {}
+    for g in response.groups:
+        if g.error_code != ErrorCode.none:
+            out[g.group_id] = g.error_code.name.upper()
+            continue
+        out[g.group_id] = {(t.name, int(p.partition_index)): int(p.committed_offset)
+                           for t in g.topics for p in t.partitions
+                           if p.error_code == ErrorCode.none and p.committed_offset >= 0}
+    return out

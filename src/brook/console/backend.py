@@ -7,6 +7,7 @@ Every failure is a CliError with a message for a person; the pages show it.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -19,6 +20,7 @@ from . import render
 from .lag import LagHistory, duration_text, time_behind
 from .reader import Page, PartitionReader, browse
 
+log = logging.getLogger("brook.console")
 OFFSETS_TOPIC = "__consumer_offsets"
 CLIENT_ID = "brook-console"
 MAX_LIMIT = 500
@@ -41,6 +43,8 @@ class Backend:
         self._reader: PartitionReader | None = None
         self._producer = None
         self._overview: tuple[float, list[dict[str, Any]]] | None = None
+        self._batched = True  # FindCoordinator v4 and OffsetFetch v8 work: Kafka 3.0 or later
+        self._batch_failures = 0
 
     # -- the connection --------------------------------------------------------------------
 
@@ -88,8 +92,8 @@ class Backend:
         now = time.time() if now is None else now
         cluster = self.cluster()
         ids = [g for g, _ in cluster.group_ids()]
-        described = {g.group_id: g for g in cluster.groups(ids)}
-        committed = cluster.committed_many(ids)
+        described, committed = self._read_groups(cluster, ids)
+        ids = [g for g in ids if g in described]
         tps = {tp for offsets in committed.values() for tp in offsets}
         tps |= {tp for g in described.values() for m in g.members for tp in m.partitions}
         ends = {tp: o for tp, (o, _) in cluster.log_offsets(tps, "latest",
@@ -98,8 +102,7 @@ class Backend:
         rows = []
         for group_id in ids:
             group = described[group_id]
-            offsets = {tp: o for tp, (o, _) in committed.get(group_id, {}).items()}
-            partition_rows = cli_groups.offset_rows(group, offsets, ends)
+            partition_rows = cli_groups.offset_rows(group, committed.get(group_id, {}), ends)
             self.history.add(group_id, now, partition_rows)
             lags = [r["lag"] for r in partition_rows if r["lag"] is not None]
             latest = self.history.latest(group_id)
@@ -117,6 +120,30 @@ class Backend:
         self.history.forget_except(ids, now)
         self._overview = (now, rows)
         return rows
+
+    def _read_groups(self, cluster, ids: list[str]):
+        """Every group's description and committed offsets: in a few batched requests
+        (sampling.py), or one request a group from a cluster older than Kafka 3.0."""
+        from .sampling import read_groups
+
+        if self._batched:
+            try:
+                result = read_groups(cluster.bootstrap, ids, cluster.timeout, self.security)
+                self._batch_failures = 0
+                return result
+            except CliError as exc:
+                self._batch_failures += 1
+                if self._batch_failures >= 3:  # while the requests below work: an old cluster
+                    self._batched = False
+                    log.warning("console: sampling one request a group (%s)", exc.message)
+        try:
+            described = {g.group_id: g for g in cluster.groups(ids)}
+            committed = {g: {tp: o for tp, (o, _) in offsets.items()}
+                         for g, offsets in cluster.committed_many(ids).items()}
+        except CliError:
+            self._batch_failures = 0  # the cluster failed, not the batched requests
+            raise
+        return described, committed
 
     def groups_overview(self) -> tuple[float, list[dict[str, Any]]]:
         """The last sample when it is recent, else a new one: (its time, its rows)."""
