@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 #: Modules beside the table: foundations anyone may use, entry points that may use anything.
 FOUNDATIONS = {"brook", "brook.clock", "brook.properties"}  # brook: its __version__
-ENTRY_POINTS = re.compile(r"^brook\.(__main__|demo\w*)$")
+ENTRY_POINTS = re.compile(r"^brook\.(__main__|demo\w*|cli\.app)$")
 
 
 def module_name(path: Path) -> str:
