@@ -35,7 +35,7 @@ def _operation(name: str):
 
     wanted = name.replace("_", "").replace("-", "").lower()
     for op in AclOperation:
-        if op.name.replace("_", "").lower() == wanted and op.name not in ("UNKNOWN",):
+        if op.name.replace("_", "").lower() == wanted and op.name != "UNKNOWN":
             return op
     raise CliError(f"unknown operation {name!r}", code=2)
 
@@ -190,11 +190,84 @@ def add(
     bindings = [AclBinding(ResourceType[rtype], name, pattern, principal, host, op, permission)
                 for permission, principals, hosts in who for principal in principals
                 for host in hosts for (rtype, name), op in pairs]
-    c = Cluster(bootstrap, timeout)
-    for binding, f in c.admin.create_acls(bindings, request_timeout=c.timeout).items():
-        c.wait(f, f"cannot add the ACL {binding}")
+    create_acls(Cluster(bootstrap, timeout), bindings)
     output.note(f"added {len(bindings)} ACL(s)")
     _show(binding_rows(bindings), Format.table)
+
+
+def create_acls(c, bindings) -> None:
+    """CreateAcls of confluent AclBindings; the first refusal as a CliError."""
+    for binding, f in c.admin.create_acls(bindings, request_timeout=c.timeout).items():
+        c.wait(f, f"cannot add the ACL {binding_text(binding)}")
+
+
+def delete_acls(c, filters) -> list[tuple]:
+    """DeleteAcls of confluent AclBindingFilters: the ACLs removed, as rows of COLUMNS."""
+    removed = []
+    for f, fut in c.admin.delete_acls(filters, request_timeout=c.timeout).items():
+        removed.extend(c.wait(fut, "cannot remove ACLs"))
+    return binding_rows(set(removed))
+
+
+def binding_text(b) -> str:
+    return (f"{b.permission_type.name} {b.principal} {_kafka_name(b.operation)} on "
+            f"{_kafka_name(b.restype)} {b.name} ({b.resource_pattern_type.name}) from {b.host}")
+
+
+RESOURCE_TYPES = {"topic": "TOPIC", "group": "GROUP", "cluster": "BROKER", "broker": "BROKER",
+                  "transactionalid": "TRANSACTIONAL_ID", "any": "ANY"}
+
+
+def resource_type(name: str, allow_any: bool = False):
+    """A resource type in Kafka's spelling (Topic, Cluster, TransactionalId) or confluent's."""
+    from confluent_kafka.admin import ResourceType
+
+    key = RESOURCE_TYPES.get(name.replace("_", "").replace("-", "").lower())
+    if key is None or (key == "ANY" and not allow_any):
+        raise CliError(f"unknown resource type {name!r} (Topic, Group, Cluster or "
+                       "TransactionalId)", code=2)
+    return ResourceType[key]
+
+
+def permission_type(name: str, allow_any: bool = False):
+    from confluent_kafka.admin import AclPermissionType
+
+    key = name.upper()
+    if key not in (("ALLOW", "DENY", "ANY") if allow_any else ("ALLOW", "DENY")):
+        raise CliError(f"the permission is ALLOW or DENY, not {name!r}", code=2)
+    return AclPermissionType[key]
+
+
+def acl_binding(resource: str, name: str, principal: str, operation: str, permission: str = "ALLOW",
+                host: str = "*", pattern: str = "LITERAL"):
+    """One ACL from its parts as a person types them (Topic, orders, User:alice, Read)."""
+    from confluent_kafka.admin import AclBinding
+
+    rtype = resource_type(resource)
+    if rtype.name == "BROKER":
+        name = name or CLUSTER_NAME
+    if not name:
+        raise CliError("name the resource (a topic, a group, a transactional id; * for every one)",
+                       code=2)
+    if ":" not in principal or not principal.split(":", 1)[1]:
+        raise CliError(f"a principal is TYPE:NAME (User:alice), not {principal!r}", code=2)
+    op = _operation(operation)
+    if op.name == "ANY":
+        raise CliError("choose an operation (All for every one)", code=2)
+    return AclBinding(rtype, name, _pattern(pattern, ("LITERAL", "PREFIXED")), principal,
+                      host or "*", op, permission_type(permission))
+
+
+def acl_filter(resource: str = "ANY", name: str | None = None, principal: str | None = None,
+               operation: str = "ANY", permission: str = "ANY", host: str | None = None,
+               pattern: str = "ANY"):
+    """An ACL filter from its parts; empty parts match anything."""
+    from confluent_kafka.admin import AclBindingFilter
+
+    return AclBindingFilter(resource_type(resource or "ANY", allow_any=True), name or None,
+                            _pattern(pattern or "ANY", ("ANY", "MATCH", "LITERAL", "PREFIXED")),
+                            principal or None, host or None, _operation(operation or "ANY"),
+                            permission_type(permission or "ANY", allow_any=True))
 
 
 @app.command("remove")
@@ -227,9 +300,6 @@ def remove(
                                    (AclPermissionType.DENY, deny_principal)):
         if principals:
             filters += _filters(resources, pattern, principals, [], ops, permission)
-    c = Cluster(bootstrap, timeout)
-    removed = []
-    for f, fut in c.admin.delete_acls(filters, request_timeout=c.timeout).items():
-        removed.extend(c.wait(fut, "cannot remove ACLs"))
-    output.note(f"removed {len(set(removed))} ACL(s)")
-    _show(binding_rows(set(removed)), Format.table)
+    removed = delete_acls(Cluster(bootstrap, timeout), filters)
+    output.note(f"removed {len(removed)} ACL(s)")
+    _show(removed, Format.table)

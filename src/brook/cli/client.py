@@ -85,6 +85,8 @@ def _librdkafka_logger() -> logging.Logger:
 def error_text(err: KafkaError) -> str:
     """`Broker: Unknown topic or partition (UNKNOWN_TOPIC_OR_PART)` style text of an error."""
     text = err.str() or ""
+    if text == "(null)":  # librdkafka's text of an error the broker gave no message for
+        text = ""
     name = err.name()
     return f"{text} ({name})" if text and name not in text else text or name
 

@@ -197,9 +197,6 @@ def alter(
 ) -> None:
     """Set or remove quotas of one entity (the others it has stay); they apply at once and
     persist."""
-    from ..protocol.messages import make, request_class
-    from .wire import request
-
     target = entity(entity_type, entity_name, entity_default, user, client, user_defaults,
                     client_defaults)
     if not target:
@@ -207,24 +204,44 @@ def alter(
                        "--entity-default (or --user/--client/--user-defaults/--client-defaults)", code=2)
     to_set = _parse_add(add_config)
     to_delete = [k for value in delete_config for k in (p.strip() for p in value.split(",")) if k]
-    if not to_set and not to_delete:
-        raise CliError("nothing to change: give --add-config k=v or --delete-config k", code=2)
-    if set(to_set) & set(to_delete):
-        raise CliError(f"{sorted(set(to_set) & set(to_delete))[0]} is both added and deleted", code=2)
-    mod = request_module(ALTER, 1)
-    ops = tuple(make(mod.OpData, key=k, value=v, remove=False) for k, v in to_set.items()) + tuple(
-        make(mod.OpData, key=k, value=0.0, remove=True) for k in to_delete)
-    body = make(request_class(ALTER, 1), validate_only=validate_only, entries=(make(
-        mod.EntryData, entity=tuple(make(mod.EntityData, entity_type=t, entity_name=n)
-                                    for t, n in target.items()), ops=ops),))
     host, port = _address(bootstrap)
-    (result,) = request(host, port, body, options.timeout(timeout)).entries
-    what = ", ".join(f"{t} {_name(n)}" for t, n in target.items())
-    if result.error_code:
-        raise CliError(f"cannot alter the quotas of {what}: {result.error_code.name.upper()}"
-                       + (f": {result.error_message}" if result.error_message else ""))
+    what = alter_quotas(host, port, target, to_set, to_delete, options.timeout(timeout),
+                        validate_only=validate_only)
     verb = "Would set" if validate_only else "Set"
     for k, v in to_set.items():
         output.line(f"{verb} {k}={_number(v)} for {what}.")
     for k in to_delete:
         output.line(f"{'Would remove' if validate_only else 'Removed'} {k} from {what}.")
+
+
+def entity_text(target: dict) -> str:
+    """{"user": "alice", "client-id": None} -> "user alice, client-id <default>"."""
+    return ", ".join(f"{t} {_name(n)}" for t, n in target.items())
+
+
+def alter_quotas(host: str, port: int, target: dict, to_set: dict[str, float],
+                 to_delete: list[str], timeout: float, security=None,
+                 validate_only: bool = False) -> str:
+    """AlterClientQuotas of one entity (see entity()): set `to_set`, remove `to_delete`, the
+    entity's other quotas untouched. The entity's text; a refusal as a CliError."""
+    from ..protocol.messages import make, request_class
+    from .wire import request
+
+    if not target:
+        raise CliError("give the entity: a user, a client id, or their defaults", code=2)
+    if not to_set and not to_delete:
+        raise CliError("nothing to change: give --add-config k=v or --delete-config k", code=2)
+    if set(to_set) & set(to_delete):
+        raise CliError(f"{sorted(set(to_set) & set(to_delete))[0]} is both added and deleted", code=2)
+    mod = request_module(ALTER, 1)
+    ops = tuple(make(mod.OpData, key=k, value=float(v), remove=False) for k, v in to_set.items()) + tuple(
+        make(mod.OpData, key=k, value=0.0, remove=True) for k in to_delete)
+    body = make(request_class(ALTER, 1), validate_only=validate_only, entries=(make(
+        mod.EntryData, entity=tuple(make(mod.EntityData, entity_type=t, entity_name=n)
+                                    for t, n in target.items()), ops=ops),))
+    (result,) = request(host, port, body, timeout, security).entries
+    what = entity_text(target)
+    if result.error_code:
+        raise CliError(f"cannot alter the quotas of {what}: {result.error_code.name.upper()}"
+                       + (f": {result.error_message}" if result.error_message else ""))
+    return what

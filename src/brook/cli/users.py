@@ -63,16 +63,44 @@ def set_scram(
     timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Create the user, or change its password, for one SCRAM mechanism."""
-    from confluent_kafka.admin import ScramCredentialInfo, UserScramCredentialUpsertion
-
     from .client import Cluster
 
-    cluster = Cluster(bootstrap, timeout)
+    set_scram_credential(Cluster(bootstrap, timeout), user, mechanism, password, iterations)
+    output.note(f"user {user}: {mechanism.upper()} credential set ({iterations} iterations)")
+
+
+def set_scram_credential(cluster, user: str, mechanism: str, password: str,
+                         iterations: int = 4096) -> None:
+    """Create the user, or change its password, for one SCRAM mechanism (AlterUserScramCredentials:
+    the salted password goes, never the password). A refusal as a CliError naming no secret."""
+    from confluent_kafka.admin import ScramCredentialInfo, UserScramCredentialUpsertion
+
+    if not user:
+        raise CliError("name the user", code=2)
+    if not password:
+        raise CliError("the password may not be empty", code=2)
+    if not 4096 <= iterations <= 16384:
+        raise CliError(f"iterations are 4096 to 16384 (Kafka's range), not {iterations}", code=2)
     upsertion = UserScramCredentialUpsertion(user, ScramCredentialInfo(_mechanism(mechanism), iterations),
                                              password.encode())
     for u, f in cluster.admin.alter_user_scram_credentials([upsertion]).items():
         cluster.wait(f, f"cannot set the {mechanism.upper()} credential of {u}")
-    output.note(f"user {user}: {mechanism.upper()} credential set ({iterations} iterations)")
+
+
+def delete_scram_credentials(cluster, user: str, mechanism: str | None = None) -> list[str]:
+    """Delete a user's credential of one mechanism, or all of them: the mechanisms deleted."""
+    from confluent_kafka.admin import UserScramCredentialDeletion
+
+    if mechanism:
+        mechanisms = [_mechanism(mechanism)]
+    else:
+        mechanisms = [_mechanism(m) for u, m, _ in user_rows(cluster) if u == user]
+        if not mechanisms:
+            raise CliError(f"user {user} has no SCRAM credentials")
+    deletions = [UserScramCredentialDeletion(user, m) for m in mechanisms]
+    for u, f in cluster.admin.alter_user_scram_credentials(deletions).items():
+        cluster.wait(f, f"cannot delete the credentials of {u}")
+    return [m.name.replace("_", "-") for m in mechanisms]
 
 
 @app.command("delete")
@@ -84,18 +112,7 @@ def delete(
     timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Delete a user's SCRAM credentials (one mechanism's, or all of them)."""
-    from confluent_kafka.admin import UserScramCredentialDeletion
-
     from .client import Cluster
 
-    cluster = Cluster(bootstrap, timeout)
-    if mechanism is not None:
-        mechanisms = [_mechanism(mechanism)]
-    else:
-        mechanisms = [_mechanism(m) for u, m, _ in user_rows(cluster) if u == user]
-        if not mechanisms:
-            raise CliError(f"user {user} has no SCRAM credentials")
-    deletions = [UserScramCredentialDeletion(user, m) for m in mechanisms]
-    for u, f in cluster.admin.alter_user_scram_credentials(deletions).items():
-        cluster.wait(f, f"cannot delete the credentials of {u}")
-    output.note(f"user {user}: {', '.join(m.name.replace('_', '-') for m in mechanisms)} deleted")
+    deleted = delete_scram_credentials(Cluster(bootstrap, timeout), user, mechanism)
+    output.note(f"user {user}: {', '.join(deleted)} deleted")

@@ -426,10 +426,122 @@ def create_app(backend: Backend, settings: ConsoleSettings, sampler=None) -> Sta
 
     # -- security ------------------------------------------------------------------------
 
+    def acl_filter_args(params) -> tuple[Any, dict[str, str]]:
+        """The ACL filter of a form or a query (empty fields match anything): (confluent's
+        AclBindingFilter or None when every field is empty, the fields as given)."""
+        from ..cli.acls import acl_filter
+
+        raw = {k: (params.get(k) or "").strip() for k in ACL_FIELDS}
+        given = {k: v for k, v in raw.items() if v and v.upper() != "ANY"}
+        return (acl_filter(**given) if given else None), raw
+
     @handled
     async def security(request: Request) -> Response:
-        view = await call(backend.security_page)
-        return page(request, "security.html", nav="security", view=view)
+        f, raw = acl_filter_args(request.query_params)
+        view = await call(backend.security_page, f)
+        return page(request, "security.html", nav="security", view=view, acl=raw,
+                    filtered=f is not None, operations=ACL_OPERATIONS,
+                    mechanisms=SCRAM_MECHANISMS, quota_keys=QUOTA_KEYS)
+
+    def security_done(request: Request, message: str) -> Response:
+        return page(request, "done.html", nav="security", message=message, back="/security",
+                    back_text="Security")
+
+    @handled
+    async def create_acl(request: Request) -> Response:
+        from ..cli.acls import acl_binding, binding_text
+
+        form = await change_form(request)
+        fields = {k: (form.get(k) or "").strip() for k in ACL_FIELDS}
+        binding = acl_binding(fields["resource"], fields["name"], fields["principal"],
+                              fields["operation"], fields["permission"] or "ALLOW",
+                              fields["host"] or "*", fields["pattern"] or "LITERAL")
+        await call(backend.create_acl, binding)
+        log.info("console: added an ACL for %s on %s %r", binding.principal,
+                 binding.restype.name, binding.name)
+        return security_done(request, "Added the ACL: " + binding_text(binding))
+
+    @handled
+    async def delete_acls(request: Request) -> Response:
+        form = await change_form(request)
+        f, raw = acl_filter_args(form)
+        if f is None:
+            raise ValueError("narrow the filter: an empty one would delete every ACL of the "
+                             "cluster (brook acls remove does that, one resource at a time)")
+        removed = await call(backend.delete_acls, f)
+        log.info("console: deleted %d ACL(s)", len(removed))
+        return page(request, "done.html", nav="security", back="/security",
+                    back_text="Security", message=f"Deleted {len(removed)} ACL(s).",
+                    rows=removed)
+
+    @handled
+    async def set_user(request: Request) -> Response:
+        form = await change_form(request)
+        user = (form.get("user") or "").strip()
+        mechanism = form.get("mechanism") or "SCRAM-SHA-512"
+        iterations = _int_field(form, "iterations", 4096, minimum=4096)
+        password = form.get("password") or ""
+        if password != (form.get("confirm_password") or ""):
+            raise ValueError("the two passwords differ: type the same one twice")
+        await call(backend.set_scram, user, mechanism, password, iterations)
+        del password
+        log.info("console: set the %s credential of user %r", mechanism, user)
+        return security_done(request, f"User {user}: {mechanism} credential set "
+                                      f"({iterations} iterations).")
+
+    @handled
+    async def delete_user(request: Request) -> Response:
+        form = await change_form(request)
+        user = (form.get("user") or "").strip()
+        mechanism = (form.get("mechanism") or "").strip() or None
+        if not user:
+            raise ValueError("name the user whose credentials to delete")
+        deleted = await call(backend.delete_scram, user, mechanism)
+        log.info("console: deleted the %s credential(s) of user %r", ", ".join(deleted), user)
+        return security_done(request, f"User {user}: {', '.join(deleted)} deleted.")
+
+    def quota_target(form) -> dict:
+        target: dict = {}
+        for key, field_name in (("user", "user"), ("client-id", "client")):
+            if form.get(f"{field_name}_default"):
+                target[key] = None
+            else:
+                name = (form.get(field_name) or "").strip()
+                if name:
+                    target[key] = None if name == DEFAULT_ENTITY else name
+        if not target:
+            raise ValueError("name a user, a client id, or both (or choose their defaults)")
+        return target
+
+    @handled
+    async def set_quota(request: Request) -> Response:
+        form = await change_form(request)
+        target = quota_target(form)
+        key = (form.get("quota") or "").strip()
+        if key not in QUOTA_KEYS:
+            raise ValueError(f"the quota is one of {', '.join(QUOTA_KEYS)}")
+        text = (form.get("value") or "").strip()
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"the value of {key} must be a number, not {text!r}") from None
+        if value <= 0:
+            raise ValueError(f"the value of {key} must be more than 0 (delete the quota to "
+                             "remove the limit)")
+        what = await call(backend.alter_quotas, target, {key: value}, [])
+        log.info("console: set %s of %s", key, what)
+        return security_done(request, f"Set {key}={text} for {what}.")
+
+    @handled
+    async def delete_quota(request: Request) -> Response:
+        form = await change_form(request)
+        target = quota_target(form)
+        key = (form.get("quota") or "").strip()
+        if not key:
+            raise ValueError("name the quota to remove")
+        what = await call(backend.alter_quotas, target, {}, [key])
+        log.info("console: removed %s of %s", key, what)
+        return security_done(request, f"Removed {key} from {what}.")
 
     async def root(request: Request) -> Response:
         return RedirectResponse("/groups", status_code=302)
@@ -452,6 +564,12 @@ def create_app(backend: Backend, settings: ConsoleSettings, sampler=None) -> Sta
         Route("/cluster", cluster),
         Route("/cluster/brokers/{broker:int}", broker),
         Route("/security", security),
+        Route("/security/acls", create_acl, methods=["POST"]),
+        Route("/security/acls/delete", delete_acls, methods=["POST"]),
+        Route("/security/users", set_user, methods=["POST"]),
+        Route("/security/users/delete", delete_user, methods=["POST"]),
+        Route("/security/quotas", set_quota, methods=["POST"]),
+        Route("/security/quotas/delete", delete_quota, methods=["POST"]),
         Route("/topics", topics, methods=["GET"]),
         Route("/topics", create_topic, methods=["POST"]),
         Route("/topics/{topic}", topic),
@@ -480,6 +598,15 @@ def create_app(backend: Backend, settings: ConsoleSettings, sampler=None) -> Sta
     app.state.backend = backend
     app.state.duration_text = duration_text
     return app
+
+
+ACL_FIELDS = ("resource", "name", "pattern", "principal", "host", "operation", "permission")
+ACL_OPERATIONS = ("All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction",
+                  "DescribeConfigs", "AlterConfigs", "IdempotentWrite")
+SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage",
+              "controller_mutation_rate")
+DEFAULT_ENTITY = "<default>"  # how the quotas table names a default user or client id
 
 
 def _status(exc: CliError) -> int:

@@ -470,12 +470,11 @@ class Backend:
 
     # -- security --------------------------------------------------------------------------
 
-    def security_page(self) -> dict[str, Any]:
-        """ACLs, SCRAM users (mechanisms and iterations: never a salt or a key) and client
-        quotas; each part is its rows, or the reason the cluster gave for not listing them (no
-        authorizer, not allowed)."""
+    def security_page(self, acl_filter=None) -> dict[str, Any]:
+        """ACLs (those matching `acl_filter`, a confluent AclBindingFilter, or all), SCRAM users
+        (mechanisms and iterations: never a salt or a key) and client quotas; each part is its
+        rows, or the reason the cluster gave for not listing them (no authorizer, not allowed)."""
         from ..cli.acls import acl_rows
-        from ..cli.client import _addresses
         from ..cli.quotas import quota_rows
         from ..cli.users import user_rows
 
@@ -488,11 +487,45 @@ class Backend:
                 return [], exc.message
 
         def quotas():
-            host, port = _addresses(cluster.bootstrap)[0]
+            host, port = self._address(cluster)
             return quota_rows(host, port, {}, cluster.timeout, self.security)
 
-        acls, acls_error = part(lambda: acl_rows(cluster))
+        acls, acls_error = part(lambda: acl_rows(cluster, [acl_filter] if acl_filter else None))
         users, users_error = part(lambda: user_rows(cluster))
         quota_list, quotas_error = part(quotas)
         return {"acls": acls, "acls_error": acls_error, "users": users,
                 "users_error": users_error, "quotas": quota_list, "quotas_error": quotas_error}
+
+    @staticmethod
+    def _address(cluster) -> tuple[str, int]:
+        from ..cli.client import _addresses
+
+        return _addresses(cluster.bootstrap)[0]
+
+    def create_acl(self, binding) -> None:
+        from ..cli.acls import create_acls
+
+        create_acls(self.cluster(), [binding])
+
+    def delete_acls(self, acl_filter) -> list[tuple]:
+        from ..cli.acls import delete_acls
+
+        return delete_acls(self.cluster(), [acl_filter])
+
+    def set_scram(self, user: str, mechanism: str, password: str, iterations: int) -> None:
+        from ..cli.users import set_scram_credential
+
+        set_scram_credential(self.cluster(), user, mechanism, password, iterations)
+
+    def delete_scram(self, user: str, mechanism: str | None) -> list[str]:
+        from ..cli.users import delete_scram_credentials
+
+        return delete_scram_credentials(self.cluster(), user, mechanism)
+
+    def alter_quotas(self, target: dict, to_set: dict[str, float], to_delete: list[str]) -> str:
+        from ..cli.quotas import alter_quotas
+
+        cluster = self.cluster()
+        host, port = self._address(cluster)
+        return alter_quotas(host, port, target, to_set, to_delete, cluster.timeout,
+                            self.security)
