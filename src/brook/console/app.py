@@ -130,6 +130,7 @@ def create_app(backend: Backend, settings: ConsoleSettings, sampler=None) -> Sta
     env.filters["ids"] = lambda xs: ",".join(str(x) for x in xs) if xs else "-"
     env.filters["dash"] = lambda v: "-" if v is None else v
     env.filters["path"] = lambda v: quote(str(v), safe="")
+    env.filters["rate"] = render.rate_text
 
     def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
         nonce = request.scope.get("state", {}).get("csrf_nonce", "")
@@ -299,7 +300,13 @@ def create_app(backend: Backend, settings: ConsoleSettings, sampler=None) -> Sta
     @handled
     async def cluster(request: Request) -> Response:
         view = await call(backend.cluster_page)
-        return page(request, "cluster.html", nav="cluster", view=view)
+        rates = await call(backend.broker_rates)
+        return page(request, "cluster.html", nav="cluster", view=view, rates=rates)
+
+    @handled
+    async def cluster_rates(request: Request) -> Response:
+        rates = await call(backend.broker_rates)
+        return page(request, "cluster_rates.html", nav="cluster", rates=rates)
 
     @handled
     async def broker(request: Request) -> Response:
@@ -562,6 +569,7 @@ def create_app(backend: Backend, settings: ConsoleSettings, sampler=None) -> Sta
         Route("/offsets-topic", offsets_topic),
         Route("/offsets-topic/{partition:int}", offsets_partition),
         Route("/cluster", cluster),
+        Route("/cluster/rates", cluster_rates),
         Route("/cluster/brokers/{broker:int}", broker),
         Route("/security", security),
         Route("/security/acls", create_acl, methods=["POST"]),

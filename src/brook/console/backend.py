@@ -18,6 +18,7 @@ from ..cli.errors import CliError
 from ..coordinator.partitioner import partition_for
 from . import render
 from .lag import LagHistory, duration_text, time_behind
+from .metrics import BrokerRates
 from .reader import Page, PartitionReader, browse
 
 log = logging.getLogger("brook.console")
@@ -32,7 +33,7 @@ class Backend:
     again after a failure to make it), and the lag history its sampler fills."""
 
     def __init__(self, bootstrap: str, timeout: float, security, history: LagHistory | None = None,
-                 lag_interval: float = 5.0) -> None:
+                 lag_interval: float = 5.0, rates: BrokerRates | None = None) -> None:
         self.bootstrap = bootstrap
         self.timeout = timeout
         self.security = security
@@ -45,6 +46,8 @@ class Backend:
         self._overview: tuple[float, list[dict[str, Any]]] | None = None
         self._batched = True  # FindCoordinator v4 and OffsetFetch v8 work: Kafka 3.0 or later
         self._batch_failures = 0
+        self.rates = rates or BrokerRates()  # the brokers' metrics (brook's): none by default
+        self._brokers: list[dict[str, Any]] | None = None  # the cluster page's last list
 
     # -- the connection --------------------------------------------------------------------
 
@@ -399,12 +402,28 @@ class Backend:
                     offline.append(row)
                 elif len(pm.isrs) < len(pm.replicas):
                     under.append(row)
+        self._brokers = [dict(b) for b in view["brokers"]]
         for b in view["brokers"]:
             b["leaders"] = leaders.get(b["id"], 0)
             b["partitions"] = replicas.get(b["id"], 0)
             b["controller"] = b["id"] == view["controller"]
         return {**view, "topics": len(md.topics), "partitions": total,
                 "under_replicated": under, "offline": offline}
+
+    def broker_rates(self) -> dict[str, Any]:
+        """Produce and fetch rates per broker from their metrics, where the console knows where
+        (--metrics-port, --metrics-url) and they answer."""
+        if not self.rates.configured:
+            return {"configured": False, "brokers": []}
+        if self._brokers is None:
+            from ..cli.cluster import cluster_view
+
+            cluster = self.cluster()
+            self._brokers = cluster_view(cluster.bootstrap, cluster.timeout,
+                                         self.security)["brokers"]
+        found = self.rates.rates(self._brokers)
+        rows = [{"id": b["id"], **found[b["id"]]} for b in self._brokers if b["id"] in found]
+        return {"configured": True, "brokers": rows}
 
     def broker_configs(self, broker_id: int) -> list[dict[str, Any]]:
         from ..cli.configs import broker_configs

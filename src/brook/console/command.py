@@ -69,6 +69,13 @@ def console(
     hash_password: bool = typer.Option(False, "--hash-password",
                                        help="Read a password and print a line for the "
                                             "--basic-auth-file, then exit."),
+    metrics_port: Optional[int] = typer.Option(
+        None, "--metrics-port", min=1, max=65535,
+        help="The brokers' metrics.port (brook's): the Cluster page shows each broker's produce "
+             "and fetch rates from http://BROKER_HOST:PORT/metrics."),
+    metrics_url: list[str] = typer.Option(
+        [], "--metrics-url", metavar="ID=URL",
+        help="Where broker ID serves its metrics (repeatable; overrides --metrics-port)."),
     bootstrap: Optional[str] = bootstrap_option(),
     timeout: Optional[float] = timeout_option(),
 ) -> None:
@@ -80,7 +87,13 @@ def console(
         password = typer.prompt("Password", hide_input=True, confirmation_prompt=True)
         typer.echo(f"USER:{safety.hash_password(password)}")
         return
+    from .metrics import BrokerRates, parse_metrics_urls
+
     host, port = parse_listen(listen)
+    try:
+        rates = BrokerRates(metrics_port, parse_metrics_urls(metrics_url))
+    except ValueError as exc:
+        raise CliError(str(exc), code=2) from None
     users = safety.Users()
     if basic_auth_file is not None:
         try:
@@ -93,11 +106,11 @@ def console(
         sys.stderr.write(f"brook console: warning: listening on {host}, beyond this machine, "
                          "with no login (give --basic-auth-file)\n")
     serve(host, port, options.bootstrap(bootstrap), options.timeout(timeout), options.security(),
-          read_only=read_only, users=users, lag_interval=lag_interval)
+          read_only=read_only, users=users, lag_interval=lag_interval, rates=rates)
 
 
 def serve(host: str, port: int, bootstrap: str, timeout: float, security, *, read_only: bool,
-          users, lag_interval: float) -> None:
+          users, lag_interval: float, rates=None) -> None:
     import logging
 
     import uvicorn
@@ -111,7 +124,7 @@ def serve(host: str, port: int, bootstrap: str, timeout: float, security, *, rea
                         stream=sys.stderr)
     sock = bind(host, port)
     actual = sock.getsockname()[1]
-    backend = Backend(bootstrap, timeout, security, LagHistory(), lag_interval)
+    backend = Backend(bootstrap, timeout, security, LagHistory(), lag_interval, rates)
     settings = ConsoleSettings(read_only=read_only, users=users, lag_interval=lag_interval)
     sampler = Sampler(backend.sample, lag_interval)
     app = create_app(backend, settings, sampler)

@@ -133,3 +133,12 @@ def size_text(n: int | None) -> str:
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def rate_text(value: float | None, unit: str = "") -> str:
+    """A rate per second for a person: 1.2 MiB/s (unit "B"), 35/s, 0.4/s; "-" for none."""
+    if value is None:
+        return "-"
+    if unit == "B":
+        return f"{size_text(int(round(value)))}/s"
+    return f"{value:.1f}/s" if value < 10 else f"{value:,.0f}/s"
