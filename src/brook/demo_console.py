@@ -74,6 +74,8 @@ def main() -> None:
     bootstrap = f"127.0.0.1:{port}"
     listen = os.environ.get("CONSOLE_LISTEN", "127.0.0.1:8080")
     broker = _Broker(data_dir, port)
+    metrics_port = _free_port()  # the Cluster page's produce and fetch rates read it
+    broker.cmd += ["--override", f"metrics.port={metrics_port}"]
     stop = threading.Event()
     console = None
     try:
@@ -103,7 +105,8 @@ def main() -> None:
             t.start()
         say(f"`brook console` on http://{listen}/ (Ctrl-C stops it all)")
         console = subprocess.Popen([sys.executable, "-m", "brook", "-b", bootstrap, "console",
-                                    "--listen", listen, "--lag-interval", "2"])
+                                    "--listen", listen, "--lag-interval", "2",
+                                    "--metrics-port", str(metrics_port)])
         console.wait()
     except KeyboardInterrupt:
         pass
