@@ -72,6 +72,7 @@ def record_starts(buf: bytes, arr: np.ndarray, positions: Sequence[int], counts:
                   size: int) -> np.ndarray:
     """Where each record (its length varint) begins, in the bodies that start at `positions`
     of `buf` (each ending where the next begins, the last at `size`) holding `counts` records.
+    `buf` ends with PAD; without it, a read past `size` raises IndexError.
 
     A record's length is the only thing that says where the next one begins, so this is a
     walk from record to record. Records of one size often come in runs (values of a fixed
@@ -128,6 +129,8 @@ def record_starts(buf: bytes, arr: np.ndarray, positions: Sequence[int], counts:
                 raise CorruptRecordError(
                     f"batch {i} of the buffer: its records do not fill its body")
     except IndexError:
+        if len(buf) < size + len(PAD):
+            raise  # an unpadded buffer: the caller's to pad and try again
         raise CorruptRecordError("a record runs past the end of its batch") from None
     if not parts:
         return np.zeros(0, np.int64)
@@ -216,7 +219,7 @@ def headers(buf: bytes, pos: int, count: int, end: int) -> list[tuple[str, bytes
             klen, pos = _zigzag(buf, pos)
             if klen < 0 or pos + klen > end:
                 raise CorruptRecordError("record header with a null or overlong key")
-            key = buf[pos : pos + klen].decode("utf-8")
+            key = str(buf[pos : pos + klen], "utf-8")  # bytes or a memoryview
             pos += klen
             vlen, pos = _zigzag(buf, pos)
             if vlen < -1 or pos + max(vlen, 0) > end:

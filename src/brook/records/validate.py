@@ -99,9 +99,21 @@ def _check_few(body, count: int, base_ts: int, rules: Rules, earliest, latest) -
 
 
 def _check_many(body, count: int, base_ts: int, rules: Rules, earliest, latest) -> int:
-    buf = b"".join((body, PAD))
+    """The columns are read in place, without copying the batch: a read past its end (a
+    varint near the end, or damage) starts again on a copy padded as the columns expect."""
+    try:
+        return _check_columns(body, len(body), count, base_ts, rules, earliest, latest)
+    except IndexError:
+        pass
+    try:
+        return _check_columns(b"".join((body, PAD)), len(body), count, base_ts, rules, earliest,
+                              latest)
+    except IndexError:  # padded, the columns stay inside it: should it not, it is damage
+        raise CorruptRecordError("a record runs past the end of its batch") from None
+
+
+def _check_columns(buf, size: int, count: int, base_ts: int, rules: Rules, earliest, latest) -> int:
     arr = np.frombuffer(buf, np.uint8)
-    size = len(body)
     begins = record_starts(buf, arr, (0,), (count,), size)  # every byte used, or it raises
     max_delta = None
     problems: tuple[list, list, list, list, list] = ([], [], [], [], [])
@@ -117,9 +129,10 @@ def _check_many(body, count: int, base_ts: int, rules: Rules, earliest, latest) 
         if rules.keys_required:
             problems[2].extend((np.flatnonzero(f.key_len < 0) + start).tolist())
         deltas = f.ts_delta
-        top = int(deltas.max())
+        low, top = int(deltas.min()), int(deltas.max())
         max_delta = top if max_delta is None else max(max_delta, top)
-        if earliest is not None or latest is not None:
+        if (earliest is not None and base_ts + low < earliest) or \
+                (latest is not None and base_ts + top > latest):  # some record is out: which
             stamps = base_ts + deltas.astype(np.int64)
             out = np.zeros(len(stamps), bool)
             if earliest is not None:
