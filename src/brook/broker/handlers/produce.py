@@ -23,6 +23,7 @@ from datetime import datetime, timedelta, timezone
 
 from kio.schema.errors import ErrorCode
 
+from ...protocol.log_text import loggable
 from ...protocol.messages import make, response_class, response_module
 from ...records.batch import ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 from ...records.compression import CODEC_MASK, Codec
@@ -43,7 +44,10 @@ _FIRST_BATCH_ONLY_VERSION = 3  # before it, legacy message sets (magic 0 and 1) 
 _LEGACY_MAGICS = (0, 1)
 _LENGTH = struct.Struct(">i")
 _CODEC_BYTE = ATTRIBUTES_OFFSET + 1  # the low byte of a batch's attributes
-_LOGGED_CODES = {ErrorCode.corrupt_message, ErrorCode.kafka_storage_error, ErrorCode.unknown_server_error}
+# Refusals logged with their reason: a client only sees the code (and librdkafka drops the
+# message), so the broker's log is where a wrongly refused batch can be told from a bad one.
+_LOGGED_CODES = {ErrorCode.corrupt_message, ErrorCode.invalid_record, ErrorCode.kafka_storage_error,
+                 ErrorCode.unknown_server_error}
 
 
 async def handle(broker, request, connection):
@@ -124,9 +128,6 @@ async def handle(broker, request, connection):
                     if code == ErrorCode.kafka_storage_error:
                         broker.log_dir_failed(partition.log.directory, exc)
                     record_errors = _record_errors(mod, getattr(exc, "record_errors", ()))
-                    if code in _LOGGED_CODES:
-                        log.warning("produce to %s-%d from %s failed: %s: %s", name, pd.index,
-                                    connection.peer, code.name.upper(), exc)
                 else:
                     if broker.metrics is not None:
                         broker.metrics.produced(name, len(pd.records), info.record_count, converted)
@@ -138,6 +139,11 @@ async def handle(broker, request, connection):
                 start = partition.log_start_offset
             if code != ErrorCode.none:
                 any_error = True
+                if code in _LOGGED_CODES:
+                    # (the topic name and the reason may quote the wire)
+                    log.warning("produce to %s-%d from %s failed: %s: %s", loggable(name, 100),
+                                pd.index, connection.peer, code.name.upper(),
+                                loggable(detail if detail else "no records"))
             parts.append(make(mod.PartitionProduceResponse, index=pd.index, error_code=code,
                               base_offset=base_offset,
                               log_append_time=None if append_time < 0 else
