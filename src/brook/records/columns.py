@@ -96,20 +96,23 @@ def record_starts(buf: bytes, arr: np.ndarray, positions: Sequence[int], counts:
             while k < count:
                 left = count - k
                 if left >= _RUN_MIN:
-                    size = size_at(buf, p)
-                    if (size and p + 2 * size < end and size_at(buf, p + size) == size
-                            and size_at(buf, p + 2 * size) == size):
-                        m = min(left, window, (end - p - 1) // size + 1)
-                        at = p + size * np.arange(m, dtype=np.int64)
+                    # (`width`, not `size`: the handler below needs the body's size)
+                    width = size_at(buf, p)
+                    if (width and p + 2 * width < end and size_at(buf, p + width) == width
+                            and size_at(buf, p + 2 * width) == width):
+                        # Only starts a whole record fits after: a guess on the body's last
+                        # byte would read the byte after it, past an unpadded buffer's end.
+                        m = min(left, window, (end - p) // width)
+                        at = p + width * np.arange(m, dtype=np.int64)
                         b = arr[at].astype(np.int64)
                         c = arr[at + 1].astype(np.int64)
                         same = np.where(b < 0x80, 1 + (b >> 1),
                                         np.where(c < 0x80, 2 + (((b & 0x7F) | (c << 7)) >> 1), 0))
-                        same = same == size
+                        same = same == width
                         run = m if same.all() else int(np.argmin(same))
                         parts.append(at[:run])
                         k += run
-                        p += run * size
+                        p += run * width
                         window = 2 * window if run == m else _RUN_WINDOW
                         step = _RUN_MIN
                         continue
