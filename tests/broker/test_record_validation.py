@@ -174,3 +174,67 @@ def test_a_zstd_bomb_is_refused_without_inflating_and_others_are_served(broker):
         thread.join()
     assert max(waits) < 0.5
     assert peak_rss_bytes(broker.proc.pid) - rss_before < 64 << 20
+
+
+# What librdkafka sends, as applications use it: each case a producer setting, a topic
+# config, or a kind of record. Records are (key, long value, short value, headers): each
+# batch is a run of records of one size followed by records one byte shorter, the shape
+# whose columnar walk read past an unpadded body and was refused.
+_PLAIN = (b"k", b"v" * 11, b"v" * 10, None)
+_CASES = {
+    "plain": ({}, {}, _PLAIN),
+    "gzip": ({"compression.type": "gzip"}, {}, _PLAIN),
+    "snappy": ({"compression.type": "snappy"}, {}, _PLAIN),
+    "lz4": ({"compression.type": "lz4"}, {}, _PLAIN),
+    "zstd": ({"compression.type": "zstd"}, {}, _PLAIN),
+    "idempotent": ({"enable.idempotence": True, "acks": "all"}, {}, _PLAIN),
+    "log-append-time": ({}, {"message.timestamp.type": "LogAppendTime"}, _PLAIN),
+    "compacted": ({"compression.type": "lz4"}, {"cleanup.policy": "compact"}, _PLAIN),
+    "null-keys": ({}, {}, (None, b"v" * 11, b"v" * 10, None)),
+    "zero-length-values": ({}, {}, (b"k", b"x", b"", None)),
+    "null-values": ({}, {}, (b"k", b"x", None, None)),
+    "headers": ({"compression.type": "zstd"}, {}, (b"k", b"v" * 3, b"v" * 2, [("h", b"1"), ("e", b"")])),
+}
+
+
+@pytest.mark.parametrize("case", list(_CASES))
+def test_librdkafka_batches_of_every_shape_are_taken(broker, case):
+    """Every batch confluent-kafka makes is stored, whatever its settings and records: a run
+    and shorter records after it (each batch flushed alone), then a stream of numbered records
+    (keys modulo 97, as the crash tests send), then one large batch."""
+    from confluent_kafka import Producer
+
+    settings, topic_config, (key, long, short, headers) = _CASES[case]
+    topic = f"shapes-{case}"
+    create_topic_confluent(broker.bootstrap, topic, 1, topic_config)
+    errors: list = []
+
+    def report(err, msg):
+        if err is not None:
+            errors.append(err)
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, **settings})
+    sent = 0
+    for shorter in range(1, 41):  # a run of 20, then 1..40 records a byte shorter, one batch
+        for i in range(20 + shorter):
+            producer.produce(topic, key=key, value=long if i < 20 else short, headers=headers,
+                             partition=0, on_delivery=report)
+        sent += 20 + shorter
+        assert producer.flush(30) == 0
+    stamp = int(time.time() * 1000) - 60_000
+    for n in range(5000):  # and timestamps far apart: multi-byte timestamp deltas
+        producer.produce(topic, key=str(n % 97).encode(), value=str(n).encode(), partition=0,
+                         headers=headers, timestamp=stamp + 7 * n, on_delivery=report)
+        if n % 500 == 0:
+            producer.poll(0)
+    sent += 5000
+    assert producer.flush(30) == 0
+    for n in range(20_000):  # one large batch (librdkafka's batch.num.messages is 10,000)
+        producer.produce(topic, key=str(n % 97).encode(), value=b"%d" % n, partition=0,
+                         on_delivery=report)
+    sent += 20_000
+    assert producer.flush(60) == 0
+    assert errors == []
+    assert len(_consume_all(broker.bootstrap, topic, sent, timeout=60)) == sent
+    with open(broker.stderr_path, errors="replace") as err:
+        assert f"produce to {topic}-0" not in err.read()
