@@ -37,32 +37,39 @@ class Fields(NamedTuple):
 
 
 def fields(arr: np.ndarray, begins: np.ndarray, size: int) -> Fields:
-    """Each record's fields, checked: each field ends inside its record before the next is
-    read (so no read goes more than a varint past a record, which the padding covers), lengths
-    are -1 or more, and a record without headers ends exactly after its value. A record with
-    headers must have them walked (`headers`) to be checked whole."""
-    length, body = varints(arr, begins)
-    rec_end = body + length
-    if (length < 1).any() or (rec_end > size).any():
+    """Each record's fields, checked: lengths are -1 or more, every field ends inside its
+    record, and a record without headers ends exactly after its value. A record with headers
+    must have them walked (`headers`) to be checked whole.
+
+    Each field is read where the one before it ends, whatever it says, and checked once at
+    the end: positions only grow along a record, so its header count inside the record puts
+    every field before it inside too. A field that says it is longer than the buffer makes
+    the next read raise IndexError: on a padded buffer, CorruptRecordError; on an unpadded
+    one the IndexError itself, for the caller to read a padded copy."""
+    try:
+        length, body = varints(arr, begins)
+        rec_end = body + length
+        ts_delta, p = varints(arr, body + 1)  # after the attributes byte
+        off_delta, p = varints(arr, p)
+        key_len, key_start = varints(arr, p)
+        key_end = key_start + np.maximum(key_len, 0)
+        value_len, value_start = varints(arr, key_end)
+        value_end = value_start + np.maximum(value_len, 0)
+        n_headers, headers_at = varints(arr, value_end)
+    except IndexError:
+        if len(arr) < size + len(PAD):
+            raise
+        raise CorruptRecordError("a record's fields run past the end of its batch") from None
+    if not len(begins):
+        return Fields(*(np.zeros(0, np.int64),) * 11)
+    if length.min() < 1 or rec_end.max() > size:
         raise CorruptRecordError("a record has an invalid length")
-    ts_delta, p = varints(arr, body + 1)  # after the attributes byte
-    inside(p, rec_end)
-    off_delta, p = varints(arr, p)
-    inside(p, rec_end)
-    key_len, key_start = varints(arr, p)
-    inside(key_start, rec_end)
-    key_end = key_start + np.maximum(key_len, 0)
-    inside(key_end, rec_end)
-    value_len, value_start = varints(arr, key_end)
-    inside(value_start, rec_end)
-    value_end = value_start + np.maximum(value_len, 0)
-    inside(value_end, rec_end)
-    n_headers, headers_at = varints(arr, value_end)
-    if ((key_len < -1) | (value_len < -1) | (n_headers < 0) | (headers_at > rec_end)).any():
-        raise CorruptRecordError("a record's fields do not fit in its length")
-    plain = n_headers == 0
-    if not ((headers_at == rec_end).all() if plain.all()
-            else (headers_at[plain] == rec_end[plain]).all()):
+    if key_len.min() < -1 or value_len.min() < -1 or n_headers.min() < 0:
+        raise CorruptRecordError("a record has a key or value length below -1 or a negative header count")
+    if not n_headers.any():  # the common case: one comparison of two columns
+        if not np.array_equal(headers_at, rec_end):
+            raise CorruptRecordError("record length does not match its fields")
+    elif (headers_at > rec_end).any() or not (headers_at == rec_end)[n_headers == 0].all():
         raise CorruptRecordError("record length does not match its fields")
     return Fields(rec_end, ts_delta, off_delta, key_len, key_start, key_end, value_len,
                   value_start, value_end, n_headers, headers_at)
@@ -103,14 +110,14 @@ def record_starts(buf: bytes, arr: np.ndarray, positions: Sequence[int], counts:
                         # Only starts a whole record fits after: a guess on the body's last
                         # byte would read the byte after it, past an unpadded buffer's end.
                         m = min(left, window, (end - p) // width)
-                        at = p + width * np.arange(m, dtype=np.int64)
-                        b = arr[at].astype(np.int64)
-                        c = arr[at + 1].astype(np.int64)
-                        same = np.where(b < 0x80, 1 + (b >> 1),
-                                        np.where(c < 0x80, 2 + (((b & 0x7F) | (c << 7)) >> 1), 0))
-                        same = same == width
-                        run = m if same.all() else int(np.argmin(same))
-                        parts.append(at[:run])
+                        stop = p + m * width
+                        # The guesses' length varints, read as strided views (no gather):
+                        # those with the bytes of the first are records of its size.
+                        same = arr[p:stop:width] == buf[p]
+                        if buf[p] >= 0x80:
+                            same &= arr[p + 1:stop + 1:width] == buf[p + 1]
+                        run = m if same.all() else int(same.argmin())
+                        parts.append(np.arange(p, p + run * width, width, dtype=np.int64))
                         k += run
                         p += run * width
                         window = 2 * window if run == m else _RUN_WINDOW
@@ -175,43 +182,46 @@ def _uvarint(buf: bytes, p: int) -> tuple[int, int]:
 
 _WIDE = np.arange(10, dtype=np.int64)
 _SHIFTS = (7 * np.arange(10)).astype(np.uint64)
+_ONE = np.arange(128, dtype=np.int64)
+_ONE = (_ONE >> 1) ^ -(_ONE & 1)  # the value of each one-byte zigzag varint
+# Two-byte zigzag varints by their first byte << 8 | their second (a one-byte varint's entry
+# ignores the second byte), and each varint's width by its first byte.
+_TWO = np.arange(1 << 16, dtype=np.int32)
+_TWO = np.where(_TWO >> 15, (_TWO >> 8 & 0x7F) | (_TWO & 0xFF) << 7, _TWO >> 8)
+_TWO = ((_TWO >> 1) ^ -(_TWO & 1)).astype(np.int32)
+_WIDTH = np.repeat(np.array([1, 2], np.int64), 128)
 
 
 def varints(arr: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The zigzag varints at `pos` (positions into `arr`): values, and the positions after
-    them. One- and two-byte varints (nearly all) are decoded without a window."""
+    them. One- and two-byte varints (nearly all) are looked up in tables, a few numpy calls
+    for a whole column: a batch's cost is mostly numpy's cost per call."""
     b0 = arr[pos]
-    one = b0 < 0x80
-    if one.all():  # common for keys, timestamp deltas, header counts
-        raw = b0.astype(pos.dtype)
-        return (raw >> 1) ^ -(raw & 1), pos + 1
+    if not len(b0) or b0.max() < 0x80:  # common for keys, timestamp deltas, header counts
+        return _ONE[b0], pos + 1
     b1 = arr[pos + 1]
+    if (b0 & b1).max() < 0x80:  # where a first byte says more, the second ends it
+        return _TWO[(b0.astype(np.intp) << 8) | b1], pos + _WIDTH[b0]
+    one = b0 < 0x80
     two = b1 < 0x80
     raw = (b0 & 0x7F).astype(pos.dtype)
     raw |= np.where(one, 0, b1.astype(pos.dtype) << 7)
     after = pos + 2 - one
     wide = ~(one | two)
-    if wide.any():
-        idx = np.flatnonzero(wide)
-        window = arr[pos[idx, None].astype(np.int64) + _WIDE]
-        more = window >= 0x80
-        if more.all(axis=1).any():
-            raise CorruptRecordError("varint longer than 10 bytes")
-        length = np.argmin(more, axis=1) + 1
-        keep = _WIDE[None, :] < length[:, None]
-        parts = (window & 0x7F).astype(np.uint64) << _SHIFTS
-        value = np.bitwise_or.reduce(np.where(keep, parts, np.uint64(0)), axis=1)
-        raw = raw.astype(np.uint64)
-        raw[idx] = value
-        after[idx] = pos[idx] + length
-        half = (raw >> np.uint64(1)).astype(np.int64)
-        return half ^ -(raw & np.uint64(1)).astype(np.int64), after
-    return (raw >> 1) ^ -(raw & 1), after
-
-
-def inside(pos: np.ndarray, end: np.ndarray) -> None:
-    if (pos > end).any():
-        raise CorruptRecordError("a record's fields run past its length")
+    idx = np.flatnonzero(wide)
+    window = arr[pos[idx, None].astype(np.int64) + _WIDE]
+    more = window >= 0x80
+    if more.all(axis=1).any():
+        raise CorruptRecordError("varint longer than 10 bytes")
+    length = np.argmin(more, axis=1) + 1
+    keep = _WIDE[None, :] < length[:, None]
+    parts = (window & 0x7F).astype(np.uint64) << _SHIFTS
+    value = np.bitwise_or.reduce(np.where(keep, parts, np.uint64(0)), axis=1)
+    raw = raw.astype(np.uint64)
+    raw[idx] = value
+    after[idx] = pos[idx] + length
+    half = (raw >> np.uint64(1)).astype(np.int64)
+    return half ^ -(raw & np.uint64(1)).astype(np.int64), after
 
 
 def headers(buf: bytes, pos: int, count: int, end: int) -> list[tuple[str, bytes | None]]:
@@ -219,12 +229,12 @@ def headers(buf: bytes, pos: int, count: int, end: int) -> list[tuple[str, bytes
     out = []
     try:
         for _ in range(count):
-            klen, pos = _zigzag(buf, pos)
+            klen, pos = zigzag(buf, pos)
             if klen < 0 or pos + klen > end:
                 raise CorruptRecordError("record header with a null or overlong key")
             key = str(buf[pos : pos + klen], "utf-8")  # bytes or a memoryview
             pos += klen
-            vlen, pos = _zigzag(buf, pos)
+            vlen, pos = zigzag(buf, pos)
             if vlen < -1 or pos + max(vlen, 0) > end:
                 raise CorruptRecordError("record header value runs past its record")
             value = None if vlen < 0 else buf[pos : pos + vlen]
@@ -237,6 +247,7 @@ def headers(buf: bytes, pos: int, count: int, end: int) -> list[tuple[str, bytes
     return out
 
 
-def _zigzag(buf: bytes, pos: int) -> tuple[int, int]:
+def zigzag(buf: bytes, pos: int) -> tuple[int, int]:
+    """The zigzag varint at `pos`, and the position after it."""
     raw, pos = _uvarint(buf, pos)
     return (raw >> 1) ^ -(raw & 1), pos
