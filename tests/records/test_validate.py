@@ -116,6 +116,16 @@ def test_sound_batches_of_runs_of_one_record_size_pass_both_ways(runs, codec):
     assert _check(encode_batch(records, codec=codec)) == top
 
 
+@settings(max_examples=examples(300), deadline=None)
+@given(body=st.binary(min_size=1, max_size=400), count=st.integers(1, 60), keyed=st.booleans())
+def test_any_bytes_pass_or_are_refused_alike_both_ways(body, count, keyed):
+    """Reads past the body (it is read in place, unpadded) or fields past their record end in
+    INVALID_RECORD, never another exception, and both ways agree."""
+    rules = Rules(inflate_limit=1 << 20, keys_required=keyed, before_max_ms=2000, after_max_ms=2000)
+    few, many = _both(body, count, NOW, rules)
+    assert few == many
+
+
 def test_garbage_records_fail_the_whole_batch():
     batch = bytearray(encode_batch(_records(100)))
     batch[HEADER_SIZE:] = b"\xff" * (len(batch) - HEADER_SIZE)
