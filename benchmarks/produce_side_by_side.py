@@ -5,7 +5,9 @@ alternating each round (noise from the machine hits both alike).
     git archive <base commit> src | tar -x -C /tmp/base
     .venv/bin/python benchmarks/produce_side_by_side.py /tmp/base/src src    # ROUNDS=3, COMPRESSED=1
 
-Prints each case's median records/s per tree, every round, and after/before.
+Prints each case's median records/s per tree, every round, and after/before; and the broker's
+median CPU time a record, before/after (what throughput would be for a broker that is the
+bottleneck: steadier than records/s when other work shares the machine).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def main(before_src: str, after_src: str) -> None:
         cases += COMPRESSED_CASES
     payloads = {s: bb._payloads(s, bb.POOL) for s in (100, 1024)}
     rates: dict[tuple, dict[str, list[float]]] = {}
+    cpu: dict[tuple, dict[str, list[float]]] = {}
     try:
         for b in (before, after):
             bb.produce(b, bb._topic(b, "warmup", 1), 1, payloads[100][:bb.WARMUP_RECORDS], "1")
@@ -59,6 +62,9 @@ def main(before_src: str, after_src: str) -> None:
                     finally:
                         bb.PRODUCER_CONFIG["compression.type"] = "none"
                     rates.setdefault((size, parts, codec), {}).setdefault(b.name, []).append(n / run.seconds)
+                    # the broker's CPU time a record: steadier than the rate on a busy machine
+                    cpu.setdefault((size, parts, codec), {}).setdefault(b.name, []).append(
+                        run.broker_cpu * run.seconds / n * 1e6)
                     b.delete_topics()
             with open("/proc/loadavg") as f:
                 print(f"round {r} done, load average {f.read().split()[:3]}", flush=True)
@@ -70,6 +76,9 @@ def main(before_src: str, after_src: str) -> None:
         print(f"{size} B, {parts} partition(s), {codec}: before {b:,.0f} records/s "
               f"{[round(x) for x in d['before']]}, after {a:,.0f} {[round(x) for x in d['after']]}, "
               f"after/before {a / b:.2f}")
+        cb, ca = statistics.median(cpu[size, parts, codec]["before"]), \
+            statistics.median(cpu[size, parts, codec]["after"])
+        print(f"    broker CPU a record: before {cb:.2f} us, after {ca:.2f} us, before/after {cb / ca:.2f}")
 
 
 if __name__ == "__main__":
