@@ -78,7 +78,8 @@ def main(before_src: str, after_src: str) -> None:
               f"after/before {a / b:.2f}")
         cb, ca = statistics.median(cpu[size, parts, codec]["before"]), \
             statistics.median(cpu[size, parts, codec]["after"])
-        print(f"    broker CPU a record: before {cb:.2f} us, after {ca:.2f} us, before/after {cb / ca:.2f}")
+        print(f"    broker CPU a record: before {cb:.2f} us, after {ca:.2f} us, "
+              f"before/after {cb / ca:.2f}")
 
 
 if __name__ == "__main__":

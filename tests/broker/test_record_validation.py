@@ -193,7 +193,8 @@ _CASES = {
     "null-keys": ({}, {}, (None, b"v" * 11, b"v" * 10, None)),
     "zero-length-values": ({}, {}, (b"k", b"x", b"", None)),
     "null-values": ({}, {}, (b"k", b"x", None, None)),
-    "headers": ({"compression.type": "zstd"}, {}, (b"k", b"v" * 3, b"v" * 2, [("h", b"1"), ("e", b"")])),
+    "headers": ({"compression.type": "zstd"}, {},
+                (b"k", b"v" * 3, b"v" * 2, [("h", b"1"), ("e", b"")])),
 }
 
 

@@ -65,7 +65,8 @@ def fields(arr: np.ndarray, begins: np.ndarray, size: int) -> Fields:
     if length.min() < 1 or rec_end.max() > size:
         raise CorruptRecordError("a record has an invalid length")
     if key_len.min() < -1 or value_len.min() < -1 or n_headers.min() < 0:
-        raise CorruptRecordError("a record has a key or value length below -1 or a negative header count")
+        raise CorruptRecordError(
+            "a record has a key or value length below -1 or a negative header count")
     if not n_headers.any():  # the common case: one comparison of two columns
         if not np.array_equal(headers_at, rec_end):
             raise CorruptRecordError("record length does not match its fields")
