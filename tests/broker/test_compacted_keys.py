@@ -1,5 +1,6 @@
 """A compacted topic refuses records without a key, as Kafka does (INVALID_RECORD, the whole
-batch), whatever the codec; topics that only delete take them (real broker, real clients)."""
+batch, the keyless records named in record_errors: tests/broker/test_record_validation.py),
+whatever the codec; topics that only delete take them (real broker, real clients)."""
 
 from __future__ import annotations
 

@@ -459,23 +459,3 @@ def test_wrong_magic_and_impossible_length_are_corrupt():
     struct.pack_into(">i", data, 8, -5)
     with pytest.raises(CorruptRecordError):
         read_header(data)
-
-
-def test_first_null_key_finds_the_first_keyless_record_whatever_the_codec_and_sizes():
-    from brook.records.batch import first_null_key
-    from brook.records.errors import CorruptRecordError
-
-    now = 1_700_000_000_000
-    for codec in (Codec.NONE, Codec.GZIP, Codec.LZ4):
-        values = [b"", b"x" * 70, b"y" * 300]  # record lengths of one, two and three varint bytes
-        keyed = [Record(i, now + i * 1000, b"k%d" % i, values[i % 3]) for i in range(7)]
-        data = encode_batch(keyed, codec=codec)
-        assert first_null_key(data, 0, read_header(data)) is None
-        with_gap = keyed[:4] + [Record(4, now, None, b"v")] + keyed[5:]
-        data = encode_batch(with_gap, codec=codec)
-        assert first_null_key(data, 0, read_header(data)) == 4
-    cut = encode_batch([Record(0, now, b"k", b"v")])
-    short = bytearray(cut)
-    short[61] = 0x7E  # the record's length (63) runs past the batch
-    with pytest.raises(CorruptRecordError):
-        first_null_key(bytes(short), 0, read_header(bytes(short)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import struct
+import time
 
 import cramjam
 import pytest
@@ -13,6 +14,7 @@ from tests.support.examples import examples
 
 from brook.records import Codec, CorruptRecordError, UnsupportedCompressionError
 from brook.records.compression import codec_of, compress, decompress
+from brook.records.errors import InflationLimitError
 
 SOME = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -196,3 +198,73 @@ def test_damaged_streams_decompress_or_raise_corrupt(codec, data, flips):
         decompress(codec, bytes(damaged))
     except CorruptRecordError:
         pass
+
+
+# ---------------------------------------------------------------- bounded inflation
+
+
+def zstd_rle_bomb(blocks: int, block: int = 128 * 1024) -> bytes:
+    """A valid zstd frame of RLE blocks (4 bytes each, `block` bytes of output each): 8,192
+    of them are 32 KiB that inflate to 1 GiB."""
+    out = bytearray(struct.pack("<I", 0xFD2FB528)) + bytes([0x00, 0x38])  # 128 KiB window
+    for i in range(blocks):
+        header = block << 3 | 1 << 1 | (i == blocks - 1)
+        out += header.to_bytes(3, "little") + b"\0"
+    return bytes(out)
+
+
+def test_zstd_bomb_is_refused_from_its_block_headers_without_inflating():
+    small = zstd_rle_bomb(8)
+    assert decompress(Codec.ZSTD, small, limit=1 << 20) == bytes(1 << 20)  # real zstd reads it
+    bomb = zstd_rle_bomb(8192)
+    assert len(bomb) < 33_000
+    started = time.perf_counter()
+    with pytest.raises(InflationLimitError, match="1073741824 bytes"):
+        decompress(Codec.ZSTD, bomb, limit=32 << 20)
+    assert time.perf_counter() - started < 0.05  # nothing was inflated
+
+
+def test_zstd_bound_counts_each_compressed_block_as_a_full_one():
+    data = _payload(200_000)
+    frame = compress(Codec.ZSTD, data)
+    # two compressed blocks: up to 128 KiB each, whatever they really hold
+    assert decompress(Codec.ZSTD, frame, limit=256 * 1024) == data
+    with pytest.raises(InflationLimitError):
+        decompress(Codec.ZSTD, frame, limit=256 * 1024 - 1)
+    # RLE (and raw) blocks say exactly what they inflate to
+    assert decompress(Codec.ZSTD, zstd_rle_bomb(2, 1000), limit=2000) == bytes(2000)
+    with pytest.raises(InflationLimitError):
+        decompress(Codec.ZSTD, zstd_rle_bomb(2, 1000), limit=1999)
+
+
+@pytest.mark.parametrize("codec", [Codec.GZIP, Codec.LZ4, Codec.SNAPPY])
+def test_bombs_of_other_codecs_stop_at_the_limit(codec):
+    bomb = compress(codec, bytes(64 << 20))
+    started = time.perf_counter()
+    with pytest.raises(InflationLimitError):
+        decompress(codec, bomb, limit=1 << 20)
+    # gzip inflates up to the limit, the others not at all; a whole inflation takes longer
+    assert time.perf_counter() - started < 0.1
+
+
+@pytest.mark.parametrize("codec", [c for c in Codec if c != Codec.NONE])
+@SOME
+@given(size=st.integers(0, 300_000), seed=st.integers(0, 2**32))
+def test_limit_at_the_inflated_size_passes_and_below_it_refuses(codec, size, seed):
+    data = _payload(size, seed)
+    compressed = compress(codec, data)
+    # A block-based format's bound may exceed the data by a block's worth per block
+    assert decompress(codec, compressed, limit=2 * size + 128 * 1024) == data
+    if size:
+        with pytest.raises(InflationLimitError):
+            decompress(codec, compressed, limit=size - 1)
+
+
+def test_gzip_of_several_members_is_read_whole_within_the_limit():
+    parts = [_payload(5000, 1), _payload(7000, 2)]
+    stream = b"".join(compress(Codec.GZIP, p) for p in parts)
+    assert decompress(Codec.GZIP, stream, limit=12_000) == b"".join(parts)
+    with pytest.raises(InflationLimitError):
+        decompress(Codec.GZIP, stream, limit=11_999)
+    with pytest.raises(CorruptRecordError):
+        decompress(Codec.GZIP, stream[:-3])

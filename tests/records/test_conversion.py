@@ -201,3 +201,20 @@ def test_down_convert_of_log_append_time_gives_every_message_the_batch_time():
                                             timestamp_type=LOG_APPEND_TIME, max_timestamp=999)):
         got = decode_message_set(down_convert(codec_batch, 1, 0, 1 << 20).data)
         assert {(m.timestamp, m.timestamp_type) for m in got} == {(999, LOG_APPEND_TIME)}
+
+
+def test_a_stored_gzip_bomb_is_not_down_converted_past_the_limit():
+    """A gzip batch that inflates to 64 MiB (written before Produce checked records) costs a
+    Fetch v0-v3 at most the limit: InflationLimitError (MESSAGE_TOO_LARGE), no Record objects."""
+    import time
+
+    from brook.records.errors import InflationLimitError
+
+    bomb = encode_batch([Record(0, 1_700_000_000_000, b"k", bytes(64 << 20))], codec=Codec.GZIP)
+    assert len(bomb) < 100_000
+    started = time.perf_counter()
+    with pytest.raises(InflationLimitError):
+        down_convert(bomb, 1, 0, 1 << 20, limit=8 << 20)
+    assert time.perf_counter() - started < 0.5
+    small = encode_batch([Record(0, 1_700_000_000_000, b"k", bytes(1 << 20))], codec=Codec.GZIP)
+    assert down_convert(small, 1, 0, 1 << 20, limit=8 << 20).records == 1

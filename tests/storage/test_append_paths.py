@@ -129,8 +129,9 @@ def directory_bytes(path: str) -> dict[str, bytes]:
 def test_short_path_and_general_path_leave_the_same_log(tmp_path_factory, config, ops):
     root = tmp_path_factory.mktemp("paths")
     clock = FakeClock()
-    short = Log(str(root / "short-0"), config, clock=clock)
-    general = Log(str(root / "general-0"), config, clock=clock)
+    # one topic partition in two directories: error messages name it
+    short = Log(str(root / "short" / "t-0"), config, clock=clock)
+    general = Log(str(root / "general" / "t-0"), config, clock=clock)
     general_calls = []
     real_general = short._append
     short._append = lambda *a: (general_calls.append(1), real_general(*a))[1]

@@ -645,3 +645,29 @@ def _install_crash(lg, snapshot, crash_group, step):
         crash()
 
     lg.replace_segments = replace
+
+
+def test_a_stored_bomb_is_inflated_no_further_than_produce_allows(tmp_path):
+    """A zstd batch that inflates to 1 GiB, written before Produce checked records (here as the
+    broker's own append, which is not walked): the cleaner stops at the topic's limit and
+    fails the pass, as damage does (LogCleaner then leaves the log uncleanable)."""
+    import struct
+    import time
+
+    from brook.records.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE
+    from brook.records.crc import crc32c
+    from brook.records.errors import InflationLimitError
+    from tests.records.test_compression import zstd_rle_bomb
+
+    clock = FakeClock()
+    lg = open_log(tmp_path, LogConfig(cleanup_policy="compact", segment_bytes=1 << 20), clock=clock)
+    head = encode_batch([Record(0, clock.milliseconds(), b"a", b"v")], codec=Codec.ZSTD)[:HEADER_SIZE]
+    bomb = bytearray(head + zstd_rle_bomb(8192))
+    struct.pack_into(">i", bomb, 8, len(bomb) - 12)
+    struct.pack_into(">I", bomb, CRC_OFFSET, crc32c(memoryview(bomb)[ATTRIBUTES_OFFSET:]))
+    lg.append(bytes(bomb), origin=AppendOrigin.COORDINATOR)
+    lg.roll()
+    started = time.perf_counter()
+    with pytest.raises(InflationLimitError, match="over the limit of 8388704"):  # 8 x max.message.bytes
+        build_offset_map(lg, 0, lg.log_end_offset)
+    assert time.perf_counter() - started < 0.05

@@ -18,6 +18,7 @@ _BY_CLASS_NAME: dict[str, ErrorCode] = {
     "TruncatedBatchError": ErrorCode.corrupt_message,
     "UnsupportedCompressionError": ErrorCode.unsupported_compression_type,
     "RecordTooLargeError": ErrorCode.message_too_large,
+    "InflationLimitError": ErrorCode.message_too_large,
     "RecordBatchTooLargeError": ErrorCode.record_list_too_large,
     "InvalidRecordError": ErrorCode.invalid_record,
     "InvalidTimestampError": ErrorCode.invalid_timestamp,

@@ -49,6 +49,8 @@ from .batch import (
     TRANSACTIONAL_BIT,
     decode_records,
 )
+from .columns import PAD, fields, record_starts
+from .columns import headers as read_headers
 from .compression import Codec, codec_of, decompress
 from .crc import crc32c
 from .errors import CorruptRecordError
@@ -57,7 +59,6 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _CONTROL_KEY = struct.Struct(">hh")  # version, type (0 abort, 1 commit)
 ABORT_MARKER = 0
 MAX_OFFSET = 2**63 - 1
-_PAD = bytes(16)  # varint reads may look a few bytes past the end
 
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -195,180 +196,23 @@ def _control_type(body, attributes: int, count: int, base_offset: int, base_ts: 
     return _CONTROL_KEY.unpack_from(records[0].key)[1]
 
 
-def _record_starts(buf: bytes, arr: np.ndarray, spans: _Spans) -> np.ndarray:
-    """Where each record (its length varint) begins.
-
-    A record's length is the only thing that says where the next one begins, so this is a
-    walk from record to record. Records of one size often come in runs (values of a fixed
-    size, and the same key, offset-delta and timestamp-delta widths for many records in a
-    row): where the record at `p` and the two after it have the same size `L`, the records
-    from `p` on are taken to start every `L` bytes, and numpy checks that guess for a window
-    of them at once, keeping them up to the first whose length says otherwise (a run of
-    records that each say "I am L bytes" from a true start are true starts, one after the
-    other). Elsewhere a list comprehension steps from each record to the next (a record of
-    under 8 KiB has a one- or two-byte length; longer ones take a function call). Both give
-    exactly the walk's starts, and the batch's records must end where its body does.
-    """
-    parts: list[np.ndarray] = []
-    sizes = np.asarray(spans.pos).tolist() + [spans.size]
-    try:
-        for i, count in enumerate(spans.count):
-            p = sizes[i]
-            end = sizes[i + 1]
-            k = 0
-            window, step = _RUN_WINDOW, _RUN_MIN
-            while k < count:
-                left = count - k
-                if left >= _RUN_MIN:
-                    size = _size_at(buf, p)
-                    if (size and p + 2 * size < end and _size_at(buf, p + size) == size
-                            and _size_at(buf, p + 2 * size) == size):
-                        m = min(left, window, (end - p - 1) // size + 1)
-                        at = p + size * np.arange(m, dtype=np.int64)
-                        b = arr[at].astype(np.int64)
-                        c = arr[at + 1].astype(np.int64)
-                        same = np.where(b < 0x80, 1 + (b >> 1),
-                                        np.where(c < 0x80, 2 + (((b & 0x7F) | (c << 7)) >> 1), 0))
-                        same = same == size
-                        run = m if same.all() else int(np.argmin(same))
-                        parts.append(at[:run])
-                        k += run
-                        p += run * size
-                        window = 2 * window if run == m else _RUN_WINDOW
-                        step = _RUN_MIN
-                        continue
-                    n = min(left, step)  # not a run here: step through some (more each time)
-                    step *= 4
-                else:
-                    n = left
-                starts = array("q", [p])
-                ends = [(p := p + (1 + (b >> 1) if (b := buf[p]) < 0x80 else
-                                   2 + ((b & 0x7F | c << 7) >> 1) if (c := buf[p + 1]) < 0x80 else
-                                   _record_size(buf, p)))
-                        for _ in range(n)]
-                starts.extend(array("q", ends[:-1]))
-                parts.append(np.frombuffer(starts, np.int64))
-                k += n
-            if p != end:
-                raise CorruptRecordError(
-                    f"batch at offset {spans.base_offset[i]}: its records do not fill its body")
-    except IndexError:
-        raise CorruptRecordError("a record runs past the end of its batch") from None
-    if not parts:
-        return np.zeros(0, np.int64)
-    return np.concatenate(parts) if len(parts) > 1 else parts[0]
-
-
-_RUN_MIN = 16  # records left in a batch for a run to be looked for
-_RUN_WINDOW = 256  # records a run's guess is first checked over (doubling while it holds)
-
-
-def _size_at(buf: bytes, p: int) -> int:
-    """The size of the record at `p` with its length varint, if that varint has one or two
-    bytes; else 0."""
-    b = buf[p]
-    if b < 0x80:
-        return 1 + (b >> 1)
-    c = buf[p + 1]
-    return 2 + ((b & 0x7F | c << 7) >> 1) if c < 0x80 else 0
-
-
-def _record_size(buf: bytes, p: int) -> int:
-    """Bytes of the record at `p`, its length varint included (records of 8 KiB or more)."""
-    raw, q = _uvarint(buf, p)
-    return q - p + (raw >> 1)
-
-
-def _uvarint(buf: bytes, p: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[p]
-        p += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, p
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordError("varint longer than 10 bytes")
-
-
-_WIDE = np.arange(10, dtype=np.int64)
-_SHIFTS = (7 * np.arange(10)).astype(np.uint64)
-
-
-def _varints(arr: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The zigzag varints at `pos` (positions into `arr`): values, and the positions after
-    them. One- and two-byte varints (nearly all) are decoded without a window."""
-    b0 = arr[pos]
-    one = b0 < 0x80
-    if one.all():  # common for keys, timestamp deltas, header counts
-        raw = b0.astype(pos.dtype)
-        return (raw >> 1) ^ -(raw & 1), pos + 1
-    b1 = arr[pos + 1]
-    two = b1 < 0x80
-    raw = (b0 & 0x7F).astype(pos.dtype)
-    raw |= np.where(one, 0, b1.astype(pos.dtype) << 7)
-    after = pos + 2 - one
-    wide = ~(one | two)
-    if wide.any():
-        idx = np.flatnonzero(wide)
-        window = arr[pos[idx, None].astype(np.int64) + _WIDE]
-        more = window >= 0x80
-        if more.all(axis=1).any():
-            raise CorruptRecordError("varint longer than 10 bytes")
-        length = np.argmin(more, axis=1) + 1
-        keep = _WIDE[None, :] < length[:, None]
-        parts = (window & 0x7F).astype(np.uint64) << _SHIFTS
-        value = np.bitwise_or.reduce(np.where(keep, parts, np.uint64(0)), axis=1)
-        raw = raw.astype(np.uint64)
-        raw[idx] = value
-        after[idx] = pos[idx] + length
-        half = (raw >> np.uint64(1)).astype(np.int64)
-        return half ^ -(raw & np.uint64(1)).astype(np.int64), after
-    return (raw >> 1) ^ -(raw & 1), after
-
-
 def _columns(spans: _Spans, topic: str, partition: int, start: int, end: int,
              include_headers: bool) -> pa.RecordBatch:
     schema = arrow_schema(include_headers)
     if not spans.bodies:
         return _empty(schema)
-    spans.bodies.append(_PAD)
+    spans.bodies.append(PAD)
     buf = b"".join(spans.bodies)
     arr = np.frombuffer(buf, np.uint8)
-    begins = _record_starts(buf, arr, spans)
+    begins = record_starts(buf, arr, spans.pos, spans.count, spans.size)
     if len(buf) < 2**31 - 64:  # positions in int32: half the memory traffic
         begins = begins.astype(np.int32)
     counts = np.frombuffer(spans.count, np.int64)
 
-    length, body = _varints(arr, begins)
-    rec_end = body + length
-    if (length < 1).any() or (rec_end > spans.size).any():
-        raise CorruptRecordError("a record has an invalid length")
-    # Each field is checked to end inside its record before the next is read, so no read
-    # goes further than a varint past a record's end (the buffer's padding covers that).
-    ts_delta, p = _varints(arr, body + 1)  # after the attributes byte
-    _inside(p, rec_end)
-    off_delta, p = _varints(arr, p)
-    _inside(p, rec_end)
-    key_len, key_start = _varints(arr, p)
-    _inside(key_start, rec_end)
-    key_end = key_start + np.maximum(key_len, 0)
-    _inside(key_end, rec_end)
-    value_len, value_start = _varints(arr, key_end)
-    _inside(value_start, rec_end)
-    value_end = value_start + np.maximum(value_len, 0)
-    _inside(value_end, rec_end)
-    n_headers, headers_at = _varints(arr, value_end)
-    if ((key_len < -1) | (value_len < -1) | (n_headers < 0) | (headers_at > rec_end)).any():
-        raise CorruptRecordError("a record's fields do not fit in its length")
-    plain = n_headers == 0
-    all_plain = bool(plain.all())
-    if not ((headers_at == rec_end).all() if all_plain
-            else (headers_at[plain] == rec_end[plain]).all()):
-        raise CorruptRecordError("record length does not match its fields")
-    with_headers = () if all_plain else np.flatnonzero(~plain)
-    headers = {int(i): _headers(buf, int(headers_at[i]), int(n_headers[i]), int(rec_end[i]))
+    (rec_end, ts_delta, off_delta, key_len, key_start, key_end, value_len, value_start, value_end,
+     n_headers, headers_at) = fields(arr, begins, spans.size)
+    with_headers = np.flatnonzero(n_headers)
+    headers = {int(i): read_headers(buf, int(headers_at[i]), int(n_headers[i]), int(rec_end[i]))
                for i in with_headers}
 
     def per_record(column: array, dtype) -> np.ndarray:  # a batch's value for each record
@@ -408,11 +252,6 @@ def _columns(spans: _Spans, topic: str, partition: int, start: int, end: int,
         else:
             columns.append(pa.nulls(n, HEADERS_TYPE))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
-def _inside(pos: np.ndarray, end: np.ndarray) -> None:
-    if (pos > end).any():
-        raise CorruptRecordError("a record's fields run past its length")
 
 
 def _binary(buf: bytes, begin: np.ndarray, end: np.ndarray, length: np.ndarray) -> pa.Array:
@@ -463,34 +302,6 @@ def _repeat_string(text: str, n: int) -> pa.Array:
         return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
                                                       pa.py_buffer(raw * n)])
     return pa.nulls(n, pa.string()).fill_null(text)
-
-
-def _headers(buf: bytes, pos: int, count: int, end: int) -> list[tuple[str, bytes | None]]:
-    """One record's headers (the per-record path)."""
-    out = []
-    try:
-        for _ in range(count):
-            klen, pos = _zigzag(buf, pos)
-            if klen < 0 or pos + klen > end:
-                raise CorruptRecordError("record header with a null or overlong key")
-            key = buf[pos : pos + klen].decode("utf-8")
-            pos += klen
-            vlen, pos = _zigzag(buf, pos)
-            if vlen < -1 or pos + max(vlen, 0) > end:
-                raise CorruptRecordError("record header value runs past its record")
-            value = None if vlen < 0 else buf[pos : pos + vlen]
-            pos += max(vlen, 0)
-            out.append((key, value))
-    except UnicodeDecodeError:
-        raise CorruptRecordError("record header key is not UTF-8") from None
-    if pos != end:
-        raise CorruptRecordError("record length does not match its fields")
-    return out
-
-
-def _zigzag(buf: bytes, pos: int) -> tuple[int, int]:
-    raw, pos = _uvarint(buf, pos)
-    return (raw >> 1) ^ -(raw & 1), pos
 
 
 def concat(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:

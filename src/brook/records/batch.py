@@ -26,7 +26,7 @@ from typing import Iterator, Sequence
 
 from .crc import crc32c
 
-from .compression import Codec, codec_of, compress, decompress
+from .compression import DEFAULT_LIMIT, Codec, codec_of, compress, decompress
 from .errors import CorruptRecordError, TruncatedBatchError
 from .varint import decode_varint, encode_varint
 
@@ -334,50 +334,17 @@ def _read_bytes(data: bytes | memoryview, pos: int, end: int) -> tuple[bytes | N
     return bytes(data[pos : pos + length]), pos + length
 
 
-def first_null_key(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> int | None:
-    """The index of the batch's first record without a key, or None: what a compacted
-    topic must refuse. Reads each record's length and skips to its key length (decompressing
-    a compressed batch); the batch's CRC is the caller's to have checked."""
-    body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
-    data = decompress(header.compression, body) if header.compression != Codec.NONE else bytes(body)
-    at = 0
-    try:
-        for i in range(header.record_count):
-            b = data[at]
-            if b < 0x80:  # most records are shorter than 64 bytes or longer: decode only then
-                length, p = (b >> 1) ^ -(b & 1), at + 1
-            else:
-                length, p = decode_varint(data, at)
-            if length < 1:
-                raise CorruptRecordError(f"invalid record length {length}")
-            rec_end = p + length
-            p += 1  # the attributes byte
-            while data[p] & 0x80:  # timestamp delta
-                p += 1
-            p += 1
-            while data[p] & 0x80:  # offset delta
-                p += 1
-            p += 1
-            b = data[p]
-            if b == 1 or (b & 0x80 and decode_varint(data, p)[0] < 0):  # key length -1
-                return i
-            if p >= rec_end or rec_end > len(data):
-                raise CorruptRecordError("record fields run past its length")
-            at = rec_end
-    except (IndexError, TruncatedBatchError):
-        raise CorruptRecordError("a record runs past the end of the batch") from None
-    return None
-
-
-def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool = True) -> RecordBatch:
-    """Decode the whole batch at `pos`, records included (decompressing them)."""
+def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool = True,
+                 limit: int = DEFAULT_LIMIT) -> RecordBatch:
+    """Decode the whole batch at `pos`, records included (decompressing them, to at most
+    `limit` bytes: InflationLimitError past it)."""
     header = read_header(buf, pos)
     if verify:
         verify_crc(buf, pos, header)
     body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     codec = header.compression
     if codec != Codec.NONE:
-        body = decompress(codec, body)
+        body = decompress(codec, body, limit)
     base_ts = header.base_timestamp
     records = decode_records(body, header.record_count, header.base_offset, base_ts)
     return RecordBatch(

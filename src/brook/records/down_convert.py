@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .batch import LOG_APPEND_TIME, decode_batch, read_header
-from .compression import Codec
+from .compression import DEFAULT_LIMIT, Codec
 from .errors import TruncatedBatchError, UnsupportedCompressionError
 from .legacy import encode_records
 
@@ -32,9 +32,10 @@ class Converted(NamedTuple):
 
 
 def down_convert(buf: bytes | bytearray | memoryview, magic: int, fetch_offset: int,
-                 max_bytes: int) -> Converted:
+                 max_bytes: int, limit: int = DEFAULT_LIMIT) -> Converted:
     """The v2 batches in `buf` as a message set of `magic` (0 or 1), at most `max_bytes` long
-    unless its first message alone is longer."""
+    unless its first message alone is longer. A compressed batch inflates to at most `limit`
+    bytes (InflationLimitError past it)."""
     view = memoryview(buf)
     pieces: list[bytes] = []
     size = records = 0
@@ -52,7 +53,7 @@ def down_convert(buf: bytes | bytearray | memoryview, magic: int, fetch_offset: 
         if header.compression == Codec.ZSTD:
             raise UnsupportedCompressionError(
                 f"the batch at offset {header.base_offset} is in zstd, which magic {magic} cannot carry")
-        batch = decode_batch(view, start, verify=False)
+        batch = decode_batch(view, start, verify=False, limit=limit)
         append_time = batch.max_timestamp if batch.timestamp_type == LOG_APPEND_TIME else None
         if header.compression == Codec.NONE:
             entries = encode_records([r for r in batch.records if r.offset >= fetch_offset],

@@ -9,6 +9,11 @@ class CorruptRecordError(RecordsError):
     """The bytes are complete but invalid: bad CRC, bad magic, impossible sizes or fields."""
 
 
+class InflationLimitError(CorruptRecordError):
+    """Compressed records that would inflate past what the broker allows for one batch
+    (answered MESSAGE_TOO_LARGE: a producer that splits batches can still send them)."""
+
+
 class TruncatedBatchError(RecordsError):
     """The bytes end before the batch (or message) they start is complete."""
 
@@ -18,5 +23,16 @@ class UnsupportedCompressionError(CorruptRecordError):
 
 
 class InvalidRecordError(RecordsError):
-    """Well-formed bytes that break a rule of what a producer may send (Kafka's
-    INVALID_RECORD): legacy messages of mixed magic, or more than one compressed wrapper."""
+    """Bytes that break a rule of what a producer may send (Kafka's INVALID_RECORD): records
+    that do not decode, legacy messages of mixed magic, more than one compressed wrapper.
+    `record_errors` names the records at fault, (index in the batch, message), when the
+    batch failed because of some of its records only (KIP-467)."""
+
+    def __init__(self, message: str, record_errors: tuple[tuple[int, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors
+
+
+class InvalidTimestampError(InvalidRecordError):
+    """Records whose CreateTime timestamps are out of the range the topic allows around now
+    (Kafka's INVALID_TIMESTAMP)."""

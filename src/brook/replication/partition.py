@@ -77,8 +77,8 @@ class Partition:
         """Whether this broker leads the partition in a cluster (followers may hold it too)."""
         return self.tracker is not None
 
-    def append(self, records, origin: AppendOrigin = AppendOrigin.CLIENT):
-        info = self.log.append(records, leader_epoch=self.leader_epoch, origin=origin)
+    def append(self, records, origin: AppendOrigin = AppendOrigin.CLIENT, checked: int | None = None):
+        info = self.log.append(records, leader_epoch=self.leader_epoch, origin=origin, checked=checked)
         if self.tracker is None:
             self.high_watermark = self.log.log_end_offset
         else:

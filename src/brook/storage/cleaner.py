@@ -70,7 +70,9 @@ from ..records.batch import (
     verify_crc,
 )
 from ..records.compression import Codec
+from ..records.compression import DEFAULT_LIMIT
 from ..records.errors import RecordsError
+from ..records.validate import inflate_limit
 from .config import LONG_MAX, LogConfig
 from .log import Log
 from .segment import CLEANED_SUFFIX, INT32_MAX, BatchEntry, LogSegment
@@ -242,11 +244,13 @@ def build_offset_map(log_: Log, start: int, end: int,
     batch would take the map over `max_entries` keys, the map stops before that batch,
     unless it is still empty (a pass must make progress: it then holds one batch more).
     """
-    return _build_offset_map(log_.segments, start, end, max_entries, _NEVER)
+    return _build_offset_map(log_.segments, start, end, max_entries, _NEVER,
+                             inflate_limit(log_.config.max_message_bytes))
 
 
 def _build_offset_map(segments: Sequence[LogSegment], start: int, end: int, max_entries: int | None,
-                      cancelled: threading.Event) -> tuple[dict[bytes, int], int, bool]:
+                      cancelled: threading.Event,
+                      limit: int = DEFAULT_LIMIT) -> tuple[dict[bytes, int], int, bool]:
     offsets: dict[bytes, int] = {}
     if end <= start:
         return offsets, start, False
@@ -266,7 +270,7 @@ def _build_offset_map(segments: Sequence[LogSegment], start: int, end: int, max_
             if h.is_control:
                 continue
             verify_crc(raw, 0, h)
-            keys = [(r.key, r.offset) for r in decode_batch(raw, verify=False).records
+            keys = [(r.key, r.offset) for r in decode_batch(raw, verify=False, limit=limit).records
                     if r.key is not None and r.offset >= start]
             if max_entries is not None and offsets:
                 new = len({k for k, _ in keys if k not in offsets})
@@ -373,7 +377,10 @@ def run_clean(job: CleanJob, swap: Callable[[LogSegment, tuple[LogSegment, ...]]
     upper = max(job.first_uncleanable_offset, start)
     log.info("%s: cleaning from offset %d", job.log, start)
     segments = job.segments
-    offset_map, end, full = _build_offset_map(segments, start, upper, job.max_map_entries, job.cancelled)
+    # A stored batch inflates no further than Produce lets one inflate (a bomb written before
+    # Produce checked records makes the log uncleanable, as damage does).
+    offset_map, end, full = _build_offset_map(segments, start, upper, job.max_map_entries, job.cancelled,
+                                              inflate_limit(job.config.max_message_bytes))
     result = job.result = CleanResult(job.log.topic, job.log.partition, start, end,
                                       job.first_uncleanable_offset, map_entries=len(offset_map),
                                       map_full=full)
@@ -468,7 +475,7 @@ def _clean_group(job: CleanJob, group: list[LogSegment], offset_map: dict[bytes,
             keep_empty = ((is_last and len(group) > 1)  # see the module docstring
                           or (h.producer_id >= 0 and producer_last_offsets.get(h.producer_id) == h.last_offset))
             new = _filter_batch(raw, h, offset_map, end, now_ms, config.delete_retention_ms,
-                                keep_empty, result)
+                                keep_empty, result, inflate_limit(config.max_message_bytes))
             if new is not raw:
                 changed = True
             if new is None:
@@ -494,14 +501,15 @@ def _clean_group(job: CleanJob, group: list[LogSegment], offset_map: dict[bytes,
 
 
 def _filter_batch(raw: bytes, h: BatchHeader, offset_map: dict[bytes, int], end: int, now_ms: int,
-                  delete_retention_ms: int, keep_empty: bool, result: CleanResult) -> bytes | None:
+                  delete_retention_ms: int, keep_empty: bool, result: CleanResult,
+                  limit: int = DEFAULT_LIMIT) -> bytes | None:
     """The batch to write for `raw`: `raw` itself if nothing changes, a re-encoded batch,
     or None to drop it."""
     if h.is_control:
         result.records_read += h.record_count
         result.records_kept += h.record_count
         return raw
-    batch = decode_batch(raw, verify=False)
+    batch = decode_batch(raw, verify=False, limit=limit)
     horizon = h.base_timestamp if h.has_delete_horizon else None
     kept: list[Record] = []
     tombstones = False

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+# A producer's batch is refused by its header (here) and by its records (brook.records.validate)
+# with the same two errors: Kafka's INVALID_RECORD and INVALID_TIMESTAMP (32; also for a
+# producer that claims LogAppendTime on a LogAppendTime topic).
+from ..records.errors import InvalidRecordError, InvalidTimestampError  # noqa: F401
+
 
 class StorageError(Exception):
     """Base class of storage errors."""
@@ -27,18 +32,8 @@ class RecordBatchTooLargeError(StorageError):
     """Kafka's RECORD_LIST_TOO_LARGE: a batch cannot fit in a segment at all."""
 
 
-class InvalidRecordError(StorageError):
-    """Kafka's INVALID_RECORD: a batch that is well-formed but not acceptable."""
-
-
 class KafkaStorageError(StorageError):
     """Kafka's KAFKA_STORAGE_ERROR: the disk failed us (I/O error, disk full)."""
-
-
-class InvalidTimestampError(StorageError):
-    """Kafka's INVALID_TIMESTAMP (32): a CreateTime batch's timestamps are out of the range
-    message.timestamp.before.max.ms / message.timestamp.after.max.ms allow around now, or a
-    producer claimed LogAppendTime on a LogAppendTime topic."""
 
 
 class OutOfOrderSequenceError(StorageError):

@@ -31,10 +31,10 @@ from ..records.batch import (
     TIMESTAMP_TYPE_BIT,
     RecordBatch,
     decode_batch,
-    first_null_key,
     read_header,
 )
 from ..records.errors import CorruptRecordError, RecordsError, TruncatedBatchError
+from ..records.validate import Rules, check_batch, inflate_limit
 from .config import LogConfig
 from .errors import (
     InvalidRecordError,
@@ -356,20 +356,47 @@ class Log:
         # What append needs of it, derived once.
         self._max_batch_size = min(config.max_message_bytes, config.segment_bytes)
         self._log_append_time = config.message_timestamp_type == "LogAppendTime"
-        # A compacted topic refuses records without a key, so its appends read keys.
-        self._keys_required = config.compact
+        # What a producer's records are held to (brook.records.validate).
+        self._rules = Rules(inflate_limit=inflate_limit(config.max_message_bytes),
+                            keys_required=config.compact,
+                            before_max_ms=config.timestamp_before_max_ms,
+                            after_max_ms=config.timestamp_after_max_ms,
+                            check_timestamps=not self._log_append_time,
+                            where=f"{self.topic}-{self.partition}")
         self._before_max_ms = config.timestamp_before_max_ms
         self._after_max_ms = config.timestamp_after_max_ms
         self._flush_messages = config.flush_messages
 
-    def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int | None = None,
-               assign_offsets: bool = True, origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
-        """Validate batches (header, CRC, sizes, timestamps, producer state), assign offsets
-        and write them.
+    def check_records(self, records: bytes | bytearray | memoryview) -> int | None:
+        """The record-level checks append() makes of a producer's one batch (decompressing
+        it), for a caller to make off the event loop and hand to append() as `checked`:
+        the batch's largest record timestamp. None when the batch would fail its header,
+        size or CRC checks, which append() answers. Raises what append() would for its records
+        (InvalidRecordError, InvalidTimestampError, InflationLimitError; records.errors)."""
+        view = memoryview(records)
+        end = len(view)
+        if end < HEADER_SIZE:
+            return None
+        (_, length, _, magic, crc, attrs, delta, base_ts, _, _, _, _, count) = _HEADER.unpack_from(view)
+        if not (length + LOG_OVERHEAD == end and magic == MAGIC_V2 and count == delta + 1
+                and delta >= 0 and end <= self._max_batch_size and not attrs & CONTROL_BIT
+                and crc32c(view[ATTRIBUTES_OFFSET:]) == crc):
+            return None
+        return check_batch(view, 0, end, attrs, count, base_ts, self._rules, self._now_ms())
 
-        Either every batch is written or none is. Records are not decoded, and the batches
-        are not copied: each is written as a rewritten 16-byte prefix (base offset, length,
-        leader epoch; the CRC does not cover them) followed by the rest as received.
+    def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int | None = None,
+               assign_offsets: bool = True, origin: AppendOrigin = AppendOrigin.CLIENT,
+               checked: int | None = None) -> LogAppendInfo:
+        """Validate batches (header, CRC, sizes, records, timestamps, producer state), assign
+        offsets and write them.
+
+        Either every batch is written or none is. A producer's records are checked
+        (brook.records.validate: they decode, count and offset deltas agree, keys on a
+        compacted topic, timestamps) but not kept decoded, and the batches are not copied:
+        each is written as a rewritten 16-byte prefix (base offset, length, leader epoch; the
+        CRC does not cover them) followed by the rest as received. `checked`, the result of
+        check_records() for this one batch, spares the record checks (and the
+        decompression) here.
         With `assign_offsets=False` the batches keep their offsets, which must be beyond the
         log end (the cleaner and, later, followers append that way); they are not checked
         beyond their headers and CRC, and update producer state as replication does.
@@ -391,7 +418,7 @@ class Log:
         # included, takes the general path. (Failed checks return at once: CPython 3.11
         # specializes a comparison only when it is followed by a short jump.)
         if not assign_offsets or origin is not _CLIENT or self._log_append_time or end < HEADER_SIZE:
-            return self._append(view, now, leader_epoch, assign_offsets, origin)
+            return self._append(view, now, leader_epoch, assign_offsets, origin, checked)
         (base, length, epoch, magic, crc, attrs, delta, base_ts, max_ts, pid, _, _, count) = \
             _HEADER.unpack_from(view)
         if not (length + LOG_OVERHEAD == end and magic == MAGIC_V2 and base == 0 and pid < 0
@@ -399,9 +426,11 @@ class Log:
                 and end <= self._max_batch_size and 0 <= max_ts <= now + self._after_max_ms
                 and (base_ts >= now - self._before_max_ms or base_ts == NO_TIMESTAMP)
                 and crc32c(view[ATTRIBUTES_OFFSET:]) == crc):
-            return self._append(view, now, leader_epoch, assign_offsets, origin)
-        if self._keys_required and first_null_key(view, 0, read_header(view)) is not None:
-            return self._append(view, now, leader_epoch, assign_offsets, origin)  # refuses it
+            return self._append(view, now, leader_epoch, assign_offsets, origin, checked)
+        if checked is None:
+            checked = check_batch(view, 0, end, attrs, count, base_ts, self._rules, now)
+        if checked != max_ts:  # the header's max timestamp is wrong: rewritten there
+            return self._append(view, now, leader_epoch, assign_offsets, origin, checked)
         segment = self._segments[-1]
         first = segment.next_offset
         last = first + delta
@@ -417,13 +446,12 @@ class Log:
         return _new_tuple(LogAppendInfo, (first, last, max_ts, last, -1, count, end, False))
 
     def _append(self, view: memoryview, now: int, leader_epoch: int | None, assign_offsets: bool,
-                origin: AppendOrigin) -> LogAppendInfo:
+                origin: AppendOrigin, checked: int | None = None) -> LogAppendInfo:
         """append() in general: any number of batches, any origin, every check."""
         end = len(view)
         config = self._config
         append_time = self._log_append_time
         client = assign_offsets and origin is _CLIENT
-        keys_required = self._keys_required
         check_timestamps = assign_offsets and not append_time
         earliest, latest = now - self._before_max_ms, now + self._after_max_ms
         pieces: list = []
@@ -431,6 +459,7 @@ class Log:
         producer_batches: list[ProducerBatch] = []
         next_offset = first_offset = self._segments[-1].next_offset
         max_ts = offset_of_max_ts = -1
+        true_max_ts = None
         pos = 0
         while pos < end:
             if end - pos < HEADER_SIZE:
@@ -459,14 +488,17 @@ class Log:
                         raise InvalidRecordError(f"batch base offset is {base}; a producer's must be 0")
                     if pid >= 0 and bseq < 0:
                         raise InvalidRecordError(f"batch of producer {pid} has no sequence number ({bseq})")
-                    if keys_required and (i := first_null_key(view, pos, read_header(view, pos))) is not None:
-                        raise InvalidRecordError(
-                            f"Compacted topic cannot accept message without key in topic partition "
-                            f"{self.topic}-{self.partition} (record {i} of the batch at position {pos})")
+                    # Records last: Kafka checks the batch's header fields before them.
+                    if checked is None or pos or stop != end:
+                        checked = check_batch(view, pos, size, attrs, count, base_ts, self._rules, now)
+                    if checked != batch_max_ts and not append_time:
+                        true_max_ts = checked  # Kafka's rule: the header says the records' max
+                    checked = None
                 if check_timestamps:
-                    # The header's base timestamp stands for the earliest record, its max
-                    # timestamp for the latest (Kafka checks every record).
-                    if batch_max_ts > latest or (base_ts != NO_TIMESTAMP and base_ts < earliest):
+                    # Other origins: the header's base timestamp stands for the earliest
+                    # record, its max timestamp for the latest (a producer's are checked each).
+                    if not client and (batch_max_ts > latest
+                                       or (base_ts != NO_TIMESTAMP and base_ts < earliest)):
                         raise InvalidTimestampError(
                             f"batch timestamps [{base_ts}, {batch_max_ts}] are outside "
                             f"[{earliest}, {latest}] (message.timestamp.before/after.max.ms)")
@@ -483,6 +515,12 @@ class Log:
                 _PREFIX.pack_into(batch, 0, base, length, epoch)
                 pieces.append(batch)
                 batch_max_ts = now
+            elif true_max_ts is not None:
+                batch = bytearray(view[pos:stop])
+                _set_max_timestamp(batch, true_max_ts, size)
+                _PREFIX.pack_into(batch, 0, base, length, epoch)
+                pieces.append(batch)
+                batch_max_ts, true_max_ts = true_max_ts, None
             else:
                 pieces.append(_PREFIX.pack(base, length, epoch))
                 pieces.append(view[pos + 16:stop])
@@ -867,6 +905,12 @@ def _stamp_log_append_time(batch: bytearray, attributes: int, now: int, size: in
     """Mark a batch LogAppendTime with max timestamp `now`; the CRC covers both, so redo it."""
     _ATTRS.pack_into(batch, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_BIT)
     _MAX_TS.pack_into(batch, 35, now)
+    _CRC.pack_into(batch, CRC_OFFSET, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:size]))
+
+
+def _set_max_timestamp(batch: bytearray, max_ts: int, size: int) -> None:
+    """Put the records' largest timestamp in a batch's header; the CRC covers it, so redo it."""
+    _MAX_TS.pack_into(batch, 35, max_ts)
     _CRC.pack_into(batch, CRC_OFFSET, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:size]))
 
 

@@ -27,6 +27,7 @@ from ...protocol.fetch_response import (
     TopicResult,
     encode_fetch_response,
 )
+from ...records.validate import inflate_limit
 from ...storage.errors import OffsetOutOfRangeError
 from ...cluster import inter_broker_rules as rules
 from ..auth import authz
@@ -94,7 +95,8 @@ def _read(broker, topics, max_bytes: int, read_committed: bool, replica_id: int 
                             remaining -= size
                             first = False
                             if magic is not None:
-                                pending.append(Pending(pr, name, fp.fetch_offset, limit))
+                                pending.append(Pending(pr, name, fp.fetch_offset, limit, inflate_limit(
+                                    partition.log.config.max_message_bytes)))
                 except OffsetOutOfRangeError:
                     pr.error_code = ErrorCode.offset_out_of_range
                 except Exception as exc:

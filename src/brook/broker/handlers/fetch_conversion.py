@@ -9,7 +9,9 @@ converts is bounded by its byte limits, plus one first batch over them. Each par
 messages are cut at whole messages within the bytes its read was allowed (its
 `partition_max_bytes`, less what partitions before it took of the response's `max_bytes`),
 at least the first message.
-A zstd batch cannot be converted: its partition is answered UNSUPPORTED_COMPRESSION_TYPE.
+A zstd batch cannot be converted: its partition is answered UNSUPPORTED_COMPRESSION_TYPE. A
+stored batch that inflates past what Produce lets one inflate to (`records.validate.inflate_limit`;
+written before Produce checked records) is not converted: MESSAGE_TOO_LARGE.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Pending:
     topic: str
     fetch_offset: int
     limit: int  # the bytes its read was allowed
+    inflate_limit: int  # what a compressed batch of the topic may inflate to
 
 
 async def convert(broker, pending: list[Pending], magic: int) -> None:
@@ -87,7 +90,7 @@ def _convert_all(pending: list[Pending], magic: int) -> list[Any]:
     for p in pending:
         try:
             data = b"".join(region.read() for region in p.result.records)
-            out.append(down_convert(data, magic, p.fetch_offset, p.limit))
+            out.append(down_convert(data, magic, p.fetch_offset, p.limit, p.inflate_limit))
         except Exception as exc:  # answered as that partition's error, on the event loop
             out.append(exc)
     return out

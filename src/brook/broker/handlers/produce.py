@@ -6,7 +6,12 @@ As in Kafka, a partition's records must be exactly one v2 batch from Produce v3 
 (INVALID_RECORD), and zstd needs Produce v7+ (UNSUPPORTED_COMPRESSION_TYPE). Produce v0-v2
 carry legacy message sets (magic 0 from v0-v1 clients, magic 1 from v2 ones): they are validated
 and up-converted into one v2 batch (`brook.records.legacy.produced_to_v2`) before the log sees
-them, and counted as conversions in the metrics, as Kafka counts them."""
+them, and counted as conversions in the metrics, as Kafka counts them.
+
+Records are checked as Kafka's LogValidator checks them (`brook.records.validate`, from
+`Log.append`); when only some records of a batch break a rule, the answer names them in
+`record_errors` (KIP-467, v8+). A compressed batch is inflated for that in a worker thread
+(`Log.check_records`), bounded by the topic's limit (MESSAGE_TOO_LARGE past it)."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from datetime import datetime, timedelta, timezone
 
 from kio.schema.errors import ErrorCode
 
+from ...protocol.log_text import loggable
 from ...protocol.messages import make, response_class, response_module
 from ...records.batch import ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 from ...records.compression import CODEC_MASK, Codec
@@ -37,7 +43,11 @@ _FIRST_ZSTD_VERSION = 7
 _FIRST_BATCH_ONLY_VERSION = 3  # before it, legacy message sets (magic 0 and 1) too
 _LEGACY_MAGICS = (0, 1)
 _LENGTH = struct.Struct(">i")
-_LOGGED_CODES = {ErrorCode.corrupt_message, ErrorCode.kafka_storage_error, ErrorCode.unknown_server_error}
+_CODEC_BYTE = ATTRIBUTES_OFFSET + 1  # the low byte of a batch's attributes
+# Refusals logged with their reason: a client only sees the code (and librdkafka drops the
+# message), so the broker's log is where a wrongly refused batch can be told from a bad one.
+_LOGGED_CODES = {ErrorCode.corrupt_message, ErrorCode.invalid_record, ErrorCode.kafka_storage_error,
+                 ErrorCode.unknown_server_error}
 
 
 async def handle(broker, request, connection):
@@ -83,7 +93,7 @@ async def handle(broker, request, connection):
         parts = []
         for pd in td.partition_data:
             code, base_offset, append_time, start = ErrorCode.none, -1, -1, -1
-            detail = None
+            detail, record_errors = None, ()
             partition = broker.partition(name, pd.index)
             if acks not in (0, 1, -1):
                 code = ErrorCode.invalid_required_acks
@@ -103,17 +113,21 @@ async def handle(broker, request, connection):
                 try:
                     records, converted = pd.records, 0
                     if version < _FIRST_BATCH_ONLY_VERSION and records[MAGIC_OFFSET] != MAGIC_V2:
-                        records, converted = produced_to_v2(records)
-                    info = partition.append(records)
+                        # (the messages may be compressed: converted off the event loop)
+                        records, converted = await asyncio.to_thread(produced_to_v2, records)
+                    checked = None
+                    if len(records) > _CODEC_BYTE and records[_CODEC_BYTE] & CODEC_MASK:
+                        # A compressed batch is inflated for its records to be checked: in a
+                        # worker thread, so that other connections are served meanwhile.
+                        checked = await asyncio.to_thread(partition.log.check_records, records)
+                    info = partition.append(records, checked=checked)
                     base_offset, append_time = info.first_offset, info.log_append_time
                 except Exception as exc:
                     code = error_code_for(exc)
                     detail = str(exc)
                     if code == ErrorCode.kafka_storage_error:
                         broker.log_dir_failed(partition.log.directory, exc)
-                    if code in _LOGGED_CODES:
-                        log.warning("produce to %s-%d from %s failed: %s: %s", name, pd.index,
-                                    connection.peer, code.name.upper(), exc)
+                    record_errors = _record_errors(mod, getattr(exc, "record_errors", ()))
                 else:
                     if broker.metrics is not None:
                         broker.metrics.produced(name, len(pd.records), info.record_count, converted)
@@ -125,11 +139,16 @@ async def handle(broker, request, connection):
                 start = partition.log_start_offset
             if code != ErrorCode.none:
                 any_error = True
+                if code in _LOGGED_CODES:
+                    # (the topic name and the reason may quote the wire)
+                    log.warning("produce to %s-%d from %s failed: %s: %s", loggable(name, 100),
+                                pd.index, connection.peer, code.name.upper(),
+                                loggable(detail if detail else "no records"))
             parts.append(make(mod.PartitionProduceResponse, index=pd.index, error_code=code,
                               base_offset=base_offset,
                               log_append_time=None if append_time < 0 else
                               datetime.fromtimestamp(append_time / 1000, timezone.utc),
-                              log_start_offset=start, record_errors=(),
+                              log_start_offset=start, record_errors=record_errors,
                               error_message=detail))
         topics.append(make(mod.TopicProduceResponse, name=name, partition_responses=tuple(parts)))
     if acks == 0:
@@ -143,6 +162,15 @@ async def handle(broker, request, connection):
         written = broker.group_commit.durable(lg for _, _, lg in appended)
         return Deferred(written, lambda done: _durable_answer(done, version, topics, appended, throttle))
     return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle)
+
+
+def _record_errors(mod, errors) -> tuple:
+    """KIP-467's record_errors (Produce v8+): the records that failed the batch, by index."""
+    entity = getattr(mod, "BatchIndexAndErrorMessage", None)
+    if entity is None or not errors:
+        return ()
+    return tuple(make(entity, batch_index=i, batch_index_error_message=message)
+                 for i, message in errors)
 
 
 def _durable_answer(written, version: int, topics: list, appended: list, throttle=NO_THROTTLE):
