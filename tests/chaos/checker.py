@@ -7,7 +7,10 @@ The anomalies (each a list of examples; any example fails the run):
 lost-write            an acknowledged send whose value the final log does not hold
 duplicate             one value at two or more offsets (in acknowledgements, polls or the log)
 out-of-order          two values of one producer in one partition's log in the reverse of the
-                      order they were sent in (an idempotent producer keeps its order)
+                      order they were sent in (an idempotent producer keeps its order); one
+                      producer id's values only: a producer the workload closed and made anew
+                      (a new producer id) has no order with the old one's sends still on their
+                      way, which Kafka may append after the new one's (seed 34)
 vanished-read         a consumer polled (partition, offset, value) that the final log does not
                       hold at that offset
 inconsistent-offsets  one (partition, offset) seen holding two different values, by any two
@@ -85,7 +88,7 @@ def check(events: list[dict]) -> Report:
     producers = {(e["partition"], o): (pid, epoch)
                  for e in by_type["final-producers"] for o, pid, epoch in e["records"]}
     resent = _observations(by_type, final, producers, report)
-    _writes(by_type, final, resent, report)
+    _writes(by_type, final, producers, resent, report)
     _sends_in_order(by_type, resent, report)
     _polls_in_order(events, report)
     _commits(by_type, report)
@@ -103,7 +106,7 @@ def check(events: list[dict]) -> Report:
     return report
 
 
-def _writes(by_type, final, resent: set[str], report: Report) -> None:
+def _writes(by_type, final, producers, resent: set[str], report: Report) -> None:
     """lost-write, out-of-order, final-read-missing, unseen."""
     partitions = {e["partition"] for e in by_type["send"]}
     for p in sorted(partitions - set(final)):
@@ -119,7 +122,9 @@ def _writes(by_type, final, resent: set[str], report: Report) -> None:
         unseen += e["value"] not in polled
     report.counts["unseen"] = unseen
     for p, records in sorted(final.items()):
-        last: dict[str, tuple[int, int]] = {}  # producer -> (seq, offset) of its latest value
+        # (process, producer id) -> (seq, offset) of its latest value; the producer id is
+        # the one the final read found written with the record (None where it could not)
+        last: dict[tuple[str, int | None], tuple[int, int]] = {}
         seen: set[str] = set()
         for offset in sorted(records):
             if records[offset] in resent:
@@ -127,11 +132,12 @@ def _writes(by_type, final, resent: set[str], report: Report) -> None:
                     continue  # a later copy, sent again under a new epoch
                 seen.add(records[offset])
             process, seq = producer_of(records[offset])
-            if process in last and seq < last[process][0]:
+            key = (process, (producers.get((p, offset)) or (None,))[0])
+            if key in last and seq < last[key][0]:
                 report.anomalies["out-of-order"].append(
-                    {"partition": p, "earlier": [last[process][1], f"{process}:{last[process][0]}"],
+                    {"partition": p, "earlier": [last[key][1], f"{process}:{last[key][0]}"],
                      "later": [offset, records[offset]]})
-            last[process] = max(last.get(process, (seq, offset)), (seq, offset))
+            last[key] = max(last.get(key, (seq, offset)), (seq, offset))
 
 
 def _observations(by_type, final, producers, report: Report) -> set[str]:

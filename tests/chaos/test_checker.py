@@ -124,6 +124,20 @@ def test_out_of_order_within_a_partition():
     assert found(h) == {"out-of-order"}
 
 
+def test_a_new_producer_of_the_process_has_no_order_with_the_old_ones_late_sends():
+    # Seed 34: the workload closed p0's producer (producer id 7) with p0:1 in flight, and
+    # its new producer (id 8) wrote p0:2; the old request, held up on the network, was then
+    # appended. Kafka orders one producer id's writes, not those of two.
+    h = H()
+    a1 = h.send("p0", 1, 0, None)
+    a2 = h.send("p0", 2, 0, 0)
+    h.final(0, (0, a2), (1, a1))
+    h.add("final-producers", "final", partition=0, records=[[0, 8, 0], [1, 7, 0]])
+    assert found(h) == set()
+    h.events[-1]["records"] = [[0, 7, 0], [1, 7, 0]]  # one producer id: out of order
+    assert found(h) == {"out-of-order"}
+
+
 def test_vanished_read():
     h = clean()
     h.poll("c0", (0, 2, "p9:0"))  # read at offset 2, which the final log does not have
