@@ -18,6 +18,10 @@ topic has so far), and values that do not fit the row's fields, go to a small pe
 whole ``OffsetCommitValue`` objects instead. Whatever the storage, ``get`` gives back a value
 equal to the one that was ``put``.
 
+While a write is not yet committed (``brook.coordinator.uncommitted``), the cache can keep a
+*journal*: set ``journal`` to a dict, and every change records, before it is made, what the
+offset held (``TopicOffsets.saved``), once per offset, under ``(group, topic)`` and partition.
+
 This module is only storage: what a record means is decided in ``brook.coordinator.offsets``.
 """
 
@@ -30,7 +34,7 @@ from collections.abc import Iterable, Iterator
 from brook.coordinator.expiry import offset_expires_at
 from brook.coordinator.schemas import OffsetCommitValue
 
-__all__ = ["OffsetsCache", "ROW", "TopicOffsets"]
+__all__ = ["OffsetsCache", "ROW", "Saved", "TopicOffsets", "saved_value"]
 
 #: A row: offset, leader epoch, commit timestamp, big-endian (as in an offset commit value).
 ROW = struct.Struct(">qiq")
@@ -48,6 +52,18 @@ _EXTRAS_FLAGS = bytes([_PRESENT | _EXTRAS])
 _DENSE_SLACK = 64
 
 _intern = sys.intern
+
+#: What an offset held, as a journal keeps it: None (no offset), the three numbers of a plain
+#: row (offset, leader epoch, commit timestamp: no metadata, no expire timestamp), or the value.
+Saved = OffsetCommitValue | tuple[int, int, int] | None
+
+
+def saved_value(saved: Saved) -> OffsetCommitValue | None:
+    """The value a ``Saved`` stands for."""
+    if saved is None or type(saved) is OffsetCommitValue:
+        return saved
+    offset, epoch, commit = saved
+    return OffsetCommitValue(offset, epoch, "", commit)
 
 
 class TopicOffsets:
@@ -74,6 +90,20 @@ class TopicOffsets:
                 if flags & _EXTRAS:
                     metadata, expire = self.extras[partition]  # type: ignore[index]
                 return OffsetCommitValue(offset, epoch, metadata, commit, expire)
+        if self.sparse is not None:
+            return self.sparse.get(partition)
+        return None
+
+    def saved(self, partition: int) -> Saved:
+        """What the partition holds, as a journal keeps it (``Saved``): a plain row as its
+        numbers (a value object costs seven times as much to make, and a commit journals every
+        partition it changes)."""
+        if 0 <= partition < len(self.flags):
+            flags = self.flags[partition]
+            if flags == _PRESENT:
+                return _unpack_row(self.rows, partition * _ROW_SIZE)
+            if flags:
+                return self.get(partition)
         if self.sparse is not None:
             return self.sparse.get(partition)
         return None
@@ -289,11 +319,24 @@ class OffsetsCache:
     ``put`` and ``delete`` are for the offsets manager's ``replay``; everything else reads.
     """
 
-    __slots__ = ("_groups", "_count")
+    __slots__ = ("_groups", "_count", "journal")
 
     def __init__(self) -> None:
         self._groups: dict[str, dict[str, TopicOffsets]] = {}
         self._count = 0
+        #: While set: (group, topic) -> partition -> what the offset held before the first
+        #: change made since (``Saved``); see the module's docstring.
+        self.journal: dict[tuple[str, str], dict[int, Saved]] | None = None
+
+    def _journal(self, group: str, topic: str, partitions: Iterable[int]) -> None:
+        """Note what each of ``partitions`` holds, unless the journal has it already."""
+        saved = self.journal.get((group, topic))  # type: ignore[union-attr]
+        if saved is None:
+            saved = self.journal[(group, topic)] = {}  # type: ignore[index]
+        offsets = self._groups.get(group, {}).get(topic)
+        for partition in partitions:
+            if partition not in saved:
+                saved[partition] = None if offsets is None else offsets.saved(partition)
 
     def __len__(self) -> int:
         """How many offsets are cached."""
@@ -309,6 +352,8 @@ class OffsetsCache:
         return offsets.get(partition)
 
     def put(self, group: str, topic: str, partition: int, value: OffsetCommitValue) -> None:
+        if self.journal is not None:
+            self._journal(group, topic, (partition,))
         topics = self._groups.get(group)
         if topics is None:
             topics = self._groups[_intern(group)] = {}
@@ -322,6 +367,9 @@ class OffsetsCache:
         self, group: str, topic: str, rows: Iterable[tuple[int, int, int, int]]
     ) -> None:
         """``TopicOffsets.put_rows`` for the group's offsets of one topic."""
+        if self.journal is not None:
+            rows = rows if type(rows) is list else list(rows)
+            self._journal(group, topic, [row[0] for row in rows])
         topics = self._groups.get(group)
         if topics is None:
             topics = self._groups[_intern(group)] = {}
@@ -339,6 +387,8 @@ class OffsetsCache:
         rows, metadata), in order."""
         groups = self._groups
         for group, topic, first, count, rows, metadata in blocks:
+            if self.journal is not None:
+                self._journal(group, topic, range(first, first + count))
             topics = groups.get(group)
             if topics is None:
                 topics = groups[_intern(group)] = {}
@@ -349,6 +399,8 @@ class OffsetsCache:
 
     def delete(self, group: str, topic: str, partition: int) -> bool:
         """Remove one offset (dropping a topic or group left with none); True if it existed."""
+        if self.journal is not None:
+            self._journal(group, topic, (partition,))
         topics = self._groups.get(group)
         if topics is None:
             return False
