@@ -93,6 +93,12 @@ class ZkCluster:
     def is_controller(self) -> bool:
         return self.controller_epoch is not None
 
+    def lease_holds(self) -> bool:
+        """Whether this broker's ZooKeeper session is known to be alive now (its lease,
+        brook.cluster.lease): a broker without serves no group coordinator requests."""
+        client = self._client
+        return client is not None and client.lease.holds()
+
     # ------------------------------------------------------------ start and stop
 
     async def start(self) -> str:
