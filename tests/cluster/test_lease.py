@@ -195,3 +195,36 @@ def test_the_lease_lapses_while_zookeeper_does_not_answer(own_zookeeper):
         if server.proc is not None:
             server.proc.send_signal(signal.SIGCONT)
         client.close()
+
+
+def test_a_lost_session_ends_the_lease_until_the_broker_has_fenced_it():
+    clock = Clock()
+    lease = SessionLease(6000, clock)
+    lease.sent(1)
+    lease.answered(1)
+    lease.lost()
+    assert not lease.holds()
+    lease.connecting()  # a new session at once: its answers do not count yet
+    lease.sent(1)
+    lease.answered(1)
+    assert not lease.holds()
+    lease.fenced()
+    assert lease.holds()
+
+
+def test_a_new_session_after_an_expiry_renews_no_lease_until_fenced(own_zookeeper):
+    from kazoo.protocol.connection import _SESSION_EXPIRED
+
+    server = own_zookeeper.start()
+    client = _client(server.connect, 3000)
+    try:
+        wait_for(client.lease.holds, 5, "the lease after connecting")
+        old = client.session_id
+        client.kz._call(_SESSION_EXPIRED, None)  # kazoo's hook: the session found expired
+        wait_for(lambda: client.session_id not in (None, old), 10, "a new session")
+        client.kz.exists("/")  # answered in the new session
+        assert not client.lease.holds()
+        client.lease.fenced()
+        wait_for(client.lease.holds, 3, "the lease in the new session")
+    finally:
+        client.close()

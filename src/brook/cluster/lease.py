@@ -23,11 +23,15 @@ What the lease does not cover: leadership moved by the controller while this bro
 lived (a reassignment or a preferred leader election sent to a broker that was paused for less
 than its session timeout); that broker learns it from the controller's next request.
 
+A session found expired (``lost()``) ends the lease until the broker has given up what it led
+in that session (``fenced()``): the client opens a new session at once, whose answers would
+otherwise renew the lease before the broker, busy on its event loop, has handled the loss.
+
 The bookkeeping is sans-I/O: ``sent(xid)`` when a request or ping goes out, ``answered(xid,
 error)`` when a reply comes in, ``connecting()`` when a new connection is made (nothing sent on
-the old one will be answered) and ``connected(timeout)`` with the timeout the server gave the
-session. ``brook.cluster.zk_client`` calls them from kazoo's connection thread; ``holds()`` is
-read on the event loop.
+the old one will be answered), ``connected(timeout)`` with the timeout the server gave the
+session and ``lost()`` when the session is gone. ``brook.cluster.zk_client`` calls them from
+kazoo's connection thread; ``holds()`` and ``fenced()`` are called on the event loop.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class SessionLease:
         self._sent: deque[tuple[int, float]] = deque()
         #: The send time of the latest request or ping answered (None: none yet)
         self.confirmed: float | None = None
+        #: A session was lost and the broker has not yet fenced what it led in it.
+        self.unfenced_loss = False
 
     def connecting(self) -> None:
         """A new connection: what was sent on the previous one is not answered any more."""
@@ -86,10 +92,19 @@ class SessionLease:
         if error not in _NOT_ALIVE and (self.confirmed is None or at > self.confirmed):
             self.confirmed = at
 
+    def lost(self) -> None:
+        """The session expired (or was closed): no lease until ``fenced()``."""
+        self.unfenced_loss = True
+
+    def fenced(self) -> None:
+        """The broker gave up what it led in the session lost: a new session's answers count."""
+        self.unfenced_loss = False
+
     def holds(self) -> bool:
         """Whether the session is known to be alive now."""
         confirmed = self.confirmed
-        return confirmed is not None and self._clock() < confirmed + self._valid_s
+        return (confirmed is not None and not self.unfenced_loss
+                and self._clock() < confirmed + self._valid_s)
 
     def remaining_s(self) -> float:
         """How long the lease holds from now without another answer (<= 0: lapsed)."""

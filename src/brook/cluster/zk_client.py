@@ -119,10 +119,10 @@ class ZkClient:
         retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0, max_jitter=0.2)
         self.kz = KazooClient(hosts=connect.servers, timeout=session_timeout_ms / 1000,
                               connection_retry=retry, logger=self._kazoo_log.logger)
-        self.kz.add_listener(self._on_state)
         #: Whether the session is known to be alive now (see brook.cluster.lease).
         self.lease = SessionLease(session_timeout_ms, clock)
         watch_session(self.kz, self.lease)
+        self.kz.add_listener(self._on_state)
         self._on_watch = lambda event: notify("watch")  # one object: kazoo keeps watchers in sets
         self.changed_topics: set[str] = set()  # assignments changed since the controller read them
 
@@ -132,6 +132,8 @@ class ZkClient:
             self._session.set()
         else:
             self._session.clear()
+        if state == KazooState.LOST:
+            self.lease.lost()  # here, on kazoo's thread: before a new session can renew it
         self._notify({KazooState.LOST: "lost", KazooState.SUSPENDED: "suspended"}.get(state, "connected"))
 
     def p(self, path: str) -> str:

@@ -265,6 +265,7 @@ class ZkCluster:
             self._resign("the ZooKeeper session expired")
             if self.on_session_lost is not None:
                 self.on_session_lost("the ZooKeeper session expired")
+            self._client.lease.fenced()  # what it led in that session is given up
         elif what == "topics":
             if self.controller is not None:
                 self.controller.on_topics_changed()
