@@ -367,15 +367,24 @@ class OffsetsCache:
         self, group: str, topic: str, rows: Iterable[tuple[int, int, int, int]]
     ) -> None:
         """``TopicOffsets.put_rows`` for the group's offsets of one topic."""
-        if self.journal is not None:
-            rows = rows if type(rows) is list else list(rows)
-            self._journal(group, topic, [row[0] for row in rows])
         topics = self._groups.get(group)
         if topics is None:
             topics = self._groups[_intern(group)] = {}
         offsets = topics.get(topic)
         if offsets is None:
             offsets = topics[_intern(topic)] = TopicOffsets()
+        if self.journal is not None:  # the live path of a commit waiting for its replicas
+            rows = rows if type(rows) is list else list(rows)
+            saved = self.journal.get((group, topic))
+            if saved is None:
+                saved = self.journal[(group, topic)] = {}
+            flags, data, n = offsets.flags, offsets.rows, len(offsets.flags)
+            for row in rows:
+                partition = row[0]
+                if partition not in saved:  # a plain row's numbers, read in place
+                    saved[partition] = (_unpack_row(data, partition * _ROW_SIZE)
+                                        if 0 <= partition < n and flags[partition] == _PRESENT
+                                        else offsets.saved(partition))
         self._count += offsets.put_rows(rows)
         if not offsets:  # no rows at all (an empty iterator)
             del topics[topic]

@@ -8,9 +8,8 @@ the operations that follow are checked against them; but until the high watermar
 they are not *committed*: the wait may still fail (too few replicas, leadership lost, a
 timeout), and then the client is told the write failed.
 
-So each write appended but not yet committed leaves an *undo record*, ``UncommittedWrite``: the
-offset after its records (``end``) and, for every committed offset it changed, what the offset
-held before it (a journal the cache keeps while the write is replayed, see
+So each write appended but not yet committed leaves an *undo record*: the offset after its
+records (``end``) and, for every offset it changed, what the offset held before it (a journal the cache keeps while the write is replayed, see
 ``OffsetsCache.journal``). With them:
 
 - a read answers the committed view (``committed_values``): an offset that uncommitted writes
@@ -29,32 +28,28 @@ need. Group membership is not kept this way: see docs/offsets-topic.md.
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from typing import NamedTuple
+from collections import deque
 
 from .offsets_cache import Saved, saved_value
 from .schemas import OffsetCommitValue
 
-__all__ = ["Journal", "Uncommitted", "UncommittedWrite"]
+__all__ = ["Journal", "Uncommitted"]
 
 #: (group, topic) -> partition -> what the offset held before the write (``Saved``).
 Journal = dict[tuple[str, str], dict[int, Saved]]
 
 
-class UncommittedWrite(NamedTuple):
-    end: int  # the offset after the write's records
-    saved: Journal
-
-
 class Uncommitted:
-    """The undo records of a shard's uncommitted writes, oldest first."""
+    """The undo records of a shard's uncommitted writes, oldest first: ``(end, saved, groups)``
+    each, ``groups`` the groups whose offsets it changed. (Tuples and plain dicts: this is on
+    every commit's path in a cluster.)"""
 
     __slots__ = ("writes", "_groups")
 
     def __init__(self) -> None:
-        self.writes: deque[UncommittedWrite] = deque()
+        self.writes: deque[tuple[int, Journal, tuple[str, ...]]] = deque()
         #: group -> how many of ``writes`` changed its offsets
-        self._groups: Counter[str] = Counter()
+        self._groups: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.writes)
@@ -64,30 +59,36 @@ class Uncommitted:
         write that changed no offset."""
         if not saved:
             return
-        self.writes.append(UncommittedWrite(end, saved))
-        self._groups.update({group for group, _ in saved})
+        if len(saved) == 1:
+            groups: tuple[str, ...] = (next(iter(saved))[0],)
+        else:
+            groups = tuple({group for group, _ in saved})
+        self.writes.append((end, saved, groups))
+        counts = self._groups
+        for group in groups:
+            counts[group] = counts.get(group, 0) + 1
 
     def committed(self, offset: int) -> None:
         """The writes ending at ``offset`` or before are committed."""
         writes = self.writes
-        while writes and writes[0].end <= offset:
-            self._forget(writes.popleft())
+        while writes and writes[0][0] <= offset:
+            self._forget(writes.popleft()[2])
 
     def roll_back(self, end: int) -> dict[tuple[str, str, int], OffsetCommitValue | None]:
         """Undo the write ending at ``end`` and every later one: (group, topic, partition) ->
         the value to put back (None: no offset)."""
         writes = self.writes
         undone = []
-        while writes and writes[-1].end >= end:
+        while writes and writes[-1][0] >= end:
             undone.append(writes.pop())
-            self._forget(undone[-1])
+            self._forget(undone[-1][2])
         restore: dict[tuple[str, str, int], OffsetCommitValue | None] = {}
-        for write in reversed(undone):  # oldest first: its saved values are the ones to keep
-            for (group, topic), partitions in write.saved.items():
-                for partition, saved in partitions.items():
+        for _, saved, _ in reversed(undone):  # oldest first: its saved values are the ones to keep
+            for (group, topic), partitions in saved.items():
+                for partition, value in partitions.items():
                     key = (group, topic, partition)
                     if key not in restore:
-                        restore[key] = saved_value(saved)
+                        restore[key] = saved_value(value)
         return restore
 
     def changes(self, group: str) -> bool:
@@ -98,18 +99,22 @@ class Uncommitted:
         """(topic, partition) -> the committed value (None: none) of each offset of ``group``
         that uncommitted writes changed."""
         values: dict[tuple[str, int], OffsetCommitValue | None] = {}
-        for write in self.writes:
-            for (g, topic), partitions in write.saved.items():
+        for _, saved, groups in self.writes:
+            if group not in groups:
+                continue
+            for (g, topic), partitions in saved.items():
                 if g != group:
                     continue
-                for partition, saved in partitions.items():
+                for partition, value in partitions.items():
                     if (topic, partition) not in values:
-                        values[(topic, partition)] = saved_value(saved)
+                        values[(topic, partition)] = saved_value(value)
         return values
 
-    def _forget(self, write: UncommittedWrite) -> None:
-        groups = self._groups
-        for group in {group for group, _ in write.saved}:
-            groups[group] -= 1
-            if not groups[group]:
-                del groups[group]
+    def _forget(self, groups: tuple[str, ...]) -> None:
+        counts = self._groups
+        for group in groups:
+            n = counts[group] - 1
+            if n:
+                counts[group] = n
+            else:
+                del counts[group]
