@@ -289,3 +289,37 @@ def test_without_its_lease_a_broker_answers_not_coordinator_when_handling_and_an
             await rt.stop()
 
     run(main)
+
+
+def test_the_broker_writes_back_old_values_even_with_too_few_in_sync_replicas(tmp_path):
+    """A rollback's restoring append is made below min.insync.replicas (nobody is acknowledged
+    for it; it makes the log say what the coordinator serves), where a commit is refused."""
+    from brook.broker.broker import Broker
+    from brook.broker.config import BrokerConfig
+    from brook.broker.offsets_log import PartitionOffsetsLog
+    from brook.coordinator.result import CoordinatorRecord
+    from brook.coordinator.runtime import OFFSETS_TOPIC
+    from brook.coordinator.schemas import OffsetCommitKey, OffsetCommitValue
+
+    broker = Broker(BrokerConfig.from_props({"log.dirs": str(tmp_path),
+                                             "offsets.topic.num.partitions": "1"}))
+    broker.open()
+    try:
+        assert broker.ensure_offsets_topic()
+        p = broker.partition(OFFSETS_TOPIC, 0)
+        p.become_leader(0, 3, (0,), (0, 1, 2), 0, 0)  # the followers fell out of the ISR
+        broker.replicas = object()  # a cluster's broker, as far as the writer asks
+        broker.min_insync_replicas = lambda topic: 2
+        plog = PartitionOffsetsLog(broker)
+        records = [CoordinatorRecord(OffsetCommitKey("g", "t", 0), OffsetCommitValue(5))]
+        with pytest.raises(AppendError) as refused:
+            plog.append(0, 3, records, 0)
+        assert refused.value.code == ErrorCode.not_enough_replicas
+        assert plog.append(0, 3, records, 0, restoring=True) == 1
+        assert plog.log_end_offset(0) == 1 and plog.high_watermark(0) == 1
+        with pytest.raises(AppendError) as stale:  # never as a deposed coordinator, though
+            plog.append(0, 2, records, 0, restoring=True)
+        assert stale.value.code == ErrorCode.not_leader_or_follower
+    finally:
+        broker.replicas = None
+        broker.close()
