@@ -13,7 +13,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from brook.coordinator.offsets_cache import OffsetsCache, saved_value
+from brook.coordinator.offsets_cache import OffsetsCache, RowsSnapshot, saved_value
 from brook.coordinator.result import CommitRun, CoordinatorRecord, record_pairs
 from brook.coordinator.schemas import OffsetCommitKey, OffsetCommitValue
 from brook.coordinator.shard import CoordinatorShard
@@ -24,6 +24,7 @@ NOW = 1_000
 GROUPS = ("g1", "g2")
 TOPICS = ("t", "u")
 PARTITIONS = (0, 1, 2, 3, 5, 100_000)  # 100,000: stored sparse, not in a row
+ASKED = tuple(range(16)) + (100_000,)
 
 
 def fetched(shard: CoordinatorShard, group: str) -> dict:
@@ -31,7 +32,7 @@ def fetched(shard: CoordinatorShard, group: str) -> dict:
     all the group's offsets, checked against asking for each partition by name."""
     every = {(f.topic, f.partition): (f.offset, f.leader_epoch, f.metadata)
              for f in shard.fetch_offsets(group, None)}
-    named = shard.fetch_offsets(group, [(t, PARTITIONS) for t in TOPICS])
+    named = shard.fetch_offsets(group, [(t, ASKED) for t in TOPICS])
     assert {(f.topic, f.partition): (f.offset, f.leader_epoch, f.metadata)
             for f in named if f.offset != -1} == every
     return every
@@ -107,10 +108,26 @@ def test_the_journal_keeps_what_an_offset_held_before_the_first_change():
     cache.delete("g", "t", 1)
     cache.put("g", "t", 100_000, OffsetCommitValue(1))
     saved = cache.journal[("g", "t")]
-    assert {p: saved_value(s) for p, s in saved.items()} == {
+    assert {p: saved_value(s, p) for p, s in saved.items()} == {
         0: OffsetCommitValue(5, 1, "", NOW), 1: OffsetCommitValue(6, 1, "meta", NOW, 99),
         2: None, 100_000: None}
     assert cache.get("g", "t", 0).offset == 10
+
+
+def test_a_commit_to_many_partitions_is_journaled_as_one_copy_of_their_rows():
+    cache = OffsetsCache()
+    cache.put_rows("g", "t", [(p, p, 1, NOW) for p in range(20)])
+    cache.put("g", "t", 3, OffsetCommitValue(33, 1, "meta", NOW))
+    cache.put("g", "t", 4, OffsetCommitValue(44, 2**31, "", NOW))  # does not fit a row
+    cache.delete("g", "t", 5)
+    before = {p: cache.get("g", "t", p) for p in range(20)}
+    cache.journal = {}
+    cache.put_rows("g", "t", [(p, 1000 + p, 1, NOW) for p in range(2, 12)])
+    cache.put_rows("g", "t", [(p, 2000 + p, 1, NOW) for p in range(0, 10)])
+    saved = cache.journal[("g", "t")]
+    assert sorted(saved) == list(range(12))
+    assert len({id(s) for s in saved.values() if isinstance(s, RowsSnapshot)}) == 2
+    assert {p: saved_value(s, p) for p, s in saved.items()} == {p: before[p] for p in range(12)}
 
 
 def test_undo_records_count_the_groups_they_change():
@@ -128,15 +145,20 @@ def test_undo_records_count_the_groups_they_change():
 # --- the property -------------------------------------------------------------------------------
 
 offsets = st.integers(0, 2**40)
+# Runs of many partitions of the rows are journaled as one RowsSnapshot; an epoch of 2**31 does
+# not fit a row and is kept apart (sparse) even for a partition inside the rows.
+wide = st.lists(st.tuples(st.integers(0, 15), offsets, st.integers(-1, 5), st.just(NOW)),
+                min_size=8, max_size=12)
 records = st.one_of(
     st.builds(lambda g, t, rows: CommitRun(g, t, rows), st.sampled_from(GROUPS),
               st.sampled_from(TOPICS),
               st.lists(st.tuples(st.sampled_from(PARTITIONS), offsets, st.integers(-1, 5),
-                                 st.just(NOW)), min_size=1, max_size=4)),
-    st.builds(lambda g, t, p, o, m: CoordinatorRecord(OffsetCommitKey(g, t, p),
-                                                      OffsetCommitValue(o, 2, m, NOW)),
-              st.sampled_from(GROUPS), st.sampled_from(TOPICS), st.sampled_from(PARTITIONS),
-              offsets, st.sampled_from(["", "meta"])),
+                                 st.just(NOW)), min_size=1, max_size=4) | wide),
+    st.builds(lambda g, t, p, o, e, m: CoordinatorRecord(OffsetCommitKey(g, t, p),
+                                                         OffsetCommitValue(o, e, m, NOW)),
+              st.sampled_from(GROUPS), st.sampled_from(TOPICS),
+              st.sampled_from(PARTITIONS) | st.integers(0, 15), offsets,
+              st.sampled_from([2, 2**31]), st.sampled_from(["", "meta"])),
     st.builds(lambda g, t, p: CoordinatorRecord(OffsetCommitKey(g, t, p), None),
               st.sampled_from(GROUPS), st.sampled_from(TOPICS), st.sampled_from(PARTITIONS)),
 )

@@ -88,7 +88,7 @@ class Uncommitted:
                 for partition, value in partitions.items():
                     key = (group, topic, partition)
                     if key not in restore:
-                        restore[key] = saved_value(value)
+                        restore[key] = saved_value(value, partition)
         return restore
 
     def changes(self, group: str) -> bool:
@@ -107,7 +107,7 @@ class Uncommitted:
                     continue
                 for partition, value in partitions.items():
                     if (topic, partition) not in values:
-                        values[(topic, partition)] = saved_value(value)
+                        values[(topic, partition)] = saved_value(value, partition)
         return values
 
     def _forget(self, groups: tuple[str, ...]) -> None:
