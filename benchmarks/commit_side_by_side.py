@@ -6,7 +6,9 @@ alike):
    as the OffsetCommit handler submits them, to a writer that appends nothing and answers each
    append when a simulated high watermark passes it (moved every WINDOW appends, as replicas
    fetching in rounds move it; "cluster"), or at once ("single"): the coordinator's own CPU per
-   commit, no network, no encoding;
+   commit, no network, no encoding; and "replicated log": the broker's writer on a real
+   ``__consumer_offsets`` partition led with one follower whose fetches are simulated (records
+   encoded and appended, high watermark waiters and timers), still no network;
 2. one broker: bench_coordinator's pipelined commits (raw OffsetCommit v9, 8 in flight per
    connection, 4 groups) and confluent-kafka's synchronous commits;
 3. three brokers on ZooKeeper (``__consumer_offsets`` of one partition, so that one broker
@@ -114,10 +116,67 @@ asyncio.run(main())
 '''
 
 
+REPLICATED_LOG = r'''
+import asyncio, json, sys, time, tempfile, gc
+from brook.broker.broker import Broker
+from brook.broker.config import BrokerConfig
+from brook.broker.offsets_log import PartitionOffsetsLog
+from brook.clock import SYSTEM_CLOCK
+from brook.coordinator.classic import GroupConfig
+from brook.coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
+from brook.coordinator.runtime import CoordinatorRuntime, OFFSETS_TOPIC
+from brook.coordinator.shard import CoordinatorShard
+
+WINDOW = 8
+# The broker's own writer on a real __consumer_offsets partition led here with one follower,
+# which "fetches" (the high watermark moves to the log end) every WINDOW commits.
+async def main():
+    out = {}
+    for parts in (1, 10, 100):
+        d = tempfile.mkdtemp()
+        broker = Broker(BrokerConfig.from_props({"log.dirs": d, "offsets.topic.num.partitions": "1"}))
+        broker.open()
+        broker.ensure_offsets_topic()
+        p = broker.partition(OFFSETS_TOPIC, 0)
+        p.become_leader(0, 1, (0, 1), (0, 1), 0, 0)
+        broker.replicas = object()
+        broker.min_insync_replicas = lambda t: 1
+        writer = PartitionOffsetsLog(broker)
+        rt = CoordinatorRuntime(1, writer, SYSTEM_CLOCK, lambda: CoordinatorShard(GroupConfig()))
+        rt.start(load_all=False)
+        rt.load(0, 1)
+        await rt.wait_loaded()
+        requests = [OffsetCommit(f"g{i % 4}", (CommitTopic("t", tuple(
+            CommitPartition(q, i * 1000 + q) for q in range(parts))),)) for i in range(256)]
+        n = 40000 // parts
+        for rep in range(2):
+            pending = []
+            t0 = time.process_time()
+            for i in range(n):
+                req = requests[i % 256]
+                pending.append(rt.submit(req.group_id, lambda s, now, r=req: s.commit_offsets(r, now)))
+                if len(pending) % WINDOW == 0:
+                    p.on_follower_fetch(1, p.log_end_offset, int(time.time() * 1000))
+                if len(pending) >= 64:
+                    await asyncio.gather(*pending)
+                    pending = []
+            p.on_follower_fetch(1, p.log_end_offset, int(time.time() * 1000))
+            await asyncio.gather(*pending)
+            cpu = time.process_time() - t0
+        out[parts] = round(cpu / n * 1e6, 1)
+        await rt.stop()
+        broker.replicas = None
+        broker.close()
+    print(json.dumps(out))
+asyncio.run(main())
+'''
+
+
 def in_process(src: str, mode: str, commits: int = 40_000) -> dict[int, float]:
     """µs of CPU per commit of the runtime of the tree at ``src``, its writes waiting for a
     high watermark (``mode`` "cluster") or committed when appended ("single")."""
-    out = subprocess.run([sys.executable, "-c", IN_PROCESS, str(commits), mode], check=True,
+    code = REPLICATED_LOG if mode == "replicated log" else IN_PROCESS
+    out = subprocess.run([sys.executable, "-c", code, str(commits), mode], check=True,
                          capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": os.path.abspath(src)})
     return {int(k): v for k, v in json.loads(out.stdout).items()}
@@ -285,7 +344,7 @@ def main(before_src: str, after_src: str) -> None:
             cpu: dict = {}
             for r in range(rounds):
                 for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
-                    for mode in ("cluster", "single"):
+                    for mode in ("cluster", "single", "replicated log"):
                         for p, us in in_process(trees[name], mode).items():
                             cpu.setdefault(f"{mode}, {p} partition(s)", {}).setdefault(
                                 name, []).append(us)
