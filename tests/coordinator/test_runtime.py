@@ -46,13 +46,19 @@ class MemoryLog:
         self.appends: list[tuple[int, list]] = []
         self.fail: Exception | None = None
         self.hold = None
+        self.restored: list[tuple[int, list]] = []  # the restoring appends of rollbacks
+        #: partition -> its high watermark, where not the log end offset
+        self.high_watermarks: dict[int, int] = {}
 
-    def append(self, partition: int, epoch: int, records: list, now: int) -> int:
+    def append(self, partition: int, epoch: int, records: list, now: int,
+               restoring: bool = False) -> int:
         """The runtime's writer: fails with the Kafka error of ``fail`` when it is set, as the
         broker's writer reports the exception its partition raised."""
         if self.fail is not None:
             raise AppendError(error_code_for(self.fail), str(self.fail))
         self.appends.append((partition, list(records)))
+        if restoring:
+            self.restored.append((partition, list(records)))
         self.write(partition, records, now)
         return self.end(partition)
 
@@ -74,6 +80,12 @@ class MemoryLog:
     def written(self, partition: int, offset: int):
         """What an append waits for before it is answered: the future ``hold`` when set."""
         return self.hold
+
+    def high_watermark(self, partition: int) -> int:
+        return self.high_watermarks.get(partition, self.end(partition))
+
+    def log_end_offset(self, partition: int) -> int:
+        return self.end(partition)
 
     def read(self, partition: int):
         yield from self.partitions.get(partition, [])

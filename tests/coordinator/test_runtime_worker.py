@@ -40,11 +40,17 @@ class ToyShard:
 
 
 class NoLog:
-    def append(self, partition, epoch, records, now) -> int:
+    def append(self, partition, epoch, records, now, restoring=False) -> int:
         return 0
 
     def written(self, partition, offset):
         return None
+
+    def high_watermark(self, partition) -> int:
+        return 0
+
+    def log_end_offset(self, partition) -> int:
+        return 0
 
     def read(self, partition):
         return iter(())

@@ -167,7 +167,15 @@ class Broker:
         tm = self.metadata.get(OFFSETS_TOPIC)
         self.coordinator = CoordinatorRuntime(
             tm.partitions if tm else self.config.offsets_topic_num_partitions,
-            PartitionOffsetsLog(self), self.timeout_clock, self._new_coordinator_shard)
+            PartitionOffsetsLog(self), self.timeout_clock, self._new_coordinator_shard,
+            lease=self._may_coordinate)
+
+    def _may_coordinate(self) -> bool:
+        """Whether this broker may answer group coordinator requests now: always on a single
+        node; in a cluster, while its ZooKeeper session is known to be alive (a broker that
+        was paused past it answers NOT_COORDINATOR until ZooKeeper answers it again, or until
+        it finds the session expired and gives up its leaderships)."""
+        return self.cluster is None or self.cluster.lease_holds()
 
     def _new_coordinator_shard(self) -> CoordinatorShard:
         c = self.config

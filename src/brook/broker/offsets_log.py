@@ -2,7 +2,9 @@
 runtime's ``OffsetsWriter`` (``brook.coordinator.runtime``).
 
 Appends are written with the coordinator origin (clients never write the offsets topic) and a
-failure is reported as the Kafka error of the exception the partition raised. Reading gives the
+failure is reported as the Kafka error of the exception the partition raised. A restoring
+append (the old values a rollback puts back) skips the min.insync.replicas check: nobody is
+acknowledged for it, and it makes the log say what the coordinator serves. Reading gives the
 partition's batches as stored, in buffers of whole batches for the loader.
 """
 
@@ -34,7 +36,8 @@ class PartitionOffsetsLog:
     def __init__(self, broker) -> None:
         self.broker = broker
 
-    def append(self, partition: int, epoch: int, records: list, now: int) -> int:
+    def append(self, partition: int, epoch: int, records: list, now: int,
+               restoring: bool = False) -> int:
         p = self.broker.partition(OFFSETS_TOPIC, partition)
         if p is None:
             raise AppendError(ErrorCode.unknown_topic_or_partition,
@@ -45,11 +48,12 @@ class PartitionOffsetsLog:
             if p.tracker is None or p.leader_epoch != epoch:
                 raise AppendError(ErrorCode.not_leader_or_follower,
                                   f"{OFFSETS_TOPIC}-{partition} is not led here at epoch {epoch}")
-            if len(p.isr) < self.broker.min_insync_replicas(OFFSETS_TOPIC):
+            if not restoring and len(p.isr) < self.broker.min_insync_replicas(OFFSETS_TOPIC):
                 raise AppendError(ErrorCode.not_enough_replicas,
                                   f"{OFFSETS_TOPIC}-{partition} has {len(p.isr)} in-sync replicas")
         try:
-            p.append(encode_records(records, now, max_batch_bytes=_split_limit(p, records)),
+            limit = p.log.config.max_message_bytes if restoring else _split_limit(p, records)
+            p.append(encode_records(records, now, max_batch_bytes=limit),
                      origin=AppendOrigin.COORDINATOR)
         except Exception as exc:
             code = error_code_for(exc)
@@ -76,6 +80,14 @@ class PartitionOffsetsLog:
         if not waits:
             return None
         return waits[0] if len(waits) == 1 else asyncio.ensure_future(_all(waits))
+
+    def high_watermark(self, partition: int) -> int:
+        p = self.broker.partition(OFFSETS_TOPIC, partition)
+        return 0 if p is None else p.high_watermark
+
+    def log_end_offset(self, partition: int) -> int:
+        p = self.broker.partition(OFFSETS_TOPIC, partition)
+        return 0 if p is None else p.log_end_offset
 
     def read(self, partition: int) -> Iterator[bytes]:
         p = self.broker.partition(OFFSETS_TOPIC, partition)

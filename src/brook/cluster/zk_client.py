@@ -4,6 +4,9 @@ event loop). kazoo calls back on its own threads: session states and watch event
 
 Paths are the layout's (`zk_paths`) inside the chroot of `zookeeper.connect`, which brook
 applies itself so that it can create the chroot as Kafka does.
+
+The client keeps a lease on its session (`lease`, `brook.cluster.lease`): kazoo's connection
+is watched for when each request and ping goes out and when its reply comes back.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from kazoo.retry import KazooRetry
 
 from . import zk_acls, zk_data, zk_paths
 from .errors import BrokerIdInUseError
+from .lease import SessionLease
 from .view import NO_CONTROLLER, LiveBroker
 from .zk_paths import ConnectString
 
@@ -68,9 +72,43 @@ class Snapshot:
     unreadable: tuple[str, ...] = ()  # registrations that are not Kafka's JSON
 
 
+def watch_session(kz: KazooClient, lease: SessionLease) -> None:
+    """Tell ``lease`` what kazoo's connection sends and receives: each request or ping as it
+    goes out (``_submit``, with its xid; the connection's own handshake has none), each reply's
+    header as it comes in (``_read_header``), each new connection (``_connect``, which returns
+    kazoo's read timeout: two thirds of the timeout the server gave the session). These are
+    kazoo's connection handler's methods of 2.x, wrapped on the instance; a kazoo without them
+    is refused here rather than run without a lease."""
+    conn = kz._connection
+    try:
+        submit, read_header, connect = conn._submit, conn._read_header, conn._connect
+    except AttributeError as exc:
+        raise RuntimeError(f"this kazoo's connection cannot be watched for the session lease "
+                           f"({exc}); brook needs kazoo 2.x") from exc
+
+    def _submit(request, timeout, xid=None):
+        if xid is not None:
+            lease.sent(xid)
+        return submit(request, timeout, xid)
+
+    def _read_header(timeout):
+        header, buffer, offset = read_header(timeout)
+        lease.answered(header.xid, header.err)
+        return header, buffer, offset
+
+    def _connect(host, hostip, port):
+        lease.connecting()
+        read_timeout_ms, connect_timeout_ms = connect(host, hostip, port)
+        lease.connected(read_timeout_ms * 3 / 2)
+        return read_timeout_ms, connect_timeout_ms
+
+    conn._submit, conn._read_header, conn._connect = _submit, _read_header, _connect
+
+
 class ZkClient:
     def __init__(self, connect: ConnectString, session_timeout_ms: int,
-                 notify: Callable[[str], None], connection_timeout_ms: int | None = None) -> None:
+                 notify: Callable[[str], None], connection_timeout_ms: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.connect = connect
         self._notify = notify
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
@@ -81,6 +119,9 @@ class ZkClient:
         retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0, max_jitter=0.2)
         self.kz = KazooClient(hosts=connect.servers, timeout=session_timeout_ms / 1000,
                               connection_retry=retry, logger=self._kazoo_log.logger)
+        #: Whether the session is known to be alive now (see brook.cluster.lease).
+        self.lease = SessionLease(session_timeout_ms, clock)
+        watch_session(self.kz, self.lease)
         self.kz.add_listener(self._on_state)
         self._on_watch = lambda event: notify("watch")  # one object: kazoo keeps watchers in sets
         self.changed_topics: set[str] = set()  # assignments changed since the controller read them
@@ -91,6 +132,8 @@ class ZkClient:
             self._session.set()
         else:
             self._session.clear()
+        if state == KazooState.LOST:
+            self.lease.lost()  # here, on kazoo's thread: before a new session can renew it
         self._notify({KazooState.LOST: "lost", KazooState.SUSPENDED: "suspended"}.get(state, "connected"))
 
     def p(self, path: str) -> str:

@@ -100,6 +100,12 @@ class ZkCluster:
     def is_controller(self) -> bool:
         return self.controller_epoch is not None
 
+    def lease_holds(self) -> bool:
+        """Whether this broker's ZooKeeper session is known to be alive now (its lease,
+        brook.cluster.lease): a broker without serves no group coordinator requests."""
+        client = self._client
+        return client is not None and client.lease.holds()
+
     # ------------------------------------------------------------ start and stop
 
     async def start(self) -> str:
@@ -266,6 +272,7 @@ class ZkCluster:
             self._resign("the ZooKeeper session expired")
             if self.on_session_lost is not None:
                 self.on_session_lost("the ZooKeeper session expired")
+            self._client.lease.fenced()  # what it led in that session is given up
         elif what == "topics":
             if self.controller is not None:
                 self.controller.on_topics_changed()

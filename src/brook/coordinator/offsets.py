@@ -10,6 +10,13 @@ metadata or expire timestamp, nearly all of them, are written and replayed as ``
 ``replay_commits`` applies a run, ``replay`` a single record. The offsets themselves live in an
 ``OffsetsCache`` (compact rows, see ``brook.coordinator.offsets_cache``).
 
+Writes and reads see different states in a cluster. Operations that write (a commit validated
+against its group, expiry, deletion) work on the latest state, every record applied; OffsetFetch
+answers the *committed* view, without what writes not yet replicated changed. A write the
+runtime replays before it is committed is bracketed by ``begin_write`` and ``end_write(end)``,
+which keep what it replaced (``brook.coordinator.uncommitted``) until ``committed(offset)`` or
+``roll_back(end)``.
+
 The group a request names is passed in (a ``ClassicGroup`` from the classic coordinator, or None
 when it has none): commits are validated against it as Kafka's classic coordinator does, and its
 state, protocol type and members' subscriptions decide what expires and what may be deleted.
@@ -32,6 +39,7 @@ from .expiry import CONSUMER_PROTOCOL_TYPE, expiry_base
 from .offsets_cache import OffsetsCache
 from .result import CommitBlock, CommitRun, CoordinatorRecord, CoordinatorResult
 from .schemas import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
+from .uncommitted import Uncommitted
 
 __all__ = [
     "CommitPartition",
@@ -226,6 +234,8 @@ class OffsetsManager:
     ) -> None:
         self.config = config or OffsetsConfig()
         self.cache = OffsetsCache()
+        #: The undo records of the writes applied but not yet committed.
+        self.uncommitted = Uncommitted()
         self.groups: Mapping[str, ClassicGroup] = {} if groups is None else groups
         self._next_expiry: int | None = None
 
@@ -264,6 +274,32 @@ class OffsetsManager:
     def loaded(self) -> None:
         """The partition is loaded: give back the memory the cache grew with."""
         self.cache.compact()
+
+    # --- writes not yet committed ------------------------------------------------------------
+
+    def begin_write(self) -> None:
+        """The records replayed from now until ``end_write`` are one write, not yet committed:
+        what they replace is kept."""
+        self.cache.journal = {}
+
+    def end_write(self, end: int) -> None:
+        """The write begun ends at offset ``end`` (the offset after its records)."""
+        journal, self.cache.journal = self.cache.journal, None
+        if journal:
+            self.uncommitted.add(end, journal)
+
+    def committed(self, offset: int) -> None:
+        """The high watermark reached ``offset``: the writes ending there or before are
+        committed."""
+        if self.uncommitted.writes:
+            self.uncommitted.committed(offset)
+
+    def roll_back(self, end: int) -> list[CoordinatorRecord]:
+        """The write ending at ``end`` failed: records putting back what it and every later
+        uncommitted write replaced (an offset commit of the old value, or a tombstone where
+        there was none), to be replayed and written as any others."""
+        return [CoordinatorRecord(OffsetCommitKey(group, topic, partition), value)
+                for (group, topic, partition), value in self.uncommitted.roll_back(end).items()]
 
     # --- figures for the broker's metrics ---------------------------------------------------
 
@@ -362,7 +398,10 @@ class OffsetsManager:
     ) -> list[FetchedOffset]:
         """The committed offsets of the given (topic, partitions), in request order, with offset
         and leader epoch -1 and empty metadata where there is none; with ``topics`` None, every
-        offset the group has, by topic (in first-commit order) and partition."""
+        offset the group has, by topic (in first-commit order) and partition. Offsets that
+        writes not yet committed changed are answered as they were before those writes."""
+        if self.uncommitted.changes(group_id):
+            return self._fetch_committed(group_id, topics)
         cache = self.cache
         if topics is None:
             return [
@@ -373,6 +412,37 @@ class OffsetsManager:
         for topic, partitions in topics:
             for partition in partitions:
                 v = cache.get(group_id, topic, partition)
+                if v is None:
+                    fetched.append(FetchedOffset(topic, partition, -1, -1, ""))
+                else:
+                    fetched.append(
+                        FetchedOffset(topic, partition, v.offset, v.leader_epoch, v.metadata)
+                    )
+        return fetched
+
+    def _fetch_committed(
+        self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None
+    ) -> list[FetchedOffset]:
+        """``fetch`` of a group that uncommitted writes changed: their committed values over
+        the cache's."""
+        committed = self.uncommitted.committed_values(group_id)
+        cache = self.cache
+        if topics is None:
+            by_topic: dict[str, dict[int, OffsetCommitValue | None]] = {}
+            for topic, partition, value in cache.group_offsets(group_id):
+                by_topic.setdefault(topic, {})[partition] = value
+            for (topic, partition), value in committed.items():
+                by_topic.setdefault(topic, {})[partition] = value
+            return [FetchedOffset(topic, partition, v.offset, v.leader_epoch, v.metadata)
+                    for topic, values in by_topic.items()
+                    for partition, v in sorted(values.items()) if v is not None]
+        fetched = []
+        for topic, partitions in topics:
+            for partition in partitions:
+                if (topic, partition) in committed:
+                    v = committed[(topic, partition)]
+                else:
+                    v = cache.get(group_id, topic, partition)
                 if v is None:
                     fetched.append(FetchedOffset(topic, partition, -1, -1, ""))
                 else:

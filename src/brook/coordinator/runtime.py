@@ -11,14 +11,34 @@ operation the worker
    ``OffsetsWriter`` interface (the broker's partitions in production, a list in tests), which
    says where the batch landed or raises ``AppendError`` with the append's Kafka error;
 3. replays the records into the shard (unless the operation applied them itself), the same
-   ``replay`` that loads a partition, then runs the result's ``on_success``;
-4. answers the request and delivers the completions of parked replies.
+   ``replay`` that loads a partition;
+4. once the records are committed (at once on one broker; in a cluster when the high watermark
+   passes them, ``OffsetsWriter.written``), runs the result's ``on_success``, answers the
+   request and delivers the completions of parked replies.
+
+Committed and uncommitted writes. In a cluster, the operations after a write run while it
+waits to be committed, on the state with its records applied; the shard keeps what each
+waiting write replaced of the committed offsets (``brook.coordinator.uncommitted``), so that
+OffsetFetch answers only committed offsets. When the high watermark passes a write, it and the
+writes before it are answered. When its wait fails (too few replicas, leadership lost, a
+timeout), it and every later write still waiting get the error, and the shard puts back the
+offsets they changed, replaying and appending the old values, so a commit whose client was told
+it failed is never served. Reads of a partition just loaded wait (COORDINATOR_LOAD_IN_PROGRESS)
+until the high watermark reaches the end of what was loaded: the previous leader's last records
+may not all be replicated.
+
+Serving. A broker on ZooKeeper coordinates only while its session is known to be alive
+(``lease``, see ``brook.cluster.lease``): a request is refused with NOT_COORDINATOR when it is
+handled and again right before it is answered if the lease has lapsed, e.g. after the process
+was paused past its session timeout, while another broker may already coordinate its groups.
 
 A parked reply (a JoinGroup waiting for the join phase, a SyncGroup waiting for the leader) is
 a future keyed by the result's ``parked`` key and resolved by a later ``Completion``. If the
 append fails, nothing is replayed: the request and every parked reply the operation would have
 completed get ``AppendFailed`` with ``result.error_for(error)`` (Kafka's answer), and the
 result's ``on_failure`` puts the shard back on track; what it returns is written best effort.
+(A write whose append succeeded but that could not be committed is rolled back instead, as
+above.)
 
 An operation that finds its context idle (nothing queued) runs at once, in the caller's task;
 otherwise it is queued behind the others. Either way operations run one at a time, in arrival
@@ -47,7 +67,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -124,10 +144,13 @@ class AppendError(Exception):
 class OffsetsWriter(Protocol):
     """Where a shard's records go and come back from."""
 
-    def append(self, partition: int, epoch: int, records: list, now: int) -> int:
+    def append(self, partition: int, epoch: int, records: list, now: int,
+               restoring: bool = False) -> int:
         """Append ``records`` (``CoordinatorRecord``s and ``CommitRun``s) as one batch, written
         as the coordinator of ``partition`` at leader ``epoch``; return the offset after the
-        batch, or raise ``AppendError``."""
+        batch, or raise ``AppendError``. A ``restoring`` append (a rollback's values, which
+        nobody waits for) is made whatever the number of in-sync replicas, in several batches
+        if need be."""
 
     def read(self, partition: int) -> Iterator[bytes]:
         """The partition's record batches (v2, as stored), in offset order: buffers of whole
@@ -135,7 +158,14 @@ class OffsetsWriter(Protocol):
 
     def written(self, partition: int, offset: int) -> asyncio.Future | None:
         """What to wait for before answering an append that ended at ``offset`` (None: answer
-        at once): it fails when the records could not be made durable."""
+        at once, the records are committed): it fails when the records could not be made
+        durable (replicated, or on disk)."""
+
+    def high_watermark(self, partition: int) -> int:
+        """The partition's high watermark: the records below it are committed."""
+
+    def log_end_offset(self, partition: int) -> int:
+        """The offset after the partition's last record."""
 
 
 class Shard(Protocol):
@@ -145,7 +175,11 @@ class Shard(Protocol):
 
     def replay_commits(self, run: Any, now: int) -> None: ...
 
-    def replay_records(self, records: list, now: int) -> None: ...
+    def replay_records(self, records: list, now: int, end: int | None = None) -> None: ...
+
+    def committed(self, offset: int) -> None: ...
+
+    def roll_back(self, end: int) -> list: ...
 
     def loaded(self, now: int) -> CoordinatorResult: ...
 
@@ -159,6 +193,31 @@ Operation = Callable[[Any, int], "CoordinatorResult | list[CoordinatorResult]"]
 
 
 # --- one partition ----------------------------------------------------------------------------
+
+#: Why a broker whose lease on its ZooKeeper session lapsed answers NOT_COORDINATOR.
+NOT_SERVING = "this broker's ZooKeeper session is not known to be alive"
+
+
+class _Pending:
+    """A write appended and waiting to be committed (``OffsetsWriter.written``), with what
+    answers it."""
+
+    __slots__ = ("end", "result", "fut", "parked", "settled")
+
+    def __init__(self, end: int, result: CoordinatorResult, fut: asyncio.Future | None,
+                 parked: asyncio.Future | None) -> None:
+        self.end = end  # the offset after its records
+        self.result = result
+        self.fut = fut
+        self.parked = parked
+        self.settled = False  # answered (or failed)
+
+
+def _fail(futures, error: BaseException) -> None:
+    for f in futures:
+        if f is not None and not f.done():
+            f.set_exception(error)
+            f.exception()  # retrieved: a caller that went away leaves no warning
 
 
 class ShardState(enum.Enum):
@@ -202,6 +261,11 @@ class CoordinatorContext(Generic[S]):
         self.load_failures = 0  # loads of this partition at this epoch that failed
         self.records_loaded = 0
         self.records_skipped = 0
+        #: Writes appended and not yet committed, in log order.
+        self.pending: deque[_Pending] = deque()
+        #: The log end offset at the end of the load while the high watermark was below it:
+        #: reads wait for the high watermark to get there (None: they need not).
+        self.reads_from: int | None = None
 
     @property
     def name(self) -> str:
@@ -226,12 +290,16 @@ class CoordinatorContext(Generic[S]):
             task.cancel()
         waiting = list(self.parked.values())
         self.parked.clear()
+        for write in self.pending:  # their records may yet be committed: not known here
+            write.settled = True
+            waiting += [write.fut, write.parked]
+        self.pending.clear()
         while not self.queue.empty():
             _, fut = self.queue.get_nowait()
             if fut is not None:
                 waiting.append(fut)
         for fut in waiting:
-            if fut.done():
+            if fut is None or fut.done():
                 continue
             if error is None:
                 fut.cancel()
@@ -268,6 +336,9 @@ class CoordinatorContext(Generic[S]):
                     fut.set_result(None)
             else:
                 self._write(outcome, fut, now)
+        except CoordinatorError as exc:  # the operation's answer (a read that must wait)
+            if fut is not None and not fut.done():
+                fut.set_exception(exc)
         except Exception as exc:  # a bug in a shard: answer it, keep serving the others
             log.exception("%s: group operation failed", self.name)
             if fut is not None and not fut.done():
@@ -281,7 +352,8 @@ class CoordinatorContext(Generic[S]):
             self.wake.set()  # the timer task sleeps past the new deadline
 
     def _write(self, result: CoordinatorResult, fut: asyncio.Future | None, now: int) -> None:
-        """Append the result's records, replay them, and complete what it answers."""
+        """Append the result's records, replay them, and complete what it answers (once they
+        are committed)."""
         parked = None
         if result.parked is not None:
             old = self.parked.pop(result.parked, None)
@@ -295,48 +367,96 @@ class CoordinatorContext(Generic[S]):
             except Exception as exc:
                 self._append_failed(result, fut, exc, now)
                 return
-            if result.replay:
-                self.shard.replay_records(result.records, now)
             wait = writer.written(self.partition, end)
-            if wait is not None:  # answered once on disk; the next operations go on meanwhile
-                wait.add_done_callback(
-                    lambda done: self._answer_when(done, result, fut, parked))
+            if wait is None:  # committed at once (one broker, nothing to wait for)
+                if result.replay:
+                    self.shard.replay_records(result.records, now)
+            else:  # answered once committed; the next operations go on meanwhile
+                if result.replay:
+                    self.shard.replay_records(result.records, now, end)
+                write = _Pending(end, result, fut, parked)
+                self.pending.append(write)
+                wait.add_done_callback(lambda done: self._written(write, done))
                 return
         self._answer(result, fut, parked, now)
 
     def _answer(self, result: CoordinatorResult, fut: asyncio.Future | None,
                 parked: asyncio.Future | None, now: int) -> None:
-        """The write is done: what waited for it, then the response and the completions."""
+        """The write is done (or there was none): what waited for it, then the response and
+        the completions; NOT_COORDINATOR instead when this broker may no longer serve them
+        (``CoordinatorRuntime.serving``), checked last, right before answering."""
         completions = result.completions
         if result.on_success is not None:
             completions = [*completions, *(result.on_success(now) or ())]
+        if not self.runtime.serving():
+            error = NotCoordinator(f"{self.name}: {NOT_SERVING}")
+            _fail([fut, parked, *(self.parked.pop(c.key, None) for c in completions)], error)
+            return
         if fut is not None and not fut.done():
             fut.set_result(parked if parked is not None else result.response)
         self._complete(completions)
 
-    def _answer_when(self, done: asyncio.Future, result: CoordinatorResult,
-                     fut: asyncio.Future | None, parked: asyncio.Future | None) -> None:
-        """The write's wait ended: answer (or fail) what it held back."""
+    def _written(self, write: _Pending, done: asyncio.Future) -> None:
+        """The wait of an appended write ended: committed, or failed."""
+        if write.settled:
+            return  # answered already: a later write was committed, or an earlier one failed
         exc = None if done.cancelled() else done.exception()
         if done.cancelled() or exc is not None:
-            # In the log but not known to be on disk (or replicated): not acknowledged.
-            answer = result.error_for(exc.code if isinstance(exc, AppendError)
-                                      else ErrorCode.kafka_storage_error)
-            log.warning("%s: the group records could not be made durable, answering %s: %s",
-                        self.name, answer.name.upper(), exc)
-            error = AppendFailed(str(exc), answer)
-            for f in (fut, parked):
-                if f is not None and not f.done():
-                    f.set_exception(error)
-                    f.exception()
-            return
-        if self.state is ShardState.CLOSED:
-            for f in (fut, parked):
-                if f is not None and not f.done():
-                    f.set_exception(NotCoordinator(f"{self.name} is no longer coordinated here"))
-                    f.exception()
-            return
-        self._answer(result, fut, parked, self.runtime.clock.milliseconds())
+            code = exc.code if isinstance(exc, AppendError) else ErrorCode.kafka_storage_error
+            self._roll_back(write, code, exc)
+        else:
+            self._committed(write.end)
+
+    def _committed(self, offset: int) -> None:
+        """The high watermark reached ``offset``: every write ending there or before is
+        committed (each waits for its own offset, and offsets are in log order) and answered."""
+        self.shard.committed(offset)
+        now = self.runtime.clock.milliseconds()
+        pending = self.pending
+        while pending and pending[0].end <= offset:
+            write = pending.popleft()
+            write.settled = True
+            self._answer(write.result, write.fut, write.parked, now)
+
+    def _roll_back(self, write: _Pending, code: ErrorCode, exc: BaseException | None) -> None:
+        """``write`` was appended but could not be committed: it and every later write still
+        waiting (made on top of it) are answered with the error, and the offsets they changed
+        go back to what they were: replayed, and appended so that the log says what the shard
+        serves (best effort: if that append fails too, the log keeps the failed values, which a
+        later load of the partition may serve; see docs/offsets-topic.md)."""
+        failed = []
+        while self.pending and self.pending[-1].end >= write.end:
+            failed.append(self.pending.pop())
+        failed.reverse()
+        now = self.runtime.clock.milliseconds()
+        restore = self.shard.roll_back(write.end)
+        log.warning("%s: %d group write(s) could not be committed (%s: %s): answering %s, "
+                    "%d committed offset(s) put back", self.name, len(failed), code.name.upper(),
+                    exc, write.result.error_for(code).name.upper(), len(restore))
+        if restore:
+            self.shard.replay_records(restore, now)
+            if self.state is not ShardState.CLOSED:
+                try:
+                    self.runtime.writer.append(self.partition, self.epoch, restore, now,
+                                               restoring=True)
+                except Exception as append_exc:
+                    log.warning("%s: writing back %d offset(s) failed: %s", self.name,
+                                len(restore), append_exc)
+        for w in failed:
+            w.settled = True
+            _fail([w.fut, w.parked], AppendFailed(str(exc), w.result.error_for(code)))
+
+    def reading(self, fn: Callable[[Any, int], Any]) -> Operation:
+        """The operation reading ``fn(shard, now)``: answered COORDINATOR_LOAD_IN_PROGRESS
+        until the records loaded are committed (``reads_from``)."""
+        def op(shard, now: int) -> CoordinatorResult:
+            if self.reads_from is not None:
+                if self.runtime.writer.high_watermark(self.partition) < self.reads_from:
+                    raise CoordinatorLoading(f"{self.name}: the records loaded are not all "
+                                             "replicated yet")
+                self.reads_from = None  # the high watermark never moves back while leader
+            return CoordinatorResult(response=fn(shard, now))
+        return op
 
     def _complete(self, completions) -> None:
         for completion in completions:
@@ -419,8 +539,12 @@ class CoordinatorRuntime(Generic[S]):
 
     def __init__(self, num_partitions: int, writer: OffsetsWriter, clock,
                  new_shard: Callable[[], S], *, load_retry_backoff_ms: int = 500,
-                 load_retry_max_backoff_ms: int = 30_000) -> None:
+                 load_retry_max_backoff_ms: int = 30_000,
+                 lease: Callable[[], bool] | None = None) -> None:
         self.num_partitions = num_partitions
+        #: Whether this broker may serve as a coordinator now (None: always): a broker on
+        #: ZooKeeper serves only while its session is known to be alive (``SessionLease``).
+        self.lease = lease
         self.load_retry_backoff_ms = load_retry_backoff_ms
         self.load_retry_max_backoff_ms = load_retry_max_backoff_ms
         self.writer = writer
@@ -437,6 +561,13 @@ class CoordinatorRuntime(Generic[S]):
     @property
     def started(self) -> bool:
         return self.loop is not None and not self._stopped
+
+    def serving(self) -> bool:
+        """Whether this broker may answer as a coordinator now: checked when a request is
+        handled and again right before it is answered, so that a broker that was paused past
+        its ZooKeeper session (another coordinates its groups by then) answers nothing from
+        before, not even in the moment before it notices."""
+        return self.lease is None or self.lease()
 
     def start(self, load_all: bool = True) -> None:
         """Start (call from the event loop); with ``load_all``, load every partition at epoch 0
@@ -519,6 +650,9 @@ class CoordinatorRuntime(Generic[S]):
                 if ctx.state is not ShardState.LOADING:
                     return count  # unloaded while loading: what was read goes with it
             ctx._complete(ctx.shard.loaded(now).completions)
+            end = self.writer.log_end_offset(ctx.partition)
+            if self.writer.high_watermark(ctx.partition) < end:
+                ctx.reads_from = end  # the previous leader's last records: not all replicated
         except Exception as exc:
             # The log itself cannot be read: serving would answer with whatever happened to
             # be loaded before the failure.
@@ -587,6 +721,8 @@ class CoordinatorRuntime(Generic[S]):
         ctx = self.contexts.get(partition)
         if ctx is None:
             raise NotCoordinator(f"{OFFSETS_TOPIC}-{partition} is not coordinated here")
+        if not self.serving():
+            raise NotCoordinator(f"{OFFSETS_TOPIC}-{partition}: {NOT_SERVING}")
         if ctx.state is ShardState.LOADING:
             raise CoordinatorLoading(f"{ctx.name} is loading")
         if ctx.state is ShardState.FAILED:
@@ -624,15 +760,20 @@ class CoordinatorRuntime(Generic[S]):
         return answer
 
     async def read(self, group_id: str, fn: Callable[[S, int], Any]) -> Any:
-        """Run a read-only ``fn(shard, now)`` on the group's shard in turn; return its value."""
-        return await self.run_on(self.context_for(group_id), _reading(fn))
+        """Run a read-only ``fn(shard, now)`` on the group's shard in turn; return its value
+        (COORDINATOR_LOAD_IN_PROGRESS while the records loaded are not all committed)."""
+        ctx = self.context_for(group_id)
+        return await self.run_on(ctx, ctx.reading(fn))
 
     async def read_all(self, fn: Callable[[S, int], Any]) -> tuple[list, bool]:
         """``fn(shard, now)`` on every serving shard, each in its turn: (the values, whether some
         partition is still loading)."""
-        values = await self.run_all(_reading(fn))
-        loading = any(c.state is ShardState.LOADING for c in self.contexts.values())
-        return [v for _, v in values if not isinstance(v, BaseException)], loading
+        active = [c for c in self.contexts.values() if c.state is ShardState.ACTIVE]
+        values = await asyncio.gather(*(self.run_on(c, c.reading(fn)) for c in active),
+                                      return_exceptions=True)
+        loading = (any(c.state is ShardState.LOADING for c in self.contexts.values())
+                   or any(isinstance(v, CoordinatorLoading) for v in values))
+        return [v for v in values if not isinstance(v, BaseException)], loading
 
     async def run_all(self, op: Operation) -> list[tuple[int, Any]]:
         """Run ``op`` on every serving shard, each in its turn: (partition, response or the
@@ -641,6 +782,3 @@ class CoordinatorRuntime(Generic[S]):
         done = await asyncio.gather(*(self.run_on(c, op) for c in active), return_exceptions=True)
         return [(c.partition, outcome) for c, outcome in zip(active, done)]
 
-
-def _reading(fn: Callable[[Any, int], Any]) -> Callable[[Any, int], CoordinatorResult]:
-    return lambda shard, now: CoordinatorResult(response=fn(shard, now))

@@ -11,7 +11,10 @@ commits a deleted topic may still take.
 
 The runtime (``brook.coordinator.runtime``) runs these operations one at a time per shard,
 appends their records, and replays them through ``replay`` / ``replay_commits``, the same two
-functions that load the partition.
+functions that load the partition. A write replayed before it is committed (a cluster's, until
+the high watermark passes it) keeps what it replaced of the committed offsets until the runtime
+calls ``committed`` or ``roll_back`` (``brook.coordinator.uncommitted``); OffsetFetch answers
+the committed offsets meanwhile.
 """
 
 from __future__ import annotations
@@ -118,13 +121,32 @@ class CoordinatorShard:
         self.offsets.replay_blocks(blocks, now)
         self.classic.replay_blocks(blocks, now)
 
-    def replay_records(self, records: Iterable, now: int) -> None:
-        """Apply records just appended (``CoordinatorRecord``s and ``CommitRun``s), in order."""
-        for record in records:
-            if type(record) is CommitRun:
-                self.replay_commits(record, now)
-            else:
-                self.replay(record.key, record.value, now)
+    def replay_records(self, records: Iterable, now: int, end: int | None = None) -> None:
+        """Apply records just appended (``CoordinatorRecord``s and ``CommitRun``s), in order.
+        With ``end`` (the offset after them) they are not committed yet: what they replace of
+        the committed offsets is kept until ``committed`` or ``roll_back``."""
+        if end is not None:
+            self.offsets.begin_write()
+        try:
+            for record in records:
+                if type(record) is CommitRun:
+                    self.replay_commits(record, now)
+                else:
+                    self.replay(record.key, record.value, now)
+        finally:
+            if end is not None:
+                self.offsets.end_write(end)
+
+    def committed(self, offset: int) -> None:
+        """The high watermark reached ``offset``: the writes that end there or before are
+        committed."""
+        self.offsets.committed(offset)
+
+    def roll_back(self, end: int) -> list[CoordinatorRecord]:
+        """The write ending at ``end`` failed: the offsets it and every later uncommitted write
+        changed go back to what they were, as records to replay and write (group membership
+        is not rolled back)."""
+        return self.offsets.roll_back(end)
 
     def loaded(self, now: int) -> CoordinatorResult:
         """The partition is loaded: members get session deadlines, the cache gives back the
