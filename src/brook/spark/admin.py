@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -24,6 +24,13 @@ log = logging.getLogger("brook.spark")
 
 T = TypeVar("T")
 
+
+
+#: A partition's leader moved (a failover): librdkafka does not mark these retriable in admin
+#: results, but asked again after its metadata refresh the new leader answers, as Kafka's
+#: clients retry them
+_LEADER_MOVED = frozenset({KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
+                           KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 
 class BrokerRequestError(RuntimeError):
     """A request to the broker failed after its retries."""
@@ -132,7 +139,8 @@ class Admin:
                 return call()
             except KafkaException as exc:
                 error = exc.args[0]
-                if attempt >= self.retries or not error.retriable():
+                if attempt >= self.retries or not (error.retriable()
+                                                   or error.code() in _LEADER_MOVED):
                     raise BrokerRequestError(f"cannot {what} from "
                                              f"{self.settings['bootstrap.servers']}: "
                                              f"{error.str()}") from None
