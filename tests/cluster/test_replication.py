@@ -775,14 +775,19 @@ def test_admin_requests_meeting_zookeeper_away_are_answered_with_error_codes(own
                 client.close()
 
 
-def test_acks_all_keeps_flowing_through_a_zookeeper_restart_after_a_paused_leader_returned(own_zookeeper, tmp_path):
+@pytest.mark.parametrize("paused", ["leader", "leader and controller"])
+def test_acks_all_keeps_flowing_through_a_zookeeper_restart_after_a_paused_leader_returned(
+        own_zookeeper, tmp_path, paused):
     # The sequence of issue 27: the leader of a one-partition topic (replication factor 3)
     # paused past its 6 s session, resumed (and fenced itself), then 15 s later ZooKeeper
     # stopped for 3 s and came back. acks=all produce once stalled about 7 s around the
-    # restart; the longest wait for an acknowledgement from the restart on stays short.
+    # restart; the longest wait for an acknowledgement from the restart on stays short. The
+    # paused broker is the leader alone, or the leader and the controller at once (it comes
+    # back having lost both roles while the others took them over).
     import threading
 
     from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
 
     from tests.support.cluster_harness import ClusterBrokers, ZkView
     server = own_zookeeper.start()
@@ -793,7 +798,15 @@ def test_acks_all_keeps_flowing_through_a_zookeeper_restart_after_a_paused_leade
         procs = [cluster(i, conf) for i in (1, 2, 3)]
         wait_for(lambda: view.broker_ids() == [1, 2, 3], 30, "three registered", cluster)
         bootstrap = _bootstrap(procs)
-        _create(bootstrap, "restarts", rf=3, configs={"min.insync.replicas": "2"})
+        if paused == "leader":
+            _create(bootstrap, "restarts", rf=3, configs={"min.insync.replicas": "2"})
+        else:  # the controller as the preferred leader
+            wait_for(lambda: view.controller() is not None, 30, "a controller", cluster)
+            c = view.controller()
+            topic = NewTopic("restarts", num_partitions=1, config={"min.insync.replicas": "2"},
+                             replica_assignment=[[c] + [b for b in (1, 2, 3) if b != c]])
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin.create_topics([topic], operation_timeout=20, request_timeout=30)["restarts"].result(40)
         acks: list[float] = []
         stop = threading.Event()
 
@@ -813,6 +826,7 @@ def test_acks_all_keeps_flowing_through_a_zookeeper_restart_after_a_paused_leade
         try:
             time.sleep(2)
             leader = view.json("/brokers/topics/restarts/partitions/0/state")["leader"]
+            assert paused == "leader" or leader == view.controller()
             cluster[leader].proc.send_signal(signal.SIGSTOP)
             time.sleep(12)
             cluster[leader].proc.send_signal(signal.SIGCONT)
