@@ -25,12 +25,8 @@ from tests.support.broker_harness import BROKER_DEFAULTS, BrokerProcess  # noqa:
 def broker(tmp_path_factory, request):
     """One broker process for the whole test module, on a fresh data directory."""
     name = request.module.__name__.rsplit(".", 1)[-1]
-    proc = BrokerProcess(tmp_path_factory.mktemp(f"broker-{name}"), overrides=BROKER_DEFAULTS)
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp(f"broker-{name}"), overrides=BROKER_DEFAULTS) as proc:
         yield proc
-    finally:
-        proc.close()
 
 
 class BrokerFactory:

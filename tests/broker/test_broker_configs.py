@@ -29,12 +29,8 @@ STATIC_SETTINGS = {
 
 @pytest.fixture(scope="module")
 def cbroker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("broker-configs"), overrides=STATIC_SETTINGS)
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp("broker-configs"), overrides=STATIC_SETTINGS) as proc:
         yield proc
-    finally:
-        proc.close()
 
 
 def describe(bootstrap, name="1", keys=None, *, resource_type=BROKER, synonyms=False,

@@ -22,14 +22,10 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("broker-cli-offsets"), overrides={
-        **BROKER_DEFAULTS, "group.initial.rebalance.delay.ms": 0,
-        "offsets.topic.num.partitions": 5})
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp("broker-cli-offsets"), overrides={
+            **BROKER_DEFAULTS, "group.initial.rebalance.delay.ms": 0,
+            "offsets.topic.num.partitions": 5}) as proc:
         yield proc
-    finally:
-        proc.close()
 
 
 @pytest.fixture(scope="module")

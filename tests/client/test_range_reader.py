@@ -25,13 +25,9 @@ _names = itertools.count()
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("broker-range-reader"), overrides={
-        "num.partitions": 1, "log.retention.check.interval.ms": 100})
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp("broker-range-reader"), overrides={
+            "num.partitions": 1, "log.retention.check.interval.ms": 100}) as proc:
         yield proc
-    finally:
-        proc.close()
 
 
 @pytest.fixture(scope="module")

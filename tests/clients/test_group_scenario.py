@@ -527,12 +527,8 @@ def _committed(bootstrap: str, topic: str, group: str) -> dict[int, int]:
 
 @pytest.fixture(scope="module")
 def group_broker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("group-clients"), overrides=GROUP_BROKER)
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp("group-clients"), overrides=GROUP_BROKER) as proc:
         yield proc
-    finally:
-        proc.close()
 
 
 def each(groups: list[Group], step) -> list:

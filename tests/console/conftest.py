@@ -11,13 +11,9 @@ from tests.support.console_harness import OFFSETS_PARTITIONS
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory, request):
     name = request.module.__name__.rsplit(".", 1)[-1]
-    proc = BrokerProcess(tmp_path_factory.mktemp(f"broker-{name}"), overrides={
-        **BROKER_DEFAULTS, "offsets.topic.num.partitions": OFFSETS_PARTITIONS})
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp(f"broker-{name}"), overrides={
+            **BROKER_DEFAULTS, "offsets.topic.num.partitions": OFFSETS_PARTITIONS}) as proc:
         yield proc
-    finally:
-        proc.close()
 
 
 @pytest.fixture(scope="module")

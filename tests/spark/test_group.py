@@ -27,14 +27,10 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("broker-spark-group"), overrides={
-        "num.partitions": 2, "offsets.topic.num.partitions": 3,
-        "group.initial.rebalance.delay.ms": 0})
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp("broker-spark-group"), overrides={
+            "num.partitions": 2, "offsets.topic.num.partitions": 3,
+            "group.initial.rebalance.delay.ms": 0}) as proc:
         yield proc
-    finally:
-        proc.close()
 
 
 def group_offsets(kafka, group):

@@ -81,13 +81,9 @@ PRODUCED = {("orders", 0): 10, ("orders", 1): 6, ("orders", 2): 0, ("payments", 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("broker-offsets-analytics"),
-                         overrides=BROKER_SETTINGS)
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp("broker-offsets-analytics"),
+                       overrides=BROKER_SETTINGS) as proc:
         yield proc
-    finally:
-        proc.close()
 
 
 def group_consumer(bootstrap: str, group: str) -> Consumer:

@@ -38,14 +38,10 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("broker-spark-streaming"), overrides={
-        "num.partitions": 3, "offsets.topic.num.partitions": 3,
-        "group.initial.rebalance.delay.ms": 0, "log.retention.check.interval.ms": 100})
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp("broker-spark-streaming"), overrides={
+            "num.partitions": 3, "offsets.topic.num.partitions": 3,
+            "group.initial.rebalance.delay.ms": 0, "log.retention.check.interval.ms": 100}) as proc:
         yield proc
-    finally:
-        proc.close()
 
 
 def stream(spark, kafka, **options):
