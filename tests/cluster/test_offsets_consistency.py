@@ -7,7 +7,10 @@ a real ZooKeeper:
   back);
 - a coordinator frozen (SIGSTOP) past its ZooKeeper session, while another broker takes over and
   acknowledges newer commits, answers no OffsetFetch with its old offsets and acknowledges no
-  commit when it resumes, even to requests waiting on its sockets the moment it wakes."""
+  commit when it resumes, even to requests waiting on its sockets the moment it wakes;
+- the cleaner of `__consumer_offsets` stays below the high watermark, so a commit replicated
+  before unreplicated newer ones piled up survives on the coordinator that held them, and
+  after a failover every replica ends with the same last value."""
 
 from __future__ import annotations
 
@@ -185,3 +188,58 @@ def test_a_paused_coordinator_that_resumes_serves_no_stale_offsets_and_acknowled
         assert committed_by_client(bootstrap, group) == newer
     for i in (1, 2, 3):
         assert "Traceback" not in brokers[i].stderr_path.read_text()
+
+
+def _commits_of(broker, group: str) -> list[int]:
+    """The offsets of t-0 committed for `group` that a stopped broker's __consumer_offsets-0
+    still holds, in log order (None for a tombstone)."""
+    from tests.broker.test_offsets_loading import read_offsets_log
+    return [value.offset if value is not None else None
+            for key, value in read_offsets_log(broker, 0)
+            if getattr(key, "group", None) == group and getattr(key, "partition", None) == 0]
+
+
+def test_compaction_of_the_offsets_topic_never_passes_the_high_watermark(zk, brokers):
+    """The coordinator's followers paused: commits pile up on its log above the high watermark
+    in small, rolled segments while its cleaner runs. Cleaning them would drop the replicated
+    commit below the high watermark (newer values of its key sit above), and the truncation
+    after a failover would then take the newer values too: the old coordinator's replica
+    would lose the key that the others keep. The cleaner stays below the high watermark, so
+    the replicated commit survives on the killed coordinator and every replica ends alike."""
+    settings = {**SETTINGS, "offsets.topic.num.partitions": 1, "offsets.topic.segment.bytes": 1024,
+                "log.cleaner.backoff.ms": 100, "offsets.commit.timeout.ms": 60_000,
+                "replica.lag.time.max.ms": 60_000, "zookeeper.session.timeout.ms": 10_000}
+    bootstrap = start_cluster(brokers, zk, settings)
+    group = "g-cleaned"
+    _, node = wait_for(lambda: (r := _coordinator(bootstrap, group))[0] == 0 and r, 30,
+                       "a coordinator", brokers)
+    followers = [i for i in (1, 2, 3) if i != node]
+    with WireClient(brokers[node].bootstrap, 30) as w:
+        wait_for(lambda: commit_code(w.request(commit(group, 5))) == ErrorCode.none, 30,
+                 "a replicated commit", brokers)
+        for i in followers:
+            brokers[i].proc.send_signal(signal.SIGSTOP)
+        try:
+            for offset in range(6, 66):  # appended, never replicated: several segments
+                w.send(commit(group, offset))
+            time.sleep(3)  # the cleaner's turns (every 100 ms) over the rolled segments
+            brokers[node].kill()
+        finally:
+            for i in followers:
+                brokers[i].proc.send_signal(signal.SIGCONT)
+    held = _commits_of(brokers[node], group)
+    # commits one connection keeps waiting: a few dozen, over several 1 KB segments
+    assert held[-1] >= 30 and 5 in held, held  # without the bound, 5 is cleaned away
+    rest = ",".join(brokers[i].bootstrap for i in followers)
+    wait_for(lambda: (r := _coordinator(rest, group))[0] == 0 and r[1] != node, 60,
+             "a new coordinator", brokers)
+    # Never acknowledged, the piled-up commits may still be on the new coordinator's replica
+    # (a fetch answered as the followers froze is read when they resume): 5 or one of them.
+    now = committed_by_client(rest, group)
+    assert now in held[held.index(5):], (now, held)
+    brokers[node].start()  # truncates what it alone held and catches up
+    wait_for(lambda: zk.in_sync(["__consumer_offsets"]), 60, "the old coordinator back", brokers)
+    for i in (1, 2, 3):
+        assert brokers[i].stop() == 0
+    last = {i: (_commits_of(brokers[i], group) or [None])[-1] for i in (1, 2, 3)}
+    assert last == {1: now, 2: now, 3: now}, last
