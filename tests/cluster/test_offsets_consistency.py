@@ -10,7 +10,9 @@ a real ZooKeeper:
   commit when it resumes, even to requests waiting on its sockets the moment it wakes;
 - the cleaner of `__consumer_offsets` stays below the high watermark, so a commit replicated
   before unreplicated newer ones piled up survives on the coordinator that held them, and
-  after a failover every replica ends with the same last value."""
+  after a failover every replica ends with the same last value;
+- a coordinator load that failed (a segment it cannot open) is tried again until it succeeds,
+  answering NOT_COORDINATOR meanwhile."""
 
 from __future__ import annotations
 
@@ -243,3 +245,49 @@ def test_compaction_of_the_offsets_topic_never_passes_the_high_watermark(zk, bro
         assert brokers[i].stop() == 0
     last = {i: (_commits_of(brokers[i], group) or [None])[-1] for i in (1, 2, 3)}
     assert last == {1: now, 2: now, 3: now}, last
+
+
+def test_a_load_that_failed_on_an_unreadable_segment_is_tried_again_and_serves(zk, brokers):
+    """The followers' first segment of __consumer_offsets-0 is made unreadable (its descriptor
+    long evicted from the small segment-file cache, a directory stands at its path, so opening
+    it fails); the coordinator is killed; the follower that takes over cannot load the
+    partition and answers NOT_COORDINATOR, logging why. The segment comes back: a later try
+    loads it, and the group's acknowledged offset is served again."""
+    settings = {**SETTINGS, "offsets.topic.num.partitions": 1, "offsets.topic.segment.bytes": 512,
+                "log.segment.fd.cache.size": 16, "log.cleaner.enable": False}
+    bootstrap = start_cluster(brokers, zk, settings)
+    group = "g-unreadable"
+    _, node = wait_for(lambda: (r := _coordinator(bootstrap, group))[0] == 0 and r, 30,
+                       "a coordinator", brokers)
+    followers = [i for i in (1, 2, 3) if i != node]
+    with WireClient(brokers[node].bootstrap, 30) as w:
+        for offset in range(1, 201):  # one acknowledged commit each: 50 segments, beyond 16
+            wait_for(lambda: commit_code(w.request(commit(group, offset))) == ErrorCode.none, 30,
+                     "a commit", brokers)
+    wait_for(lambda: zk.in_sync(["__consumer_offsets"]), 30, "the followers in sync", brokers)
+    moved = {}
+    for i in followers:
+        first = min((brokers[i].log_dir / "__consumer_offsets-0").glob("*.log"))
+        moved[first] = first.with_name(first.name + ".away")
+        first.rename(moved[first])
+        first.mkdir()  # open() of it now fails: IsADirectoryError
+    try:
+        brokers[node].kill()
+        wait_for(lambda: any("loading failed" in brokers[i].stderr_path.read_text()
+                             for i in followers), 60, "a failed load", brokers)
+        rest = ",".join(brokers[i].bootstrap for i in followers)
+        new = _coordinator(rest, group)[1]
+        assert new in followers
+        time.sleep(1)  # a retry or two in the meantime: still failing
+        with WireClient(brokers[new].bootstrap, 10) as c:
+            answer = fetched(c.request(fetch_request(group)))
+        assert answer[0] in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress), answer
+    finally:
+        for path, away in moved.items():
+            path.rmdir()
+            away.rename(path)
+    # tried again with a growing backoff (0.5 s, 1 s, 2 s, ...): served once a try succeeds
+    with WireClient(brokers[new].bootstrap, 10) as c:
+        wait_for(lambda: fetched(c.request(fetch_request(group))) == (ErrorCode.none, 200), 30,
+                 "the partition loaded at a later try", brokers)
+    assert committed_by_client(rest, group) == 200
