@@ -345,27 +345,28 @@ def test_a_commit_with_a_retention_time_expires_into_tombstones(broker_factory):
         assert set(wire.list_groups()) == {"long", "plain"}
 
 
-def test_more_expired_offsets_than_one_batch_holds_all_expire(broker_factory):
-    # 6,000 offsets expire at once; their tombstones are more than one batch may hold under
-    # message.max.bytes (here 100 KB, and so the offsets topic's max.message.bytes): they are
-    # written in several batches. Before, the one batch was refused and nothing ever expired.
-    # One expiry pass takes them all: the commits (spread over less than their 2 s retention)
-    # are all expired at the next check, 5 s apart.
-    broker = broker_factory({"offsets.topic.num.partitions": 1, "message.max.bytes": 100_000,
-                             "offsets.retention.check.interval.ms": 5000})
+def test_100000_expired_offsets_of_one_partition_all_expire(broker_factory):
+    # 100,000 offsets (100 groups x 1,000 partitions) in one partition of the offsets topic
+    # expire in one pass; their tombstones (about 4 MB) are more than one batch may hold under
+    # the default message.max.bytes (1 MB, and so the offsets topic's max.message.bytes): they
+    # are written in several batches. Before, the one batch was refused and nothing ever
+    # expired. The commits take a few seconds; the first check, 10 s after the start, finds
+    # them all past their 2 s retention.
+    broker = broker_factory({"offsets.topic.num.partitions": 1,
+                             "offsets.retention.check.interval.ms": 10_000})
+    groups = [f"crowd-{i}" for i in range(100)]
     with OffsetsWire(broker.bootstrap) as wire:
-        wire.create_topics(many=6000)
-        wire.commit_all(wire.commit_request("crowd", {"many": [(p, p + 1, -1, "") for p in
-                                                               range(start, start + 500)]},
+        wire.create_topics(many=1000)
+        wire.commit_all(wire.commit_request(group, {"many": [(p, p + 1, -1, "") for p in range(1000)]},
                                             version=2, retention_ms=2000)
-                        for start in range(0, 6000, 500))
-        wait_until(lambda: wire.fetch_groups(["crowd"])[0] == {"crowd": {}},
-                   what="6,000 offsets to expire")
+                        for group in groups)
+        wait_until(lambda: wire.fetch_groups(groups)[0] == {g: {} for g in groups}, 60,
+                   what="100,000 offsets to expire")
     assert "appending" not in broker.stderr_tail(200)
     broker.restart()  # their tombstones are in the log: they stay gone
     with OffsetsWire(broker.bootstrap) as wire:
-        wire.wait_loaded(["crowd"])
-        assert wire.fetch_groups(["crowd"])[0] == {"crowd": {}}
+        wire.wait_loaded(groups)
+        assert wire.fetch_groups(groups)[0] == {g: {} for g in groups}
 
 
 def test_an_empty_group_whose_offsets_expired_is_dead_and_its_metadata_tombstoned(
