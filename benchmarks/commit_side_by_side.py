@@ -49,10 +49,10 @@ SECONDS = float(os.environ.get("SECONDS", "2"))
 IN_PROCESS = r'''
 import asyncio, json, sys, time
 from brook.clock import SYSTEM_CLOCK
-from brook.coordinator.classic import GroupConfig
-from brook.coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
-from brook.coordinator.runtime import CoordinatorRuntime
-from brook.coordinator.shard import CoordinatorShard
+from brook.coordinator.common.runtime import CoordinatorRuntime
+from brook.coordinator.group.classic import GroupConfig
+from brook.coordinator.group.offsets import CommitPartition, CommitTopic, OffsetCommit
+from brook.coordinator.group.shard import CoordinatorShard
 
 WINDOW = 8
 COMMITS = int(sys.argv[1])
@@ -122,10 +122,10 @@ from brook.broker.broker import Broker
 from brook.broker.config import BrokerConfig
 from brook.broker.offsets_log import PartitionOffsetsLog
 from brook.clock import SYSTEM_CLOCK
-from brook.coordinator.classic import GroupConfig
-from brook.coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
-from brook.coordinator.runtime import CoordinatorRuntime, OFFSETS_TOPIC
-from brook.coordinator.shard import CoordinatorShard
+from brook.coordinator.common.runtime import CoordinatorRuntime, OFFSETS_TOPIC
+from brook.coordinator.group.classic import GroupConfig
+from brook.coordinator.group.offsets import CommitPartition, CommitTopic, OffsetCommit
+from brook.coordinator.group.shard import CoordinatorShard
 
 WINDOW = 8
 # The broker's own writer on a real __consumer_offsets partition led here with one follower,

@@ -40,11 +40,10 @@ if str(REPO / "src") not in sys.path:
     sys.path.insert(0, str(REPO / "src"))
 
 from brook.broker.offsets_log import read_batches  # noqa: E402
-from brook.coordinator.batch_writer import encode_records  # noqa: E402
-from brook.coordinator.loader import replay_batches  # noqa: E402
-from brook.coordinator.result import CoordinatorRecord as Record  # noqa: E402
-from brook.coordinator.shard import CoordinatorShard  # noqa: E402
-from brook.coordinator.schemas import (  # noqa: E402
+from brook.coordinator.common.loader import replay_batches  # noqa: E402
+from brook.coordinator.common.result import CoordinatorRecord as Record  # noqa: E402
+from brook.coordinator.group.batch_writer import encode_records  # noqa: E402
+from brook.coordinator.group.schemas import (  # noqa: E402
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -54,6 +53,7 @@ from brook.coordinator.schemas import (  # noqa: E402
     decode_key,
     decode_value,
 )
+from brook.coordinator.group.shard import CoordinatorShard  # noqa: E402
 from brook.records import decode_batch  # noqa: E402
 from brook.records.batch import read_header  # noqa: E402
 from brook.storage.config import LogConfig  # noqa: E402

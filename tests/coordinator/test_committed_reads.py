@@ -12,17 +12,17 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from brook.clock import FakeClock
-from brook.coordinator.classic import GroupConfig
-from brook.coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
-from brook.coordinator.result import offset_commit_append_error
-from brook.coordinator.runtime import (
+from brook.coordinator.common.result import offset_commit_append_error
+from brook.coordinator.common.runtime import (
     AppendError,
     AppendFailed,
     CoordinatorLoading,
     CoordinatorRuntime,
     NotCoordinator,
 )
-from brook.coordinator.shard import CoordinatorShard
+from brook.coordinator.group.classic import GroupConfig
+from brook.coordinator.group.offsets import CommitPartition, CommitTopic, OffsetCommit
+from brook.coordinator.group.shard import CoordinatorShard
 from tests.coordinator.test_runtime import MemoryLog
 
 
@@ -297,9 +297,9 @@ def test_the_broker_writes_back_old_values_even_with_too_few_in_sync_replicas(tm
     from brook.broker.broker import Broker
     from brook.broker.config import BrokerConfig
     from brook.broker.offsets_log import PartitionOffsetsLog
-    from brook.coordinator.result import CoordinatorRecord
-    from brook.coordinator.runtime import OFFSETS_TOPIC
-    from brook.coordinator.schemas import OffsetCommitKey, OffsetCommitValue
+    from brook.coordinator.common.result import CoordinatorRecord
+    from brook.coordinator.common.runtime import OFFSETS_TOPIC
+    from brook.coordinator.group.schemas import OffsetCommitKey, OffsetCommitValue
 
     broker = Broker(BrokerConfig.from_props({"log.dirs": str(tmp_path),
                                              "offsets.topic.num.partitions": "1"}))

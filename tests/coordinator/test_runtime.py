@@ -11,11 +11,8 @@ from kio.schema.errors import ErrorCode
 from brook.broker.errors import error_code_for
 from brook.broker.offsets_log import PartitionOffsetsLog
 from brook.clock import SYSTEM_CLOCK, FakeClock
-from brook.coordinator import classic
-from brook.coordinator.batch_writer import encode_records
-from brook.coordinator.classic import ClassicGroupCoordinator, GroupConfig
-from brook.coordinator.result import CoordinatorRecord, CoordinatorResult, group_append_error
-from brook.coordinator.runtime import (
+from brook.coordinator.common.result import CoordinatorRecord, CoordinatorResult, group_append_error
+from brook.coordinator.common.runtime import (
     AppendError,
     AppendFailed,
     CoordinatorLoading,
@@ -23,8 +20,10 @@ from brook.coordinator.runtime import (
     NotCoordinator,
     ShardState,
 )
-from brook.coordinator.shard import CoordinatorShard
-from brook.coordinator.schemas import (
+from brook.coordinator.group import classic
+from brook.coordinator.group.batch_writer import encode_records
+from brook.coordinator.group.classic import ClassicGroupCoordinator, GroupConfig
+from brook.coordinator.group.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -32,6 +31,7 @@ from brook.coordinator.schemas import (
     encode_key,
     encode_value,
 )
+from brook.coordinator.group.shard import CoordinatorShard
 from brook.records import Record as BatchRecord
 from brook.records import encode_batch
 from brook.records.batch import read_header
@@ -242,7 +242,7 @@ def test_groups_of_a_loading_partition_get_load_in_progress():
 def test_partition_log_writes_one_batch_with_kafkas_keys_and_values(tmp_path):
     from brook.broker.broker import Broker
     from brook.broker.config import BrokerConfig
-    from brook.coordinator.runtime import OFFSETS_TOPIC
+    from brook.coordinator.common.runtime import OFFSETS_TOPIC
 
     broker = Broker(BrokerConfig.from_props({"log.dirs": str(tmp_path), "offsets.topic.num.partitions": "3"}))
     broker.open()
@@ -271,13 +271,13 @@ def test_partition_log_writes_one_batch_with_kafkas_keys_and_values(tmp_path):
 
 
 def test_expired_offsets_are_tombstoned_by_the_timer_task():
-    from brook.coordinator.offsets import (
+    from brook.coordinator.group.offsets import (
         CommitPartition,
         CommitTopic,
         OffsetCommit,
         OffsetsConfig,
     )
-    from brook.coordinator.schemas import OffsetCommitKey
+    from brook.coordinator.group.schemas import OffsetCommitKey
 
     async def main():
         log = MemoryLog()
@@ -315,7 +315,7 @@ def test_expired_offsets_are_tombstoned_by_the_timer_task():
 
 
 def commit_op(group: str, partitions, offset: int = 7):
-    from brook.coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
+    from brook.coordinator.group.offsets import CommitPartition, CommitTopic, OffsetCommit
 
     commit = OffsetCommit(group, (CommitTopic("t", tuple(CommitPartition(p, offset + p)
                                                          for p in partitions)),))
@@ -376,7 +376,7 @@ def test_record_types_brook_does_not_read_are_skipped_with_one_warning(caplog):
         finally:
             await rt.stop()
 
-    with caplog.at_level("WARNING", logger="brook.coordinator.runtime"):
+    with caplog.at_level("WARNING", logger="brook.coordinator.common.runtime"):
         asyncio.run(main())
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 2
@@ -410,7 +410,7 @@ def test_a_record_that_cannot_be_read_is_skipped_and_its_partition_served(caplog
         finally:
             await again.stop()
 
-    with caplog.at_level("ERROR", logger="brook.coordinator.runtime"):
+    with caplog.at_level("ERROR", logger="brook.coordinator.common.runtime"):
         asyncio.run(main())
     [error] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert "skipped 1 record(s) at offset 3 that cannot be read" in error
@@ -589,8 +589,8 @@ def test_timers_wait_while_their_shard_loads():
 
 
 def test_a_commit_is_written_as_its_records_and_replayed_as_loading_replays_them():
-    from brook.coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
-    from brook.coordinator.result import CommitRun, record_pairs
+    from brook.coordinator.common.result import CommitRun, record_pairs
+    from brook.coordinator.group.offsets import CommitPartition, CommitTopic, OffsetCommit
 
     commit = OffsetCommit("g", (
         CommitTopic("t", (CommitPartition(0, 5), CommitPartition(1, 6, 2, "m"),
@@ -634,7 +634,7 @@ def test_a_commit_is_written_as_its_records_and_replayed_as_loading_replays_them
 
 
 def test_runs_are_written_with_other_base_offsets_as_their_records():
-    from brook.coordinator.result import CommitRun
+    from brook.coordinator.common.result import CommitRun
 
     records = [CoordinatorRecord(OffsetCommitKey("g", "t", 9), None),
                CommitRun("g", "t", [(0, 1, 2, 3), (1, 4, 5, 6)])]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from brook.clock import SYSTEM_CLOCK
-from brook.coordinator.result import CoordinatorResult
-from brook.coordinator.runtime import CoordinatorRuntime
+from brook.coordinator.common.result import CoordinatorResult
+from brook.coordinator.common.runtime import CoordinatorRuntime
 
 
 class ToyShard:

@@ -18,10 +18,10 @@ from .config_defs import loggable
 from ..security.acls import AclBinding, AclFilter, Authorizer, PatternType, ResourceType
 from ..security.scram import MECHANISMS as SCRAM_MECHANISMS
 from .dynamic_config import TOPIC_SYNONYMS, BrokerConfigLayers, DynamicConfigError, check_dynamic_configs, replaced
-from ..coordinator.classic import GroupConfig
-from ..coordinator.offsets import OffsetsConfig
-from ..coordinator.runtime import OFFSETS_TOPIC, CoordinatorRuntime
-from ..coordinator.shard import CoordinatorShard
+from ..coordinator.common.runtime import OFFSETS_TOPIC, CoordinatorRuntime
+from ..coordinator.group.classic import GroupConfig
+from ..coordinator.group.offsets import OffsetsConfig
+from ..coordinator.group.shard import CoordinatorShard
 from .fetch_session import FetchSessionCache
 from .group_commit import GroupCommitter
 from .offsets_log import PartitionOffsetsLog

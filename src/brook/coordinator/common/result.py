@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from .schemas import OffsetCommitKey, OffsetCommitValue
+from ..group.schemas import OffsetCommitKey, OffsetCommitValue
 
 __all__ = [
     "CommitBlock",

@@ -18,7 +18,7 @@ operation the worker
 
 Committed and uncommitted writes. In a cluster, the operations after a write run while it
 waits to be committed, on the state with its records applied; the shard keeps what each
-waiting write replaced of the committed offsets (``brook.coordinator.uncommitted``), so that
+waiting write replaced of the committed offsets (``brook.coordinator.group.uncommitted``), so that
 OffsetFetch answers only committed offsets. When the high watermark passes a write, it and the
 writes before it are answered. When its wait fails (too few replicas, leadership lost, a
 timeout), it and every later write still waiting get the error, and the shard puts back the
@@ -53,7 +53,7 @@ background (its groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile); ``unload(par
 closes it: queued and parked requests get NOT_COORDINATOR, its timers stop, and its state is
 dropped, so a later load starts fresh. A load of an older epoch than the context's is ignored.
 A single broker loads every partition at epoch 0 when it starts. A record that cannot be
-decoded or replayed is skipped and logged with its offset (``brook.coordinator.loader``), so
+decoded or replayed is skipped and logged with its offset (``brook.coordinator.common.loader``), so
 one bad record never makes a partition's groups unreachable; a load that cannot read the log
 at all leaves the context FAILED, answering NOT_COORDINATOR, while the other partitions load
 and serve as usual; it is loaded again after a backoff (doubling from
@@ -73,9 +73,9 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from .batch_decoder import RecordsDecoder
+from ..group.batch_decoder import RecordsDecoder
+from ..group.partitioner import partition_for
 from .loader import Unreadable, replay_batches
-from .partitioner import partition_for
 from .result import CoordinatorResult, record_count
 
 __all__ = [
@@ -169,7 +169,7 @@ class OffsetsWriter(Protocol):
 
 
 class Shard(Protocol):
-    """What the runtime needs of a shard (``brook.coordinator.shard.CoordinatorShard``)."""
+    """What the runtime needs of a shard (``brook.coordinator.group.shard.CoordinatorShard``)."""
 
     def replay(self, key: object, value: object | None, now: int) -> None: ...
 

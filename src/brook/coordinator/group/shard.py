@@ -9,11 +9,11 @@ that owns its type when replaying, and offers the operations the API handlers ne
 both managers live here: deleting a group, a commit keeping a member's session alive, which
 commits a deleted topic may still take.
 
-The runtime (``brook.coordinator.runtime``) runs these operations one at a time per shard,
+The runtime (``brook.coordinator.common.runtime``) runs these operations one at a time per shard,
 appends their records, and replays them through ``replay`` / ``replay_commits``, the same two
 functions that load the partition. A write replayed before it is committed (a cluster's, until
 the high watermark passes it) keeps what it replaced of the committed offsets until the runtime
-calls ``committed`` or ``roll_back`` (``brook.coordinator.uncommitted``); OffsetFetch answers
+calls ``committed`` or ``roll_back`` (``brook.coordinator.group.uncommitted``); OffsetFetch answers
 the committed offsets meanwhile.
 """
 
@@ -25,6 +25,13 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from ..common.result import (
+    CommitBlock,
+    CommitRun,
+    CoordinatorRecord,
+    CoordinatorResult,
+    offset_commit_append_error,
+)
 from .classic import (
     ClassicGroupCoordinator,
     GroupConfig,
@@ -34,15 +41,8 @@ from .classic import (
     SyncGroup,
     random_member_id,
 )
-from .group import ClassicGroup, GroupState
+from .classic_group import ClassicGroup, GroupState
 from .offsets import CommitTopic, FetchedOffset, OffsetCommit, OffsetsConfig, OffsetsManager
-from .result import (
-    CommitBlock,
-    CommitRun,
-    CoordinatorRecord,
-    CoordinatorResult,
-    offset_commit_append_error,
-)
 from .schemas import GroupMetadataKey, OffsetCommitKey
 
 __all__ = ["CoordinatorShard", "DescribedGroup", "DescribedMember", "ListedGroup"]

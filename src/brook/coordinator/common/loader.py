@@ -21,11 +21,11 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import NamedTuple, Protocol
 
-from ..records.batch import CONTROL_BIT, HEADER_SIZE, LOG_OVERHEAD
-from ..records.compression import CODEC_MASK, codec_of, decompress
-from .batch_decoder import RecordsDecoder, UnreadableRecords
+from ...records.batch import CONTROL_BIT, HEADER_SIZE, LOG_OVERHEAD
+from ...records.compression import CODEC_MASK, codec_of, decompress
+from ..group.batch_decoder import RecordsDecoder, UnreadableRecords
+from ..group.schemas import UnknownKey
 from .result import CommitBlock, CommitRun
-from .schemas import UnknownKey
 
 __all__ = ["ReplayTarget", "Unreadable", "replay_batches"]
 

@@ -8,13 +8,13 @@ loading a partition replays its records through the same functions. Offset commi
 metadata or expire timestamp, nearly all of them, are written and replayed as ``CommitRun``s
 (one group and topic, a row of numbers per partition), the shape the loader reads them back in:
 ``replay_commits`` applies a run, ``replay`` a single record. The offsets themselves live in an
-``OffsetsCache`` (compact rows, see ``brook.coordinator.offsets_cache``).
+``OffsetsCache`` (compact rows, see ``brook.coordinator.group.offsets_cache``).
 
 Writes and reads see different states in a cluster. Operations that write (a commit validated
 against its group, expiry, deletion) work on the latest state, every record applied; OffsetFetch
 answers the *committed* view, without what writes not yet replicated changed. A write the
 runtime replays before it is committed is bracketed by ``begin_write`` and ``end_write(end)``,
-which keep what it replaced (``brook.coordinator.uncommitted``) until ``committed(offset)`` or
+which keep what it replaced (``brook.coordinator.group.uncommitted``) until ``committed(offset)`` or
 ``roll_back(end)``.
 
 The group a request names is passed in (a ``ClassicGroup`` from the classic coordinator, or None
@@ -34,10 +34,10 @@ from kio.schema.consumer_protocol_subscription.v0 import ConsumerProtocolSubscri
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from .group import ClassicGroup, GroupState
+from ..common.result import CommitBlock, CommitRun, CoordinatorRecord, CoordinatorResult
+from .classic_group import ClassicGroup, GroupState
 from .expiry import CONSUMER_PROTOCOL_TYPE, expiry_base
 from .offsets_cache import OffsetsCache
-from .result import CommitBlock, CommitRun, CoordinatorRecord, CoordinatorResult
 from .schemas import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
 from .uncommitted import Uncommitted
 
@@ -523,7 +523,7 @@ class OffsetsManager:
     def expire(self, now: int, groups: Mapping[str, ClassicGroup]) -> ExpireResult:
         """Tombstones for the offsets expired at ``now``, and the Empty groups left without
         offsets. ``groups`` are the classic groups of the partition (by id). Which offsets
-        expire, and from when, is ``brook.coordinator.expiry``'s rule (KIP-211)."""
+        expire, and from when, is ``brook.coordinator.group.expiry``'s rule (KIP-211)."""
         retention = self.config.offsets_retention_ms
         cache = self.cache
         records: list[CoordinatorRecord] = []

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import struct
 
-from ..records import Record as LogRecord
-from ..records import encode_batch
-from ..records.batch import HEADER_SIZE, HEADER_STRUCT, MAGIC_V2
-from ..records.crc import crc32c
-from ..records.varint import encode_varint
-from .result import CommitRun, record_pairs
+from ...records import Record as LogRecord
+from ...records import encode_batch
+from ...records.batch import HEADER_SIZE, HEADER_STRUCT, MAGIC_V2
+from ...records.crc import crc32c
+from ...records.varint import encode_varint
+from ..common.result import CommitRun, record_pairs
 from .schemas import (
     OFFSET_COMMIT_KEY_WRITE_VERSION,
     OffsetCommitKey,

@@ -1,0 +1,1 @@
+"""What any coordinator runs on: the runtime, timers, results and the loader."""
