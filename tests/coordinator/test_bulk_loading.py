@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from tests.support.examples import examples
 
 from brook.coordinator.common.loader import replay_batches
-from brook.coordinator.common.result import CommitBlock, CommitRun, CoordinatorRecord
+from brook.coordinator.common.result import CoordinatorRecord
 from brook.coordinator.group.batch_decoder import DecodedRecord, RecordsDecoder, UnreadableRecords
 from brook.coordinator.group.batch_writer import encode_records
+from brook.coordinator.group.commit_runs import CommitBlock, CommitRun
 from brook.coordinator.group.offsets_cache import OffsetsCache, TopicOffsets
 from brook.coordinator.group.schemas import (
     CorruptOffsetsRecordError,

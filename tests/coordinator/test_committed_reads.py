@@ -12,7 +12,6 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from brook.clock import FakeClock
-from brook.coordinator.common.result import offset_commit_append_error
 from brook.coordinator.common.runtime import (
     AppendError,
     AppendFailed,
@@ -21,7 +20,8 @@ from brook.coordinator.common.runtime import (
     NotCoordinator,
 )
 from brook.coordinator.group.classic import GroupConfig
-from brook.coordinator.group.offsets import CommitPartition, CommitTopic, OffsetCommit
+from brook.coordinator.group.offsets import (CommitPartition, CommitTopic, OffsetCommit,
+                                            offset_commit_append_error)
 from brook.coordinator.group.shard import CoordinatorShard
 from tests.coordinator.test_runtime import MemoryLog
 

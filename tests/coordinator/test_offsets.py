@@ -22,10 +22,10 @@ from kio.schema.errors import ErrorCode as E
 from kio.serial import entity_writer
 
 from brook.clock import FakeClock
-from brook.coordinator.common.result import (CommitRun, CoordinatorRecord, CoordinatorResult,
-                                             record_pairs)
+from brook.coordinator.common.result import CoordinatorRecord, CoordinatorResult, record_pairs
 from brook.coordinator.group.classic_group import ClassicGroup
 from brook.coordinator.group.classic_group import GroupState as S
+from brook.coordinator.group.commit_runs import CommitRun
 from brook.coordinator.group.offsets import (
     CommitPartition,
     CommitTopic,

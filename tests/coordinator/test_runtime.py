@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from brook.broker.errors import error_code_for
 from brook.broker.offsets_log import PartitionOffsetsLog
 from brook.clock import SYSTEM_CLOCK, FakeClock
-from brook.coordinator.common.result import CoordinatorRecord, CoordinatorResult, group_append_error
+from brook.coordinator.common.result import CoordinatorRecord, CoordinatorResult, append_error
 from brook.coordinator.common.runtime import (
     AppendError,
     AppendFailed,
@@ -173,7 +173,7 @@ def test_append_errors_map_as_kafka_maps_them():
     from brook.records import CorruptRecordError
 
     def answer(exc):
-        return group_append_error(error_code_for(exc))
+        return append_error(error_code_for(exc))
 
     assert answer(UnknownTopicError("x")) == ErrorCode.coordinator_not_available
     assert answer(KafkaStorageError("x")) == ErrorCode.not_coordinator
@@ -589,7 +589,8 @@ def test_timers_wait_while_their_shard_loads():
 
 
 def test_a_commit_is_written_as_its_records_and_replayed_as_loading_replays_them():
-    from brook.coordinator.common.result import CommitRun, record_pairs
+    from brook.coordinator.common.result import record_pairs
+    from brook.coordinator.group.commit_runs import CommitRun
     from brook.coordinator.group.offsets import CommitPartition, CommitTopic, OffsetCommit
 
     commit = OffsetCommit("g", (
@@ -634,7 +635,7 @@ def test_a_commit_is_written_as_its_records_and_replayed_as_loading_replays_them
 
 
 def test_runs_are_written_with_other_base_offsets_as_their_records():
-    from brook.coordinator.common.result import CommitRun
+    from brook.coordinator.group.commit_runs import CommitRun
 
     records = [CoordinatorRecord(OffsetCommitKey("g", "t", 9), None),
                CommitRun("g", "t", [(0, 1, 2, 3), (1, 4, 5, 6)])]

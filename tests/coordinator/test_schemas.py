@@ -791,7 +791,7 @@ def test_fuzz_mutated_records(value, key):
 # --------------------------------------------------------------------------------------------
 # Whole batches: RecordsDecoder's runs of plain commits against record-by-record decoding
 
-from brook.coordinator.common.result import CommitRun  # noqa: E402
+from brook.coordinator.group.commit_runs import CommitRun  # noqa: E402
 from brook.coordinator.group.batch_decoder import DecodedRecord, RecordsDecoder  # noqa: E402
 from brook.records import Record as BatchRecord  # noqa: E402
 from brook.records import encode_batch  # noqa: E402

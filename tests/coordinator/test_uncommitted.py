@@ -13,7 +13,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from brook.coordinator.common.result import CommitRun, CoordinatorRecord, record_pairs
+from brook.coordinator.common.result import CoordinatorRecord, record_pairs
+from brook.coordinator.group.commit_runs import CommitRun
 from brook.coordinator.group.offsets_cache import OffsetsCache, RowsSnapshot, saved_value
 from brook.coordinator.group.schemas import OffsetCommitKey, OffsetCommitValue
 from brook.coordinator.group.shard import CoordinatorShard

@@ -29,7 +29,7 @@ from brook.broker.broker import Broker
 from brook.broker.config import BrokerConfig
 from brook.broker.metrics import REQUEST_TIME_BUCKETS, SLICE_SECONDS, BrokerMetrics, LoopReader
 from brook.coordinator.common.result import CoordinatorRecord, CoordinatorResult
-from brook.coordinator.common.result import CommitRun
+from brook.coordinator.group.commit_runs import CommitRun
 from brook.coordinator.group.schemas import OffsetCommitKey, OffsetCommitValue
 from brook.protocol.fetch_response import PartitionResult, TopicResult
 from brook.records import Record, encode_batch

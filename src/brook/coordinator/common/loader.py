@@ -25,7 +25,7 @@ from ...records.batch import CONTROL_BIT, HEADER_SIZE, LOG_OVERHEAD
 from ...records.compression import CODEC_MASK, codec_of, decompress
 from ..group.batch_decoder import RecordsDecoder, UnreadableRecords
 from ..group.schemas import UnknownKey
-from .result import CommitBlock, CommitRun
+from ..group.commit_runs import CommitBlock, CommitRun
 
 __all__ = ["ReplayTarget", "Unreadable", "replay_batches"]
 

@@ -41,7 +41,7 @@ from typing import NamedTuple
 from ...records.batch import decode_records
 from ...records.errors import RecordsError
 from ...records.varint import decode_varint
-from ..common.result import CommitBlock, CommitRun
+from .commit_runs import CommitBlock, CommitRun
 from .schemas import (
     CorruptOffsetsRecordError,
     GroupMetadataKey,

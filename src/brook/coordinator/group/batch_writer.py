@@ -18,7 +18,8 @@ from ...records import encode_batch
 from ...records.batch import HEADER_SIZE, HEADER_STRUCT, MAGIC_V2
 from ...records.crc import crc32c
 from ...records.varint import encode_varint
-from ..common.result import CommitRun, record_pairs
+from ..common.result import record_pairs
+from .commit_runs import CommitRun
 from .schemas import (
     OFFSET_COMMIT_KEY_WRITE_VERSION,
     OffsetCommitKey,

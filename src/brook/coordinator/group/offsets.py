@@ -34,8 +34,9 @@ from kio.schema.consumer_protocol_subscription.v0 import ConsumerProtocolSubscri
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from ..common.result import CommitBlock, CommitRun, CoordinatorRecord, CoordinatorResult
+from ..common.result import CoordinatorRecord, CoordinatorResult, append_error
 from .classic_group import ClassicGroup, GroupState
+from .commit_runs import CommitBlock, CommitRun
 from .expiry import CONSUMER_PROTOCOL_TYPE, expiry_base
 from .offsets_cache import OffsetsCache
 from .schemas import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
@@ -53,6 +54,7 @@ __all__ = [
     "OffsetsConfig",
     "OffsetsManager",
     "is_subscribed_to_topic",
+    "offset_commit_append_error",
     "subscribed_topics",
 ]
 
@@ -66,6 +68,19 @@ DEFAULT_TIMESTAMP = -1
 #: OffsetCommit's first version answering GROUP_ID_NOT_FOUND for a commit with a generation to a
 #: group that does not exist (earlier versions get ILLEGAL_GENERATION).
 GROUP_ID_NOT_FOUND_VERSION = 9
+
+#: The append's errors that say the batch is too large.
+_TOO_LARGE = (ErrorCode.message_too_large, ErrorCode.record_list_too_large,
+              ErrorCode.invalid_fetch_size)
+
+
+def offset_commit_append_error(error: ErrorCode) -> ErrorCode:
+    """Kafka's answer to an OffsetCommit whose records could not be appended with ``error``:
+    too large a batch is INVALID_COMMIT_OFFSET_SIZE, the rest as for any coordinator's write
+    (``append_error``)."""
+    if error in _TOO_LARGE:
+        return ErrorCode.invalid_commit_offset_size
+    return append_error(error)
 
 
 @dataclass(frozen=True)

@@ -25,13 +25,7 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from ..common.result import (
-    CommitBlock,
-    CommitRun,
-    CoordinatorRecord,
-    CoordinatorResult,
-    offset_commit_append_error,
-)
+from ..common.result import CoordinatorRecord, CoordinatorResult
 from .classic import (
     ClassicGroupCoordinator,
     GroupConfig,
@@ -42,7 +36,15 @@ from .classic import (
     random_member_id,
 )
 from .classic_group import ClassicGroup, GroupState
-from .offsets import CommitTopic, FetchedOffset, OffsetCommit, OffsetsConfig, OffsetsManager
+from .commit_runs import CommitBlock, CommitRun
+from .offsets import (
+    CommitTopic,
+    FetchedOffset,
+    OffsetCommit,
+    OffsetsConfig,
+    OffsetsManager,
+    offset_commit_append_error,
+)
 from .schemas import GroupMetadataKey, OffsetCommitKey
 
 __all__ = ["CoordinatorShard", "DescribedGroup", "DescribedMember", "ListedGroup"]
