@@ -134,7 +134,7 @@ def write_partition(directory: Path, records: int) -> tuple[Log, int]:
 def _load(lg: Log) -> tuple[float, int]:
     shard = CoordinatorShard()
     started = time.process_time()
-    replay_batches(shard, read_batches(lg), T0)
+    replay_batches(shard.batch_replayer(T0), read_batches(lg))
     return time.process_time() - started, shard.offsets.cached_offsets
 
 

@@ -17,6 +17,7 @@ from brook.coordinator.common.result import CoordinatorRecord
 from brook.coordinator.group.batch_decoder import DecodedRecord, RecordsDecoder, UnreadableRecords
 from brook.coordinator.group.batch_writer import encode_records
 from brook.coordinator.group.commit_runs import CommitBlock, CommitRun
+from brook.coordinator.group.loader import GroupBatchReplayer
 from brook.coordinator.group.offsets_cache import OffsetsCache, TopicOffsets
 from brook.coordinator.group.schemas import (
     CorruptOffsetsRecordError,
@@ -334,7 +335,7 @@ def replay_one_by_one(batches, now=LOADED_AT):
 
 def load(batches, bulk_=True, now=LOADED_AT):
     shard = CoordinatorShard()
-    replay_batches(shard, batches, now, bulk=bulk_)
+    replay_batches(GroupBatchReplayer(shard, now, bulk=bulk_), batches)
     return shard
 
 
@@ -433,7 +434,7 @@ def test_a_decoder_over_its_template_budget_forgets_its_templates_and_reads_on(m
     data = encoded(batches)
     decoder = RecordsDecoder()
     shard = CoordinatorShard()
-    replay_batches(shard, data, LOADED_AT, decoder)
+    replay_batches(GroupBatchReplayer(shard, LOADED_AT, decoder), data)
     assert len(decoder._templates) < 6  # forgotten at least once
     assert snapshot(shard) == snapshot(replay_one_by_one(data))
 

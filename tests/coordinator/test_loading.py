@@ -53,7 +53,7 @@ def snapshot(core, offsets):
 def load(batches, now=LOADED_AT):
     """The runtime's loader: runs of plain commits and single records."""
     shard = CoordinatorShard()
-    replay_batches(shard, batches, now)
+    replay_batches(shard.batch_replayer(now), batches)
     return shard.classic, shard.offsets
 
 

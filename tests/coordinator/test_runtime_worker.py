@@ -18,11 +18,11 @@ class ToyShard:
         self.fail = False
         self.replayed: list = []
 
-    def replay(self, key, value, now) -> None:
-        self.replayed.append((key, value))
+    def batch_replayer(self, now) -> ToyShard:
+        return self
 
-    def replay_commits(self, run, now) -> None:
-        self.replayed.append(run)
+    def replay_batch(self, body, start, stop, count, base_offset, skipped) -> None:
+        self.replayed.append((base_offset, count))
 
     def replay_records(self, records, now) -> None:
         self.replayed += records

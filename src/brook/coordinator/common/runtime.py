@@ -67,15 +67,14 @@ import asyncio
 import enum
 import logging
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from ..group.batch_decoder import RecordsDecoder
 from ..group.partitioner import partition_for
-from .loader import Unreadable, replay_batches
+from .loader import BatchReplayer, Skipped, replay_batches
 from .result import CoordinatorResult, record_count
 
 __all__ = [
@@ -171,9 +170,7 @@ class OffsetsWriter(Protocol):
 class Shard(Protocol):
     """What the runtime needs of a shard (``brook.coordinator.group.shard.CoordinatorShard``)."""
 
-    def replay(self, key: object, value: object | None, now: int) -> None: ...
-
-    def replay_commits(self, run: Any, now: int) -> None: ...
+    def batch_replayer(self, now: int) -> BatchReplayer: ...
 
     def replay_records(self, records: list, now: int, end: int | None = None) -> None: ...
 
@@ -639,13 +636,12 @@ class CoordinatorRuntime(Generic[S]):
         FAILED when a record cannot be read (or CLOSED if unloaded meanwhile)."""
         started = time.monotonic()
         now = self.clock.milliseconds()
-        decoder = RecordsDecoder()
-        unknown: Counter = Counter()
-        unreadable: list[Unreadable] = []
+        skipped = Skipped()
         count = 0
         try:
+            replayer = ctx.shard.batch_replayer(now)
             for data in self.writer.read(ctx.partition):
-                count += replay_batches(ctx.shard, (data,), now, decoder, unknown, unreadable)
+                count += replay_batches(replayer, (data,), skipped)
                 await asyncio.sleep(0)
                 if ctx.state is not ShardState.LOADING:
                     return count  # unloaded while loading: what was read goes with it
@@ -668,8 +664,9 @@ class CoordinatorRuntime(Generic[S]):
             ctx.transition_to(ShardState.ACTIVE)
         finally:
             ctx.records_loaded = count
-            ctx.records_skipped = sum(u.count for u in unreadable)
+            ctx.records_skipped = sum(u.count for u in skipped.unreadable)
             ctx.load_time_ms = (time.monotonic() - started) * 1000
+        unreadable = skipped.unreadable
         for u in unreadable[:_LOGGED_UNREADABLE]:
             log.error("%s: skipped %d record(s) at offset %d that cannot be read (what they "
                       "held is lost; the rest of the partition is served): %s", ctx.name,
@@ -677,7 +674,7 @@ class CoordinatorRuntime(Generic[S]):
         if len(unreadable) > _LOGGED_UNREADABLE:
             log.error("%s: and %d more unreadable place(s), %d record(s) skipped in all",
                       ctx.name, len(unreadable) - _LOGGED_UNREADABLE, ctx.records_skipped)
-        for version, n in sorted(unknown.items()):
+        for version, n in sorted(skipped.unknown.items()):
             log.warning("%s: skipped %d record(s) of unknown record type %d (a newer Kafka's "
                         "group records, or a left-over of an aborted upgrade)", ctx.name, n,
                         version)

@@ -37,6 +37,7 @@ from .classic import (
 )
 from .classic_group import ClassicGroup, GroupState
 from .commit_runs import CommitBlock, CommitRun
+from .loader import GroupBatchReplayer
 from .offsets import (
     CommitTopic,
     FetchedOffset,
@@ -122,6 +123,11 @@ class CoordinatorShard:
         reading), in order."""
         self.offsets.replay_blocks(blocks, now)
         self.classic.replay_blocks(blocks, now)
+
+    def batch_replayer(self, now: int) -> GroupBatchReplayer:
+        """What replays the partition's batches into this shard while it loads (the
+        ``BatchReplayer`` of ``brook.coordinator.common.loader``)."""
+        return GroupBatchReplayer(self, now)
 
     def replay_records(self, records: Iterable, now: int, end: int | None = None) -> None:
         """Apply records just appended (``CoordinatorRecord``s and ``CommitRun``s), in order.
