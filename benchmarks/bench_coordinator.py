@@ -49,9 +49,8 @@ from brook.broker.broker import Broker as BrookBroker
 from brook.broker.config import BrokerConfig
 from brook.broker.offsets_log import PartitionOffsetsLog
 from brook.coordinator.common.result import CoordinatorRecord
-from brook.coordinator.common.runtime import OFFSETS_TOPIC
 from brook.coordinator.group.offsets import OffsetsManager
-from brook.coordinator.group.partitioner import partition_for
+from brook.coordinator.group.partitioner import OFFSETS_TOPIC, partition_for
 from brook.coordinator.group.schemas import (
     OffsetCommitKey,
     OffsetCommitValue,

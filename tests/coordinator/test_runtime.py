@@ -23,6 +23,7 @@ from brook.coordinator.common.runtime import (
 from brook.coordinator.group import classic
 from brook.coordinator.group.batch_writer import encode_records
 from brook.coordinator.group.classic import ClassicGroupCoordinator, GroupConfig
+from brook.coordinator.group.partitioner import OFFSETS_TOPIC, partition_for
 from brook.coordinator.group.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -37,6 +38,10 @@ from brook.records import encode_batch
 from brook.records.batch import read_header
 from brook.storage.errors import KafkaStorageError
 from tests.support.runtime_ops import join, join_and_sync
+
+#: The group coordinator's topic and partitioner, which the runtime is given.
+GROUPS = {"topic": OFFSETS_TOPIC, "partitioner": partition_for}
+
 
 class MemoryLog:
     """Record batches per partition, as the bytes the broker would store."""
@@ -93,7 +98,8 @@ class MemoryLog:
 
 def new_runtime(log: MemoryLog, partitions: int = 4, **config) -> CoordinatorRuntime:
     cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10, **config)
-    return CoordinatorRuntime(partitions, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg))
+    return CoordinatorRuntime(partitions, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg),
+                              **GROUPS)
 
 
 async def started(rt: CoordinatorRuntime) -> CoordinatorRuntime:
@@ -242,7 +248,6 @@ def test_groups_of_a_loading_partition_get_load_in_progress():
 def test_partition_log_writes_one_batch_with_kafkas_keys_and_values(tmp_path):
     from brook.broker.broker import Broker
     from brook.broker.config import BrokerConfig
-    from brook.coordinator.common.runtime import OFFSETS_TOPIC
 
     broker = Broker(BrokerConfig.from_props({"log.dirs": str(tmp_path), "offsets.topic.num.partitions": "3"}))
     broker.open()
@@ -283,7 +288,8 @@ def test_expired_offsets_are_tombstoned_by_the_timer_task():
         log = MemoryLog()
         cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
         offsets_cfg = OffsetsConfig(offsets_retention_check_interval_ms=20)
-        rt = CoordinatorRuntime(4, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg, offsets_cfg))
+        rt = CoordinatorRuntime(4, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg, offsets_cfg),
+                                **GROUPS)
         await started(rt)
         try:
             commit = OffsetCommit("simple", (CommitTopic("t", (CommitPartition(0, 42),)),),
@@ -329,7 +335,7 @@ def commit_op(group: str, partitions, offset: int = 7):
 
 def offsets_runtime(log: MemoryLog, clock=SYSTEM_CLOCK, partitions: int = 4) -> CoordinatorRuntime:
     cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
-    return CoordinatorRuntime(partitions, log, clock, lambda: CoordinatorShard(cfg))
+    return CoordinatorRuntime(partitions, log, clock, lambda: CoordinatorShard(cfg), **GROUPS)
 
 
 def test_each_shard_reports_how_long_its_load_took_and_how_many_records_it_read():
@@ -464,7 +470,8 @@ def test_a_shard_failing_to_replay_a_record_skips_that_record():
         log.write(0, [CoordinatorRecord(GroupMetadataKey("g"),
                                         GroupMetadataValue("consumer", 1, None, None, 5, ()))], 0)
         log.write(0, [CoordinatorRecord(OffsetCommitKey("g", "t", 0), OffsetCommitValue(3))], 0)
-        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(classic=Refusing()))
+        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(classic=Refusing()),
+                                **GROUPS)
         await started(rt)
         try:
             ctx = rt.contexts[0]
@@ -509,7 +516,7 @@ def test_a_failed_load_is_tried_again_with_a_growing_backoff_until_it_succeeds()
         log = FlakyLog()
         log.write(0, [CoordinatorRecord(OffsetCommitKey("g", "t", 0), OffsetCommitValue(7))], 0)
         cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
-        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg),
+        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg), **GROUPS,
                                 load_retry_backoff_ms=20, load_retry_max_backoff_ms=40)
         await started(rt)
         try:
@@ -540,7 +547,7 @@ def test_a_failed_load_is_not_tried_again_once_the_partition_is_unloaded():
     async def main():
         log = Unreadable()
         cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
-        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg),
+        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg), **GROUPS,
                                 load_retry_backoff_ms=20)
         await started(rt)
         try:
@@ -745,7 +752,7 @@ def session_expiry_after_a_step_back(clock, wall: SteppedWall) -> float:
 
     async def main():
         rt = await started(CoordinatorRuntime(1, MemoryLog(), clock, lambda: CoordinatorShard(
-            GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10))))
+            GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)), **GROUPS))
         try:
             await join_and_sync(rt, "g", session_ms=300)
             wall.offset_ns -= 60 * 10**9

@@ -62,7 +62,8 @@ def answer(value):
 
 def test_operations_are_answered_and_served_when_a_shard_fails_to_give_its_deadline():
     async def main():
-        rt = CoordinatorRuntime(1, NoLog(), SYSTEM_CLOCK, ToyShard)
+        rt = CoordinatorRuntime(1, NoLog(), SYSTEM_CLOCK, ToyShard, topic="__toy",
+                                partitioner=lambda key, partitions: 0)
         rt.start()
         await rt.wait_loaded()
         ctx = rt.contexts[0]

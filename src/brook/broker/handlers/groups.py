@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ...coordinator.common.runtime import OFFSETS_TOPIC, CoordinatorError, CoordinatorNotAvailable
+from ...coordinator.common.runtime import CoordinatorError, CoordinatorNotAvailable
 from ...coordinator.group import classic
+from ...coordinator.group.partitioner import OFFSETS_TOPIC
 from ...protocol.group_responses import heartbeat_response
 from ...protocol.messages import make, response_class, response_module
 from ..auth import authz
