@@ -8,7 +8,7 @@ then times the broker's own loading path over it: reading the log's batches
 (``offsets_log.read_batches``), decoding them (``RecordsDecoder`` in bulk: blocks of commits
 to consecutive partitions, batches like ones read before by their templates, runs of plain
 commits and single records) and replaying them into a coordinator shard
-(``loader.replay_batches``, the replay functions the live path uses). It returns the best of
+(``GroupBatchReplayer``, the replay functions the live path uses). It returns the best of
 three loads, in records per second of CPU time (the process's, which is the wall time of a
 load on an idle machine, and is not stretched when other processes share the CPU); the page
 cache is warm.
