@@ -48,11 +48,10 @@ from brokers import (
 from brook.broker.broker import Broker as BrookBroker
 from brook.broker.config import BrokerConfig
 from brook.broker.offsets_log import PartitionOffsetsLog
-from brook.coordinator.result import CoordinatorRecord
-from brook.coordinator.runtime import OFFSETS_TOPIC
-from brook.coordinator.offsets import OffsetsManager
-from brook.coordinator.partitioner import partition_for
-from brook.coordinator.schemas import (
+from brook.coordinator.common.result import CoordinatorRecord
+from brook.coordinator.group.offsets import OffsetsManager
+from brook.coordinator.group.partitioner import OFFSETS_TOPIC, partition_for
+from brook.coordinator.group.schemas import (
     OffsetCommitKey,
     OffsetCommitValue,
     decode_key,

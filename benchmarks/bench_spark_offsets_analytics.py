@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from brook.coordinator.schemas import (
+from brook.coordinator.group.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -26,8 +26,8 @@ from brook.coordinator.schemas import (
 TITLE = "Offsets-topic analytics on Spark"
 DESCRIPTION = """\
 `brook.spark.offsets_analytics` on `local[2]` against one Python process that decodes the
-same records with the same decoder (`brook.coordinator.schemas`) and keeps the latest value per
-key in a dict. Records: offset commits as brook writes them (key version 1, value version 3) of
+same records with the same decoder (`brook.coordinator.group.schemas`) and keeps the latest value
+per key in a dict. Records: offset commits as brook writes them (key version 1, value version 3) of
 1,000 groups x 10 topics x 10 partitions, committed again and again, plus one group metadata
 record per group every 100 commits; built as a pyarrow table with the rows of Spark's Kafka
 source and cached in Spark before timing. *decode* writes every decoded row to Spark's `noop`

@@ -49,10 +49,11 @@ SECONDS = float(os.environ.get("SECONDS", "2"))
 IN_PROCESS = r'''
 import asyncio, json, sys, time
 from brook.clock import SYSTEM_CLOCK
-from brook.coordinator.classic import GroupConfig
-from brook.coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
-from brook.coordinator.runtime import CoordinatorRuntime
-from brook.coordinator.shard import CoordinatorShard
+from brook.coordinator.common.runtime import CoordinatorRuntime
+from brook.coordinator.group.classic import GroupConfig
+from brook.coordinator.group.offsets import CommitPartition, CommitTopic, OffsetCommit
+from brook.coordinator.group.partitioner import OFFSETS_TOPIC, partition_for
+from brook.coordinator.group.shard import CoordinatorShard
 
 WINDOW = 8
 COMMITS = int(sys.argv[1])
@@ -88,7 +89,8 @@ async def main():
     out = {}
     for parts in (1, 10, 100):
         rt = CoordinatorRuntime(1, ReplicatedWriter(), SYSTEM_CLOCK,
-                                lambda: CoordinatorShard(GroupConfig()))
+                                lambda: CoordinatorShard(GroupConfig()), topic=OFFSETS_TOPIC,
+                                partitioner=partition_for)
         rt.start()
         await rt.wait_loaded()
         requests = [OffsetCommit(f"g{i % 4}", (CommitTopic("t", tuple(
@@ -122,10 +124,11 @@ from brook.broker.broker import Broker
 from brook.broker.config import BrokerConfig
 from brook.broker.offsets_log import PartitionOffsetsLog
 from brook.clock import SYSTEM_CLOCK
-from brook.coordinator.classic import GroupConfig
-from brook.coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
-from brook.coordinator.runtime import CoordinatorRuntime, OFFSETS_TOPIC
-from brook.coordinator.shard import CoordinatorShard
+from brook.coordinator.common.runtime import CoordinatorRuntime
+from brook.coordinator.group.classic import GroupConfig
+from brook.coordinator.group.offsets import CommitPartition, CommitTopic, OffsetCommit
+from brook.coordinator.group.partitioner import OFFSETS_TOPIC, partition_for
+from brook.coordinator.group.shard import CoordinatorShard
 
 WINDOW = 8
 # The broker's own writer on a real __consumer_offsets partition led here with one follower,
@@ -142,7 +145,8 @@ async def main():
         broker.replicas = object()
         broker.min_insync_replicas = lambda t: 1
         writer = PartitionOffsetsLog(broker)
-        rt = CoordinatorRuntime(1, writer, SYSTEM_CLOCK, lambda: CoordinatorShard(GroupConfig()))
+        rt = CoordinatorRuntime(1, writer, SYSTEM_CLOCK, lambda: CoordinatorShard(GroupConfig()),
+                                topic=OFFSETS_TOPIC, partitioner=partition_for)
         rt.start(load_all=False)
         rt.load(0, 1)
         await rt.wait_loaded()

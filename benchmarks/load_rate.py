@@ -8,7 +8,7 @@ then times the broker's own loading path over it: reading the log's batches
 (``offsets_log.read_batches``), decoding them (``RecordsDecoder`` in bulk: blocks of commits
 to consecutive partitions, batches like ones read before by their templates, runs of plain
 commits and single records) and replaying them into a coordinator shard
-(``loader.replay_batches``, the replay functions the live path uses). It returns the best of
+(``GroupBatchReplayer``, the replay functions the live path uses). It returns the best of
 three loads, in records per second of CPU time (the process's, which is the wall time of a
 load on an idle machine, and is not stretched when other processes share the CPU); the page
 cache is warm.
@@ -40,11 +40,10 @@ if str(REPO / "src") not in sys.path:
     sys.path.insert(0, str(REPO / "src"))
 
 from brook.broker.offsets_log import read_batches  # noqa: E402
-from brook.coordinator.batch_writer import encode_records  # noqa: E402
-from brook.coordinator.loader import replay_batches  # noqa: E402
-from brook.coordinator.result import CoordinatorRecord as Record  # noqa: E402
-from brook.coordinator.shard import CoordinatorShard  # noqa: E402
-from brook.coordinator.schemas import (  # noqa: E402
+from brook.coordinator.common.loader import replay_batches  # noqa: E402
+from brook.coordinator.common.result import CoordinatorRecord as Record  # noqa: E402
+from brook.coordinator.group.batch_writer import encode_records  # noqa: E402
+from brook.coordinator.group.schemas import (  # noqa: E402
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -54,6 +53,7 @@ from brook.coordinator.schemas import (  # noqa: E402
     decode_key,
     decode_value,
 )
+from brook.coordinator.group.shard import CoordinatorShard  # noqa: E402
 from brook.records import decode_batch  # noqa: E402
 from brook.records.batch import read_header  # noqa: E402
 from brook.storage.config import LogConfig  # noqa: E402
@@ -134,7 +134,7 @@ def write_partition(directory: Path, records: int) -> tuple[Log, int]:
 def _load(lg: Log) -> tuple[float, int]:
     shard = CoordinatorShard()
     started = time.process_time()
-    replay_batches(shard, read_batches(lg), T0)
+    replay_batches(shard.batch_replayer(T0), read_batches(lg))
     return time.process_time() - started, shard.offsets.cached_offsets
 
 

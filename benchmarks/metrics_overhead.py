@@ -120,7 +120,7 @@ def scrape_cost(groups: int) -> tuple[int, float, int]:
     from brook.broker.broker import Broker as InProcessBroker
     from brook.broker.config import BrokerConfig
     from brook.broker.metrics import BrokerMetrics
-    from brook.coordinator.schemas import OffsetCommitKey, OffsetCommitValue
+    from brook.coordinator.group.schemas import OffsetCommitKey, OffsetCommitValue
 
     work = Path(tempfile.mkdtemp(prefix="metrics-scrape-", dir=WORK_ROOT))
     broker = InProcessBroker(BrokerConfig.from_props({"log.dirs": str(work)}))

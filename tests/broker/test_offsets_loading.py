@@ -20,8 +20,8 @@ import urllib.request
 from kio.schema.errors import ErrorCode
 
 from brook.broker.offsets_log import read_batches
-from brook.coordinator.partitioner import partition_for
-from brook.coordinator.schemas import (
+from brook.coordinator.group.partitioner import partition_for
+from brook.coordinator.group.schemas import (
     GroupMetadataKey,
     OffsetCommitKey,
     decode_key,

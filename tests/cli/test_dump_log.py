@@ -1,6 +1,7 @@
 """`brook dump-log` on segments written by brook's own Log: the known records come back, and
 damage (a CRC, a torn tail, index entries the log disagrees with) is reported with exit code 1.
-The offsets decoder reads __consumer_offsets records written with brook.coordinator.schemas."""
+The offsets decoder reads __consumer_offsets records written with
+brook.coordinator.group.schemas."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from brook.cli import app
 from brook.cli.dump_log import PROGRESS_MIN_BYTES, show_progress
 from brook.cli.output import Format
 from brook.clock import FakeClock
-from brook.coordinator.schemas import (GroupMetadataKey, GroupMetadataValue, MemberMetadata,
+from brook.coordinator.group.schemas import (GroupMetadataKey, GroupMetadataValue, MemberMetadata,
                                        OffsetCommitKey, OffsetCommitValue, encode_key,
                                        encode_value)
 from brook.records import Codec, Record, encode_batch, read_header
@@ -300,7 +301,7 @@ def test_dump_of_a_brokers_segments_after_it_stopped(broker_factory):
     from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from brook.coordinator.partitioner import partition_for
+    from brook.coordinator.group.partitioner import partition_for
 
     broker = broker_factory({"log.index.interval.bytes": 1, "offsets.topic.num.partitions": 3})
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})

@@ -34,7 +34,7 @@ def _coordinator(bootstrap, group):
 
 
 def _offsets_partition(group, n=5):
-    from brook.coordinator.partitioner import partition_for
+    from brook.coordinator.group.partitioner import partition_for
     return partition_for(group, n)
 
 

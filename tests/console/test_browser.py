@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from brook.coordinator.partitioner import partition_for
+from brook.coordinator.group.partitioner import partition_for
 from tests.support.console_harness import (OFFSETS_PARTITIONS, ConsoleProcess,
                                            chromium_available, chromium_driver)
 from tests.support.group_offsets import commit, committed

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from brook.console.app import ConsoleSettings, create_app
 from brook.console.backend import Backend
-from brook.coordinator.partitioner import partition_for
+from brook.coordinator.group.partitioner import partition_for
 from brook.security.client_settings import ClientSecurity
 from tests.support.console_harness import OFFSETS_PARTITIONS
 from tests.support.group_offsets import commit, committed

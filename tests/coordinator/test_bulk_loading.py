@@ -12,12 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.support.examples import examples
 
-from brook.coordinator.batch_decoder import DecodedRecord, RecordsDecoder, UnreadableRecords
-from brook.coordinator.batch_writer import encode_records
-from brook.coordinator.loader import replay_batches
-from brook.coordinator.offsets_cache import OffsetsCache, TopicOffsets
-from brook.coordinator.result import CommitBlock, CommitRun, CoordinatorRecord
-from brook.coordinator.schemas import (
+from brook.coordinator.common.loader import replay_batches
+from brook.coordinator.common.result import CoordinatorRecord
+from brook.coordinator.group.batch_decoder import DecodedRecord, RecordsDecoder, UnreadableRecords
+from brook.coordinator.group.batch_writer import encode_records
+from brook.coordinator.group.commit_runs import CommitBlock, CommitRun
+from brook.coordinator.group.loader import GroupBatchReplayer
+from brook.coordinator.group.offsets_cache import OffsetsCache, TopicOffsets
+from brook.coordinator.group.schemas import (
     CorruptOffsetsRecordError,
     GroupMetadataKey,
     GroupMetadataValue,
@@ -30,7 +32,7 @@ from brook.coordinator.schemas import (
     encode_key,
     encode_value,
 )
-from brook.coordinator.shard import CoordinatorShard
+from brook.coordinator.group.shard import CoordinatorShard
 from brook.records import Record as BatchRecord
 from brook.records import decode_batch, encode_batch
 from brook.records.batch import CONTROL_BIT, HEADER_SIZE, decode_records, read_header
@@ -333,7 +335,7 @@ def replay_one_by_one(batches, now=LOADED_AT):
 
 def load(batches, bulk_=True, now=LOADED_AT):
     shard = CoordinatorShard()
-    replay_batches(shard, batches, now, bulk=bulk_)
+    replay_batches(GroupBatchReplayer(shard, now, bulk=bulk_), batches)
     return shard
 
 
@@ -423,7 +425,7 @@ def test_loading_in_bulk_gives_the_state_of_replaying_record_by_record(batches):
 
 
 def test_a_decoder_over_its_template_budget_forgets_its_templates_and_reads_on(monkeypatch):
-    import brook.coordinator.batch_decoder as batch_decoder
+    import brook.coordinator.group.batch_decoder as batch_decoder
 
     monkeypatch.setattr(batch_decoder, "_TEMPLATE_BYTES", 3000)
     batches = [[CoordinatorRecord(OffsetCommitKey(f"g{g}", "t", p),
@@ -432,7 +434,7 @@ def test_a_decoder_over_its_template_budget_forgets_its_templates_and_reads_on(m
     data = encoded(batches)
     decoder = RecordsDecoder()
     shard = CoordinatorShard()
-    replay_batches(shard, data, LOADED_AT, decoder)
+    replay_batches(GroupBatchReplayer(shard, LOADED_AT, decoder), data)
     assert len(decoder._templates) < 6  # forgotten at least once
     assert snapshot(shard) == snapshot(replay_one_by_one(data))
 

@@ -9,7 +9,8 @@ import pytest
 from kio.schema.errors import ErrorCode as E
 
 from brook.clock import FakeClock
-from brook.coordinator.classic import (
+from brook.coordinator.common.result import Completion, CoordinatorRecord
+from brook.coordinator.group.classic import (
     ClassicGroupCoordinator,
     GroupConfig,
     Heartbeat,
@@ -22,9 +23,8 @@ from brook.coordinator.classic import (
     SyncGroup,
     SyncGroupResponse,
 )
-from brook.coordinator.group import GroupState as S
-from brook.coordinator.result import Completion, CoordinatorRecord
-from brook.coordinator.schemas import GroupMetadataKey, GroupMetadataValue
+from brook.coordinator.group.classic_group import GroupState as S
+from brook.coordinator.group.schemas import GroupMetadataKey, GroupMetadataValue
 from tests.support.classic_harness import Harness, mm, stored
 from tests.support.coordinator_harness import CoordinatorHarness
 
@@ -705,7 +705,7 @@ def test_commits_keep_sessions_only_of_members_of_stable_or_rebalancing_groups()
 
 
 def commit_record(group, partition=0, offset=1):
-    from brook.coordinator.schemas import OffsetCommitKey, OffsetCommitValue
+    from brook.coordinator.group.schemas import OffsetCommitKey, OffsetCommitValue
 
     return OffsetCommitKey(group, "t", partition), OffsetCommitValue(offset, -1, "", 0)
 
@@ -742,7 +742,7 @@ def test_a_simple_group_can_be_joined_and_deleted():
 
 
 def test_simple_groups_are_loaded_from_their_commits_and_expire_with_them():
-    from brook.coordinator.offsets import OffsetsConfig, OffsetsManager
+    from brook.coordinator.group.offsets import OffsetsConfig, OffsetsManager
 
     clock = FakeClock(1_000)
     core = ClassicGroupCoordinator()
@@ -757,7 +757,7 @@ def test_simple_groups_are_loaded_from_their_commits_and_expire_with_them():
     manager.poll(clock.milliseconds())  # schedules the first check
     clock.advance(60_000)
     expired = manager.poll(clock.milliseconds())
-    from brook.coordinator.schemas import OffsetCommitKey
+    from brook.coordinator.group.schemas import OffsetCommitKey
 
     assert expired.records == [
         CoordinatorRecord(OffsetCommitKey("simple", "t", 0), None),

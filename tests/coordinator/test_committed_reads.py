@@ -12,17 +12,18 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from brook.clock import FakeClock
-from brook.coordinator.classic import GroupConfig
-from brook.coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
-from brook.coordinator.result import offset_commit_append_error
-from brook.coordinator.runtime import (
+from brook.coordinator.common.runtime import (
     AppendError,
     AppendFailed,
     CoordinatorLoading,
     CoordinatorRuntime,
     NotCoordinator,
 )
-from brook.coordinator.shard import CoordinatorShard
+from brook.coordinator.group.classic import GroupConfig
+from brook.coordinator.group.offsets import (CommitPartition, CommitTopic, OffsetCommit,
+                                            offset_commit_append_error)
+from brook.coordinator.group.partitioner import OFFSETS_TOPIC, partition_for
+from brook.coordinator.group.shard import CoordinatorShard
 from tests.coordinator.test_runtime import MemoryLog
 
 
@@ -55,7 +56,8 @@ class Lease:
 
 def runtime(log: MemoryLog, lease=None) -> CoordinatorRuntime:
     cfg = GroupConfig(initial_rebalance_delay_ms=0)
-    return CoordinatorRuntime(1, log, FakeClock(), lambda: CoordinatorShard(cfg), lease=lease)
+    return CoordinatorRuntime(1, log, FakeClock(), lambda: CoordinatorShard(cfg),
+                              topic=OFFSETS_TOPIC, partitioner=partition_for, lease=lease)
 
 
 def commit_op(offset: int, partition: int = 0, metadata: str = ""):
@@ -297,9 +299,8 @@ def test_the_broker_writes_back_old_values_even_with_too_few_in_sync_replicas(tm
     from brook.broker.broker import Broker
     from brook.broker.config import BrokerConfig
     from brook.broker.offsets_log import PartitionOffsetsLog
-    from brook.coordinator.result import CoordinatorRecord
-    from brook.coordinator.runtime import OFFSETS_TOPIC
-    from brook.coordinator.schemas import OffsetCommitKey, OffsetCommitValue
+    from brook.coordinator.common.result import CoordinatorRecord
+    from brook.coordinator.group.schemas import OffsetCommitKey, OffsetCommitValue
 
     broker = Broker(BrokerConfig.from_props({"log.dirs": str(tmp_path),
                                              "offsets.topic.num.partitions": "1"}))

@@ -8,14 +8,14 @@ import itertools
 import pytest
 from kio.schema.errors import ErrorCode
 
-from brook.coordinator.group import (
+from brook.coordinator.group.classic_group import (
     VALID_PREVIOUS_STATES,
     ClassicGroup,
     GroupMember,
     GroupState,
     IllegalStateTransition,
 )
-from brook.coordinator.schemas import GroupMetadataValue, MemberMetadata
+from brook.coordinator.group.schemas import GroupMetadataValue, MemberMetadata
 
 S = GroupState
 NOW = 1_700_000_000_000

@@ -8,11 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from brook.broker.offsets_log import read_batches
-from brook.coordinator.batch_writer import encode_records
-from brook.coordinator.loader import replay_batches
-from brook.coordinator.result import CoordinatorRecord
-from brook.coordinator.shard import CoordinatorShard
-from brook.coordinator.schemas import (
+from brook.coordinator.common.loader import replay_batches
+from brook.coordinator.common.result import CoordinatorRecord
+from brook.coordinator.group.batch_writer import encode_records
+from brook.coordinator.group.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -22,6 +21,7 @@ from brook.coordinator.schemas import (
     decode_key,
     decode_value,
 )
+from brook.coordinator.group.shard import CoordinatorShard
 from brook.records import decode_batch
 from brook.records.batch import read_header
 from brook.storage.cleaner import clean_log
@@ -53,7 +53,7 @@ def snapshot(core, offsets):
 def load(batches, now=LOADED_AT):
     """The runtime's loader: runs of plain commits and single records."""
     shard = CoordinatorShard()
-    replay_batches(shard, batches, now)
+    replay_batches(shard.batch_replayer(now), batches)
     return shard.classic, shard.offsets
 
 

@@ -22,9 +22,11 @@ from kio.schema.errors import ErrorCode as E
 from kio.serial import entity_writer
 
 from brook.clock import FakeClock
-from brook.coordinator.group import ClassicGroup
-from brook.coordinator.group import GroupState as S
-from brook.coordinator.offsets import (
+from brook.coordinator.common.result import CoordinatorRecord, CoordinatorResult, record_pairs
+from brook.coordinator.group.classic_group import ClassicGroup
+from brook.coordinator.group.classic_group import GroupState as S
+from brook.coordinator.group.commit_runs import CommitRun
+from brook.coordinator.group.offsets import (
     CommitPartition,
     CommitTopic,
     ExpireResult,
@@ -35,9 +37,8 @@ from brook.coordinator.offsets import (
     is_subscribed_to_topic,
     subscribed_topics,
 )
-from brook.coordinator.offsets_cache import OffsetsCache
-from brook.coordinator.result import CommitRun, CoordinatorRecord, CoordinatorResult, record_pairs
-from brook.coordinator.schemas import (
+from brook.coordinator.group.offsets_cache import OffsetsCache
+from brook.coordinator.group.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -754,7 +755,7 @@ def test_cache_bytes_counts_metadata_and_sparse_values():
 
 
 def test_poll_expires_every_check_interval_and_tombstones_emptied_groups():
-    from brook.coordinator.classic import ClassicGroupCoordinator
+    from brook.coordinator.group.classic import ClassicGroupCoordinator
 
     clock = FakeClock(T0)
     core = ClassicGroupCoordinator()

@@ -7,16 +7,18 @@ import logging
 
 import pytest
 
-from brook.coordinator.classic import JoinGroup, LeaveGroup, LeavingMember
+from brook.coordinator.group.classic import JoinGroup, LeaveGroup, LeavingMember
 from tests.support.classic_harness import Harness
+
+LOGGER = "brook.coordinator.group.classic"
 
 
 @pytest.fixture
 def lines(caplog):
-    caplog.set_level(logging.INFO, logger="brook.coordinator.classic")
+    caplog.set_level(logging.INFO, logger=LOGGER)
 
     def messages() -> list[str]:
-        out = [r.getMessage() for r in caplog.records if r.name == "brook.coordinator.classic"]
+        out = [r.getMessage() for r in caplog.records if r.name == LOGGER]
         caplog.clear()
         return out
 

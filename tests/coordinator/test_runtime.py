@@ -11,11 +11,8 @@ from kio.schema.errors import ErrorCode
 from brook.broker.errors import error_code_for
 from brook.broker.offsets_log import PartitionOffsetsLog
 from brook.clock import SYSTEM_CLOCK, FakeClock
-from brook.coordinator import classic
-from brook.coordinator.batch_writer import encode_records
-from brook.coordinator.classic import ClassicGroupCoordinator, GroupConfig
-from brook.coordinator.result import CoordinatorRecord, CoordinatorResult, group_append_error
-from brook.coordinator.runtime import (
+from brook.coordinator.common.result import CoordinatorRecord, CoordinatorResult, append_error
+from brook.coordinator.common.runtime import (
     AppendError,
     AppendFailed,
     CoordinatorLoading,
@@ -23,8 +20,11 @@ from brook.coordinator.runtime import (
     NotCoordinator,
     ShardState,
 )
-from brook.coordinator.shard import CoordinatorShard
-from brook.coordinator.schemas import (
+from brook.coordinator.group import classic
+from brook.coordinator.group.batch_writer import encode_records
+from brook.coordinator.group.classic import ClassicGroupCoordinator, GroupConfig
+from brook.coordinator.group.partitioner import OFFSETS_TOPIC, partition_for
+from brook.coordinator.group.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -32,11 +32,16 @@ from brook.coordinator.schemas import (
     encode_key,
     encode_value,
 )
+from brook.coordinator.group.shard import CoordinatorShard
 from brook.records import Record as BatchRecord
 from brook.records import encode_batch
 from brook.records.batch import read_header
 from brook.storage.errors import KafkaStorageError
 from tests.support.runtime_ops import join, join_and_sync
+
+#: The group coordinator's topic and partitioner, which the runtime is given.
+GROUPS = {"topic": OFFSETS_TOPIC, "partitioner": partition_for}
+
 
 class MemoryLog:
     """Record batches per partition, as the bytes the broker would store."""
@@ -93,7 +98,8 @@ class MemoryLog:
 
 def new_runtime(log: MemoryLog, partitions: int = 4, **config) -> CoordinatorRuntime:
     cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10, **config)
-    return CoordinatorRuntime(partitions, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg))
+    return CoordinatorRuntime(partitions, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg),
+                              **GROUPS)
 
 
 async def started(rt: CoordinatorRuntime) -> CoordinatorRuntime:
@@ -173,7 +179,7 @@ def test_append_errors_map_as_kafka_maps_them():
     from brook.records import CorruptRecordError
 
     def answer(exc):
-        return group_append_error(error_code_for(exc))
+        return append_error(error_code_for(exc))
 
     assert answer(UnknownTopicError("x")) == ErrorCode.coordinator_not_available
     assert answer(KafkaStorageError("x")) == ErrorCode.not_coordinator
@@ -242,7 +248,6 @@ def test_groups_of_a_loading_partition_get_load_in_progress():
 def test_partition_log_writes_one_batch_with_kafkas_keys_and_values(tmp_path):
     from brook.broker.broker import Broker
     from brook.broker.config import BrokerConfig
-    from brook.coordinator.runtime import OFFSETS_TOPIC
 
     broker = Broker(BrokerConfig.from_props({"log.dirs": str(tmp_path), "offsets.topic.num.partitions": "3"}))
     broker.open()
@@ -271,19 +276,20 @@ def test_partition_log_writes_one_batch_with_kafkas_keys_and_values(tmp_path):
 
 
 def test_expired_offsets_are_tombstoned_by_the_timer_task():
-    from brook.coordinator.offsets import (
+    from brook.coordinator.group.offsets import (
         CommitPartition,
         CommitTopic,
         OffsetCommit,
         OffsetsConfig,
     )
-    from brook.coordinator.schemas import OffsetCommitKey
+    from brook.coordinator.group.schemas import OffsetCommitKey
 
     async def main():
         log = MemoryLog()
         cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
         offsets_cfg = OffsetsConfig(offsets_retention_check_interval_ms=20)
-        rt = CoordinatorRuntime(4, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg, offsets_cfg))
+        rt = CoordinatorRuntime(4, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg, offsets_cfg),
+                                **GROUPS)
         await started(rt)
         try:
             commit = OffsetCommit("simple", (CommitTopic("t", (CommitPartition(0, 42),)),),
@@ -315,7 +321,7 @@ def test_expired_offsets_are_tombstoned_by_the_timer_task():
 
 
 def commit_op(group: str, partitions, offset: int = 7):
-    from brook.coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
+    from brook.coordinator.group.offsets import CommitPartition, CommitTopic, OffsetCommit
 
     commit = OffsetCommit(group, (CommitTopic("t", tuple(CommitPartition(p, offset + p)
                                                          for p in partitions)),))
@@ -329,7 +335,7 @@ def commit_op(group: str, partitions, offset: int = 7):
 
 def offsets_runtime(log: MemoryLog, clock=SYSTEM_CLOCK, partitions: int = 4) -> CoordinatorRuntime:
     cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
-    return CoordinatorRuntime(partitions, log, clock, lambda: CoordinatorShard(cfg))
+    return CoordinatorRuntime(partitions, log, clock, lambda: CoordinatorShard(cfg), **GROUPS)
 
 
 def test_each_shard_reports_how_long_its_load_took_and_how_many_records_it_read():
@@ -376,7 +382,7 @@ def test_record_types_brook_does_not_read_are_skipped_with_one_warning(caplog):
         finally:
             await rt.stop()
 
-    with caplog.at_level("WARNING", logger="brook.coordinator.runtime"):
+    with caplog.at_level("WARNING", logger="brook.coordinator.common.runtime"):
         asyncio.run(main())
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 2
@@ -410,7 +416,7 @@ def test_a_record_that_cannot_be_read_is_skipped_and_its_partition_served(caplog
         finally:
             await again.stop()
 
-    with caplog.at_level("ERROR", logger="brook.coordinator.runtime"):
+    with caplog.at_level("ERROR", logger="brook.coordinator.common.runtime"):
         asyncio.run(main())
     [error] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert "skipped 1 record(s) at offset 3 that cannot be read" in error
@@ -464,7 +470,8 @@ def test_a_shard_failing_to_replay_a_record_skips_that_record():
         log.write(0, [CoordinatorRecord(GroupMetadataKey("g"),
                                         GroupMetadataValue("consumer", 1, None, None, 5, ()))], 0)
         log.write(0, [CoordinatorRecord(OffsetCommitKey("g", "t", 0), OffsetCommitValue(3))], 0)
-        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(classic=Refusing()))
+        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(classic=Refusing()),
+                                **GROUPS)
         await started(rt)
         try:
             ctx = rt.contexts[0]
@@ -509,7 +516,7 @@ def test_a_failed_load_is_tried_again_with_a_growing_backoff_until_it_succeeds()
         log = FlakyLog()
         log.write(0, [CoordinatorRecord(OffsetCommitKey("g", "t", 0), OffsetCommitValue(7))], 0)
         cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
-        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg),
+        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg), **GROUPS,
                                 load_retry_backoff_ms=20, load_retry_max_backoff_ms=40)
         await started(rt)
         try:
@@ -540,7 +547,7 @@ def test_a_failed_load_is_not_tried_again_once_the_partition_is_unloaded():
     async def main():
         log = Unreadable()
         cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
-        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg),
+        rt = CoordinatorRuntime(1, log, SYSTEM_CLOCK, lambda: CoordinatorShard(cfg), **GROUPS,
                                 load_retry_backoff_ms=20)
         await started(rt)
         try:
@@ -589,8 +596,9 @@ def test_timers_wait_while_their_shard_loads():
 
 
 def test_a_commit_is_written_as_its_records_and_replayed_as_loading_replays_them():
-    from brook.coordinator.offsets import CommitPartition, CommitTopic, OffsetCommit
-    from brook.coordinator.result import CommitRun, record_pairs
+    from brook.coordinator.common.result import record_pairs
+    from brook.coordinator.group.commit_runs import CommitRun
+    from brook.coordinator.group.offsets import CommitPartition, CommitTopic, OffsetCommit
 
     commit = OffsetCommit("g", (
         CommitTopic("t", (CommitPartition(0, 5), CommitPartition(1, 6, 2, "m"),
@@ -634,7 +642,7 @@ def test_a_commit_is_written_as_its_records_and_replayed_as_loading_replays_them
 
 
 def test_runs_are_written_with_other_base_offsets_as_their_records():
-    from brook.coordinator.result import CommitRun
+    from brook.coordinator.group.commit_runs import CommitRun
 
     records = [CoordinatorRecord(OffsetCommitKey("g", "t", 9), None),
                CommitRun("g", "t", [(0, 1, 2, 3), (1, 4, 5, 6)])]
@@ -744,7 +752,7 @@ def session_expiry_after_a_step_back(clock, wall: SteppedWall) -> float:
 
     async def main():
         rt = await started(CoordinatorRuntime(1, MemoryLog(), clock, lambda: CoordinatorShard(
-            GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10))))
+            GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)), **GROUPS))
         try:
             await join_and_sync(rt, "g", session_ms=300)
             wall.offset_ns -= 60 * 10**9

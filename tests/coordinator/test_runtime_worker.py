@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from brook.clock import SYSTEM_CLOCK
-from brook.coordinator.result import CoordinatorResult
-from brook.coordinator.runtime import CoordinatorRuntime
+from brook.coordinator.common.result import CoordinatorResult
+from brook.coordinator.common.runtime import CoordinatorRuntime
 
 
 class ToyShard:
@@ -18,11 +18,11 @@ class ToyShard:
         self.fail = False
         self.replayed: list = []
 
-    def replay(self, key, value, now) -> None:
-        self.replayed.append((key, value))
+    def batch_replayer(self, now) -> ToyShard:
+        return self
 
-    def replay_commits(self, run, now) -> None:
-        self.replayed.append(run)
+    def replay_batch(self, body, start, stop, count, base_offset, skipped) -> None:
+        self.replayed.append((base_offset, count))
 
     def replay_records(self, records, now) -> None:
         self.replayed += records
@@ -62,7 +62,8 @@ def answer(value):
 
 def test_operations_are_answered_and_served_when_a_shard_fails_to_give_its_deadline():
     async def main():
-        rt = CoordinatorRuntime(1, NoLog(), SYSTEM_CLOCK, ToyShard)
+        rt = CoordinatorRuntime(1, NoLog(), SYSTEM_CLOCK, ToyShard, topic="__toy",
+                                partitioner=lambda key, partitions: 0)
         rt.start()
         await rt.wait_loaded()
         ctx = rt.contexts[0]

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.support.examples import examples
 
-from brook.coordinator.partitioner import java_abs, java_string_hash, partition_for
-from brook.coordinator.schemas import (
+from brook.coordinator.group.partitioner import java_abs, java_string_hash, partition_for
+from brook.coordinator.group.schemas import (
     CorruptOffsetsRecordError,
     GroupMetadataKey,
     GroupMetadataValue,
@@ -791,8 +791,8 @@ def test_fuzz_mutated_records(value, key):
 # --------------------------------------------------------------------------------------------
 # Whole batches: RecordsDecoder's runs of plain commits against record-by-record decoding
 
-from brook.coordinator.batch_decoder import DecodedRecord, RecordsDecoder  # noqa: E402
-from brook.coordinator.result import CommitRun  # noqa: E402
+from brook.coordinator.group.commit_runs import CommitRun  # noqa: E402
+from brook.coordinator.group.batch_decoder import DecodedRecord, RecordsDecoder  # noqa: E402
 from brook.records import Record as BatchRecord  # noqa: E402
 from brook.records import encode_batch  # noqa: E402
 from brook.records.batch import HEADER_SIZE, decode_records, read_header  # noqa: E402
@@ -1007,8 +1007,8 @@ def test_any_byte_of_a_run_changed_reads_as_record_by_record_decoding_reads_it(g
 # --------------------------------------------------------------------------------------------
 # Writing: encode_commit_batch writes what encode_batch writes
 
-from brook.coordinator.batch_writer import encode_commit_batch  # noqa: E402
-from brook.coordinator.result import CoordinatorRecord  # noqa: E402
+from brook.coordinator.common.result import CoordinatorRecord  # noqa: E402
+from brook.coordinator.group.batch_writer import encode_commit_batch  # noqa: E402
 
 
 def batch_as_encode_batch_writes(records, timestamp):
@@ -1051,7 +1051,7 @@ def test_other_batches_are_left_to_encode_batch(odd):
 
 # An offset commit's records come as CommitRuns (rows of numbers) as well as Records.
 
-from brook.coordinator.result import record_pairs  # noqa: E402
+from brook.coordinator.common.result import record_pairs  # noqa: E402
 
 rows_ = st.lists(st.tuples(int32s, int64s, int32s, int64s), min_size=1, max_size=90)
 
@@ -1094,9 +1094,9 @@ def test_runs_past_the_one_byte_offset_deltas_are_written_as_encode_batch_writes
 def test_records_past_max_message_bytes_are_written_as_several_batches_within_it():
     # The tombstones of 20,000 expired offsets do not fit in one batch of 100 KB: they are
     # written as several, each within the limit, holding every record in order.
-    from brook.coordinator.batch_writer import encode_records
-    from brook.coordinator.result import CoordinatorRecord
-    from brook.coordinator.schemas import OffsetCommitKey, decode_key
+    from brook.coordinator.common.result import CoordinatorRecord
+    from brook.coordinator.group.batch_writer import encode_records
+    from brook.coordinator.group.schemas import OffsetCommitKey, decode_key
     from brook.records import scan_batches
     from brook.records.batch import decode_batch
 

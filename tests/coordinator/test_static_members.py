@@ -5,15 +5,15 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode as E
 from tests.support.classic_harness import PROTOS, Harness, mm, stored
 
-from brook.coordinator.classic import (
+from brook.coordinator.common.result import Completion
+from brook.coordinator.group.classic import (
     ClassicGroupCoordinator,
     JoinedMember,
     JoinGroup,
     JoinGroupResponse,
     SyncGroupResponse,
 )
-from brook.coordinator.group import GroupState as S
-from brook.coordinator.result import Completion
+from brook.coordinator.group.classic_group import GroupState as S
 
 
 def static_stable(*instances: str) -> tuple[Harness, list[str]]:

@@ -1,7 +1,7 @@
 """Keyed timers fired by a fake clock."""
 
 from brook.clock import FakeClock
-from brook.coordinator.timer import Timers
+from brook.coordinator.common.timer import Timers
 
 
 def test_fires_when_due_in_deadline_order():

@@ -1,5 +1,5 @@
 """Uncommitted writes in a shard, sans-I/O: OffsetFetch answers the committed offsets only, and a
-write that fails is rolled back with every later one (brook.coordinator.uncommitted).
+write that fails is rolled back with every later one (brook.coordinator.group.uncommitted).
 
 The property: whatever the writes (commits as runs and as single records, with and without
 metadata, tombstones, partitions stored as rows and sparse ones) and whatever order the high
@@ -13,11 +13,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from brook.coordinator.offsets_cache import OffsetsCache, RowsSnapshot, saved_value
-from brook.coordinator.result import CommitRun, CoordinatorRecord, record_pairs
-from brook.coordinator.schemas import OffsetCommitKey, OffsetCommitValue
-from brook.coordinator.shard import CoordinatorShard
-from brook.coordinator.uncommitted import Uncommitted
+from brook.coordinator.common.result import CoordinatorRecord, record_pairs
+from brook.coordinator.group.commit_runs import CommitRun
+from brook.coordinator.group.offsets_cache import OffsetsCache, RowsSnapshot, saved_value
+from brook.coordinator.group.schemas import OffsetCommitKey, OffsetCommitValue
+from brook.coordinator.group.shard import CoordinatorShard
+from brook.coordinator.group.uncommitted import Uncommitted
 
 NOW = 1_000
 

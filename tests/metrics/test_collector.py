@@ -28,9 +28,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from brook.broker.broker import Broker
 from brook.broker.config import BrokerConfig
 from brook.broker.metrics import REQUEST_TIME_BUCKETS, SLICE_SECONDS, BrokerMetrics, LoopReader
-from brook.coordinator.result import CoordinatorRecord, CoordinatorResult
-from brook.coordinator.result import CommitRun
-from brook.coordinator.schemas import OffsetCommitKey, OffsetCommitValue
+from brook.coordinator.common.result import CoordinatorRecord, CoordinatorResult
+from brook.coordinator.group.commit_runs import CommitRun
+from brook.coordinator.group.schemas import OffsetCommitKey, OffsetCommitValue
 from brook.protocol.fetch_response import PartitionResult, TopicResult
 from brook.records import Record, encode_batch
 from tests.support.broker_harness import free_port
@@ -762,7 +762,7 @@ def test_a_groups_offsets_copied_while_they_move_are_each_read_once():
     """Read from another thread (a scrape that gave up on a stalled loop) while an offset
     moves between the cache's rows and its dict of values that fit no row: no partition is
     read twice."""
-    from brook.coordinator.offsets_cache import OffsetsCache
+    from brook.coordinator.group.offsets_cache import OffsetsCache
 
     cache = OffsetsCache()
     for p in range(2000):

@@ -30,10 +30,9 @@ from kio.schema.consumer_protocol_subscription.v0.data import (  # noqa: E402
 from kio.serial import entity_reader, entity_writer  # noqa: E402
 
 from tests.support.broker_harness import BrokerProcess  # noqa: E402
-from brook.coordinator.shard import CoordinatorShard  # noqa: E402
-from brook.coordinator.offsets import OffsetsConfig  # noqa: E402
-from brook.coordinator.partitioner import partition_for  # noqa: E402
-from brook.coordinator.schemas import (  # noqa: E402
+from brook.coordinator.group.offsets import OffsetsConfig  # noqa: E402
+from brook.coordinator.group.partitioner import partition_for  # noqa: E402
+from brook.coordinator.group.schemas import (  # noqa: E402
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -45,6 +44,7 @@ from brook.coordinator.schemas import (  # noqa: E402
     encode_key,
     encode_value,
 )
+from brook.coordinator.group.shard import CoordinatorShard  # noqa: E402
 from brook.spark.offsets_analytics import (  # noqa: E402
     DECODED_SCHEMA,
     main,

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode as E
 
-from brook.coordinator.classic import GroupConfig, Heartbeat, JoinGroup, LeaveGroup, LeavingMember, SyncGroup
-from brook.coordinator.group import GroupState as S
-from brook.coordinator.result import CoordinatorRecord
-from brook.coordinator.schemas import GroupMetadataKey, GroupMetadataValue, MemberMetadata
+from brook.coordinator.common.result import CoordinatorRecord
+from brook.coordinator.group.classic import (GroupConfig, Heartbeat, JoinGroup, LeaveGroup,
+                                            LeavingMember, SyncGroup)
+from brook.coordinator.group.classic_group import GroupState as S
+from brook.coordinator.group.schemas import GroupMetadataKey, GroupMetadataValue, MemberMetadata
 from tests.support.coordinator_harness import CoordinatorHarness
 
 PROTOS = (("range", b"sub"),)

@@ -15,10 +15,10 @@ import itertools
 from kio.schema.errors import ErrorCode
 
 from brook.clock import FakeClock
-from brook.coordinator.classic import GroupConfig
-from brook.coordinator.offsets import OffsetsConfig
-from brook.coordinator.result import CoordinatorRecord, CoordinatorResult, record_pairs
-from brook.coordinator.shard import CoordinatorShard
+from brook.coordinator.common.result import CoordinatorRecord, CoordinatorResult, record_pairs
+from brook.coordinator.group.classic import GroupConfig
+from brook.coordinator.group.offsets import OffsetsConfig
+from brook.coordinator.group.shard import CoordinatorShard
 
 
 def counting_member_ids():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from brook.coordinator import classic
-from brook.coordinator.runtime import CoordinatorRuntime
+from brook.coordinator.common.runtime import CoordinatorRuntime
+from brook.coordinator.group import classic
 
 PROTOCOLS = (("range", b"sub"),)
 

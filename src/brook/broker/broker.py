@@ -18,10 +18,11 @@ from .config_defs import loggable
 from ..security.acls import AclBinding, AclFilter, Authorizer, PatternType, ResourceType
 from ..security.scram import MECHANISMS as SCRAM_MECHANISMS
 from .dynamic_config import TOPIC_SYNONYMS, BrokerConfigLayers, DynamicConfigError, check_dynamic_configs, replaced
-from ..coordinator.classic import GroupConfig
-from ..coordinator.offsets import OffsetsConfig
-from ..coordinator.runtime import OFFSETS_TOPIC, CoordinatorRuntime
-from ..coordinator.shard import CoordinatorShard
+from ..coordinator.common.runtime import CoordinatorRuntime
+from ..coordinator.group.classic import GroupConfig
+from ..coordinator.group.offsets import OffsetsConfig
+from ..coordinator.group.partitioner import OFFSETS_TOPIC, partition_for
+from ..coordinator.group.shard import CoordinatorShard
 from .fetch_session import FetchSessionCache
 from .group_commit import GroupCommitter
 from .offsets_log import PartitionOffsetsLog
@@ -168,7 +169,7 @@ class Broker:
         self.coordinator = CoordinatorRuntime(
             tm.partitions if tm else self.config.offsets_topic_num_partitions,
             PartitionOffsetsLog(self), self.timeout_clock, self._new_coordinator_shard,
-            lease=self._may_coordinate)
+            topic=OFFSETS_TOPIC, partitioner=partition_for, lease=self._may_coordinate)
 
     def _may_coordinate(self) -> bool:
         """Whether this broker may answer group coordinator requests now: always on a single

@@ -1,5 +1,5 @@
 """The broker's side of the group coordinator: its ``__consumer_offsets`` partitions as the
-runtime's ``OffsetsWriter`` (``brook.coordinator.runtime``).
+runtime's ``PartitionWriter`` (``brook.coordinator.common.runtime``).
 
 Appends are written with the coordinator origin (clients never write the offsets topic) and a
 failure is reported as the Kafka error of the exception the partition raised. A restoring
@@ -15,9 +15,10 @@ from collections.abc import Iterator
 
 from kio.schema.errors import ErrorCode
 
-from ..coordinator.batch_writer import encode_records
-from ..coordinator.result import CoordinatorRecord
-from ..coordinator.runtime import OFFSETS_TOPIC, AppendError
+from ..coordinator.common.result import CoordinatorRecord
+from ..coordinator.common.runtime import AppendError
+from ..coordinator.group.batch_writer import encode_records
+from ..coordinator.group.partitioner import OFFSETS_TOPIC
 from ..records.batch import HEADER_SIZE, HEADER_STRUCT, LOG_OVERHEAD
 from ..storage.producer_state import AppendOrigin
 from .errors import error_code_for

@@ -1,5 +1,5 @@
 """`dump-log --offsets-decoder`: the records of `__consumer_offsets` as readable commits, group
-metadata and tombstones, decoded by brook.coordinator.schemas (Kafka's formats).
+metadata and tombstones, decoded by brook.coordinator.group.schemas (Kafka's formats).
 
 Members of `consumer` groups have their subscription and assignment decoded with Kafka's
 ConsumerProtocol schemas (kio); other protocols' bytes are shown by size.
@@ -13,8 +13,8 @@ from kio.schema.consumer_protocol_assignment.v0 import ConsumerProtocolAssignmen
 from kio.schema.consumer_protocol_subscription.v0 import ConsumerProtocolSubscription
 from kio.serial import entity_reader
 
-from ..coordinator.schemas import (CorruptOffsetsRecordError, GroupMetadataKey, OffsetCommitKey,
-                                   UnknownKey, decode_key, decode_value)
+from ..coordinator.group.schemas import (CorruptOffsetsRecordError, GroupMetadataKey,
+                                         OffsetCommitKey, UnknownKey, decode_key, decode_value)
 
 _read_subscription = entity_reader(ConsumerProtocolSubscription)
 _read_assignment = entity_reader(ConsumerProtocolAssignment)

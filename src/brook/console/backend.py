@@ -15,7 +15,7 @@ from typing import Any
 from ..cli import groups as cli_groups
 from ..cli import topics as cli_topics
 from ..cli.errors import CliError
-from ..coordinator.partitioner import partition_for
+from ..coordinator.group.partitioner import partition_for
 from . import render
 from .lag import LagHistory, duration_text, time_behind
 from .metrics import BrokerRates

@@ -1,4 +1,3 @@
-"""Group coordination and offset management on the __consumer_offsets topic: the classic
-group protocol, committed offsets and their expiry, sans-I/O, and the runtime that runs them per
-partition. Knows nothing of sockets, the broker or replication: it writes through a narrow
-writer interface."""
+"""The coordinators, sans-I/O, split as Kafka's modules are: ``common`` (the runtime they all run
+on) and ``group`` (consumer groups and their offsets on ``__consumer_offsets``); the transaction
+coordinator lands beside them. Only a container: it holds nothing and imports nothing itself."""

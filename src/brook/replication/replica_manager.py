@@ -17,7 +17,7 @@ from ..cluster.channel import BrokerChannel, ChannelError
 from ..cluster.metadata_cache import MetadataCache
 from ..protocol import inter_broker as ib
 from ..protocol.messages import make, request_class
-from ..coordinator.runtime import OFFSETS_TOPIC
+from ..coordinator.group.partitioner import OFFSETS_TOPIC
 from .partition import Partition
 from .replica_fetcher import ReplicaFetcher
 

@@ -7,8 +7,8 @@ may be there too), for instance
 ``spark.read.format("brook").option("subscribe", "__consumer_offsets").load()``.
 
 Records are decoded on the executors, a pyarrow batch at a time, by the broker's own decoder
-(``brook.coordinator.schemas``), so this module reads exactly what the coordinator reads.
-The compacted view and its expiry follow ``brook.coordinator.offsets`` (Kafka's rules,
+(``brook.coordinator.group.schemas``), so this module reads exactly what the coordinator reads.
+The compacted view and its expiry follow ``brook.coordinator.group.offsets`` (Kafka's rules,
 KIP-211), recomputed in Spark so that they scale with the topic. The group state they use is
 the state stored in the log (a group with members is Stable, one without is Empty), which is
 what a coordinator has right after loading the partition.
@@ -38,10 +38,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from brook.coordinator.expiry import expires_at
-from brook.coordinator.group import ClassicGroup
-from brook.coordinator.offsets import OffsetsConfig, subscribed_topics
-from brook.coordinator.schemas import (
+from brook.coordinator.group.classic_group import ClassicGroup
+from brook.coordinator.group.expiry import expires_at
+from brook.coordinator.group.offsets import OffsetsConfig, subscribed_topics
+from brook.coordinator.group.schemas import (
     CorruptOffsetsRecordError,
     GroupMetadataKey,
     GroupMetadataValue,

@@ -1,14 +1,15 @@
 """Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups and
 ListGroups. Each maps kio's entities to the classic coordinator's requests, runs them on the
-group's shard (``brook.coordinator.shard``) through the coordinator runtime
+group's shard (``brook.coordinator.group.shard``) through the coordinator runtime
 (``broker.coordinator``) and maps the answer back."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ...coordinator import classic
-from ...coordinator.runtime import OFFSETS_TOPIC, CoordinatorError, CoordinatorNotAvailable
+from ...coordinator.common.runtime import CoordinatorError, CoordinatorNotAvailable
+from ...coordinator.group import classic
+from ...coordinator.group.partitioner import OFFSETS_TOPIC
 from ...protocol.group_responses import heartbeat_response
 from ...protocol.messages import make, response_class, response_module
 from ..auth import authz

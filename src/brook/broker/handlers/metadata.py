@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol.messages import encode_response, make, response_class, response_module
 from ..auth import authz
 from ..errors import error_code_for
-from ...coordinator.runtime import OFFSETS_TOPIC
+from ...coordinator.group.partitioner import OFFSETS_TOPIC
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from .api import Api, RawResponse
 from .common import INT32_MIN, NO_THROTTLE, InvalidRequest

@@ -1,5 +1,5 @@
 """Offset APIs: OffsetCommit, OffsetFetch, OffsetDelete and DeleteGroups, run on the group's
-shard (``brook.coordinator.shard``) through the coordinator runtime (``broker.coordinator``).
+shard (``brook.coordinator.group.shard``) through the coordinator runtime (``broker.coordinator``).
 
 A commit's offsets are written as one batch, so a commit is all or nothing, and it is answered
 only after the append. OffsetFetch takes one group (v0-7) or several (v8+); a group whose
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ...coordinator.offsets import (DEFAULT_RETENTION_TIME, DEFAULT_TIMESTAMP, CommitPartition,
-                                     CommitTopic, OffsetCommit)
-from ...coordinator.runtime import CoordinatorError, CoordinatorNotAvailable
+from ...coordinator.common.runtime import CoordinatorError, CoordinatorNotAvailable
+from ...coordinator.group.offsets import (DEFAULT_RETENTION_TIME, DEFAULT_TIMESTAMP,
+                                          CommitPartition, CommitTopic, OffsetCommit)
 from ...protocol.group_responses import (
     offset_commit_response,
     offset_fetch_groups_response,

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from ...coordinator.group import GroupState
+from ...coordinator.group.classic_group import GroupState
 from .counts import BUCKET_LABELS
 
 log = logging.getLogger(__package__)

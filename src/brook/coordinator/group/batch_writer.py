@@ -1,8 +1,9 @@
-"""Writing the coordinator's records as a record batch of ``__consumer_offsets``.
+"""Writing the group coordinator's records as a record batch of ``__consumer_offsets``.
 
-``encode_records`` writes any of them. Plain offset commits (a version 3 value without metadata)
-have a faster path, the live counterpart of the loader's runs: an OffsetCommit request becomes
-one batch of such records; written field by field through
+``encode_records`` writes any of them: keys and values serialized with Kafka's schemas
+(``schemas``), batched by ``brook.coordinator.common.batch_writer``. Plain offset commits (a
+version 3 value without metadata) have a faster path, the live counterpart of the loader's
+runs: an OffsetCommit request becomes one batch of such records; written field by field through
 ``brook.records.encode_batch`` each costs several microseconds of varints. This writes the
 same bytes (the tests compare them with encode_batch's) with one struct per record: within a
 run every record has the same layout, only its offset delta's varint grows (one byte up to 63,
@@ -13,12 +14,12 @@ from __future__ import annotations
 
 import struct
 
-from ..records import Record as LogRecord
-from ..records import encode_batch
-from ..records.batch import HEADER_SIZE, HEADER_STRUCT, MAGIC_V2
-from ..records.crc import crc32c
-from ..records.varint import encode_varint
-from .result import CommitRun, record_pairs
+from ...records.batch import HEADER_SIZE, HEADER_STRUCT, MAGIC_V2
+from ...records.crc import crc32c
+from ...records.varint import encode_varint
+from ..common.batch_writer import encode_batches
+from ..common.result import record_pairs
+from .commit_runs import CommitRun
 from .schemas import (
     OFFSET_COMMIT_KEY_WRITE_VERSION,
     OffsetCommitKey,
@@ -35,33 +36,14 @@ __all__ = ["encode_commit_batch", "encode_records"]
 def encode_records(records: list, now: int, base_offset: int = 0,
                    max_batch_bytes: int | None = None) -> bytes:
     """One record batch of ``CoordinatorRecord``s and ``CommitRun``s with Kafka's keys and
-    values, timestamped ``now`` (the log assigns the offsets). Past `max_batch_bytes` (the
-    topic's max.message.bytes), several batches, each within it: the tombstones of 100,000
-    expired offsets do not fit in one, and a batch the log refuses would never expire them."""
+    values, timestamped ``now`` (the log assigns the offsets); past ``max_batch_bytes`` (the
+    topic's max.message.bytes), several batches, each within it (``encode_batches``)."""
     batch = encode_commit_batch(records, now) if base_offset == 0 else None  # the fast path
-    if batch is None:
-        batch = _encode_pairs(list(record_pairs(records)), now, base_offset)
-    if max_batch_bytes is None or len(batch) <= max_batch_bytes:
+    if batch is not None and (max_batch_bytes is None or len(batch) <= max_batch_bytes):
         return batch
-    return b"".join(_bounded(list(record_pairs(records)), now, max_batch_bytes))
-
-
-def _encode_pairs(pairs: list, now: int, base_offset: int = 0) -> bytes:
-    return encode_batch([
-        LogRecord(offset=base_offset + i, timestamp=now, key=encode_key(key),
-                  value=None if value is None else encode_value(value))
-        for i, (key, value) in enumerate(pairs)
-    ], base_offset=base_offset)
-
-
-def _bounded(pairs: list, now: int, max_batch_bytes: int) -> list[bytes]:
-    """Batches of `pairs`, in order, each within `max_batch_bytes` (halved until it fits; a
-    record that does not fit alone is left for the log to refuse)."""
-    batch = _encode_pairs(pairs, now)
-    if len(batch) <= max_batch_bytes or len(pairs) == 1:
-        return [batch]
-    half = len(pairs) // 2
-    return _bounded(pairs[:half], now, max_batch_bytes) + _bounded(pairs[half:], now, max_batch_bytes)
+    pairs = [(encode_key(key), None if value is None else encode_value(value))
+             for key, value in record_pairs(records)]
+    return encode_batches(pairs, now, base_offset, max_batch_bytes)
 
 
 # partition, value length (24, as a varint), then the value: version 3, offset, leader epoch,

@@ -38,10 +38,10 @@ from functools import partial
 from operator import itemgetter
 from typing import NamedTuple
 
-from ..records.batch import decode_records
-from ..records.errors import RecordsError
-from ..records.varint import decode_varint
-from .result import CommitBlock, CommitRun
+from ...records.batch import decode_records
+from ...records.errors import RecordsError
+from ...records.varint import decode_varint
+from .commit_runs import CommitBlock, CommitRun
 from .schemas import (
     CorruptOffsetsRecordError,
     GroupMetadataKey,

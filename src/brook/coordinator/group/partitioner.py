@@ -1,4 +1,4 @@
-"""Which partition of ``__consumer_offsets`` holds a group: Kafka's rule, bit for bit.
+"""``__consumer_offsets`` and which of its partitions holds a group: Kafka's rule, bit for bit.
 
 Kafka picks ``abs(group.hashCode()) % offsets.topic.num.partitions`` where ``hashCode`` is
 Java's ``String.hashCode`` and ``abs`` is Kafka's ``Utils.abs``. Both have quirks that must be
@@ -17,7 +17,10 @@ from __future__ import annotations
 import struct
 from functools import lru_cache
 
-__all__ = ["java_string_hash", "java_abs", "partition_for"]
+__all__ = ["OFFSETS_TOPIC", "java_string_hash", "java_abs", "partition_for"]
+
+#: The topic of the group coordinator's records (Kafka's name, as tools expect it).
+OFFSETS_TOPIC = "__consumer_offsets"
 
 _MASK32 = 0xFFFFFFFF
 

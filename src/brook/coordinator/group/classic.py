@@ -31,10 +31,10 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from .group import ClassicGroup, GroupMember, GroupState, Protocols
-from .result import Completion, CoordinatorRecord, CoordinatorResult
+from ..common.result import Completion, CoordinatorRecord, CoordinatorResult
+from ..common.timer import Timers
+from .classic_group import ClassicGroup, GroupMember, GroupState, Protocols
 from .schemas import GroupMetadataKey, GroupMetadataValue, OffsetCommitKey
-from .timer import Timers
 
 S = GroupState
 

@@ -1,7 +1,7 @@
 """What a coordinator operation produces: the records it writes and the outcome of writing them.
 
 An operation of a shard (a JoinGroup, an OffsetCommit, a timer) reads state and returns a
-``CoordinatorResult``: the ``__consumer_offsets`` records to append as one batch, the response,
+``CoordinatorResult``: the records to append to the shard's partition as one batch, the response,
 the replies it completes that were parked earlier, and what happens once the append is known to
 have succeeded or failed. The runtime appends, replays the records (unless the operation has
 already applied them), then runs ``on_success`` and sends the response and completions; when the
@@ -9,30 +9,25 @@ append fails it answers with ``error_for(error)`` instead and runs ``on_failure`
 write's outcome decides is in this one object (Kafka's CoordinatorResult and its append future).
 
 Words: a *log record* is a record of a batch (``brook.records``); a ``CoordinatorRecord`` is the
-key and value objects of one log record of ``__consumer_offsets``, and a ``CommitRun`` is many
-offset commits of one group and topic in compact rows (how the live path writes and the loader
-reads them).
+key and value objects of one log record of a coordinator's topic, and a *run* (``RecordRun``) is
+many log records in a compact form of the coordinator's own (the group coordinator's
+``CommitRun``: offset commits as rows of numbers).
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from .schemas import OffsetCommitKey, OffsetCommitValue
-
 __all__ = [
-    "CommitBlock",
-    "CommitRun",
     "Completion",
     "CoordinatorRecord",
     "CoordinatorResult",
-    "group_append_error",
-    "offset_commit_append_error",
+    "RecordRun",
+    "append_error",
     "record_count",
     "record_pairs",
 ]
@@ -40,74 +35,34 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CoordinatorRecord:
-    """One record for ``__consumer_offsets``: a key and a value object of ``schemas``; a value
-    of None is a tombstone."""
+    """One record for a coordinator's topic: a key and a value object of the coordinator's
+    formats (the group coordinator's ``schemas``); a value of None is a tombstone."""
 
     key: object
     value: object | None
 
 
-class CommitRun(NamedTuple):
-    """Consecutive offset commits of one group and topic with a version 3 value without
-    metadata: each row ``(partition, offset, leader_epoch, commit_timestamp)`` stands for the
-    record ``OffsetCommitKey(group, topic, partition)`` with
-    ``OffsetCommitValue(offset, leader_epoch, "", commit_timestamp)``. The loader's ``rows``
-    is an iterator, to be consumed once, before it moves on; an offset commit's (the live
-    path's, see ``OffsetsManager.commit``) is a list."""
+class RecordRun(Protocol):
+    """Many log records in a compact form of a coordinator's own, written as the records it
+    stands for (the group coordinator's ``CommitRun``)."""
 
-    group: str
-    topic: str
-    rows: Iterable[tuple[int, int, int, int]]
-
-    def records(self) -> list[tuple[OffsetCommitKey, OffsetCommitValue]]:
-        """The (key, value) of every record of the run (consuming an iterator of rows)."""
-        group, topic = self.group, self.topic
-        return [
-            (OffsetCommitKey(group, topic, partition), OffsetCommitValue(offset, epoch, "", commit))
-            for partition, offset, epoch, commit in self.rows
-        ]
-
-
-class CommitBlock(NamedTuple):
-    """Offset commits of one group and topic to consecutive partitions, with one metadata, as
-    the loader reads them in bulk: record ``i`` (of ``count``, at least 1) stands for
-    ``OffsetCommitKey(group, topic, first + i)`` with a version 3 value (no expire timestamp)
-    whose offset, leader epoch and commit timestamp are the ``i``-th 20-byte row of ``rows``:
-    ``>qiq``, as the value's bytes hold them (and as ``OffsetsCache`` stores them)."""
-
-    group: str
-    topic: str
-    first: int
-    count: int
-    rows: bytes
-    metadata: str = ""
-
-    def records(self) -> list[tuple[OffsetCommitKey, OffsetCommitValue]]:
-        """The (key, value) of every record of the block."""
-        group, topic, first, metadata = self.group, self.topic, self.first, self.metadata
-        return [
-            (OffsetCommitKey(group, topic, first + i),
-             OffsetCommitValue(offset, epoch, metadata, commit))
-            for i, (offset, epoch, commit) in enumerate(_BLOCK_ROW.iter_unpack(self.rows))
-        ]
-
-
-_BLOCK_ROW = struct.Struct(">qiq")
+    def records(self) -> list[tuple[object, object | None]]:
+        """The (key, value) of every record it stands for, in order."""
 
 
 def record_pairs(records: Iterable) -> Iterator[tuple[object, object | None]]:
-    """(key, value) of every record in ``records`` (``CoordinatorRecord``s and ``CommitRun``s),
-    in order."""
+    """(key, value) of every record in ``records`` (``CoordinatorRecord``s and runs), in
+    order."""
     for record in records:
-        if type(record) is CommitRun:
-            yield from record.records()
-        else:
+        if type(record) is CoordinatorRecord:
             yield record.key, record.value
+        else:
+            yield from record.records()
 
 
 def record_count(records: list) -> int:
-    """How many log records ``records`` (``CoordinatorRecord``s and ``CommitRun``s) make."""
-    return sum(len(r.rows) if type(r) is CommitRun else 1 for r in records)
+    """How many log records ``records`` (``CoordinatorRecord``s and runs) make."""
+    return sum(1 if type(r) is CoordinatorRecord else len(r.records()) for r in records)
 
 
 @dataclass(frozen=True)
@@ -121,7 +76,7 @@ class Completion:
 # --- what a client is told when the records could not be written ------------------------------
 
 #: The append's errors that send a client back to FindCoordinator, and the answer for each
-#: (Kafka's table for group metadata and offset commits alike).
+#: (Kafka's table, the same for every coordinator's writes).
 _RETRIABLE = {
     ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
     ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
@@ -133,21 +88,12 @@ _RETRIABLE = {
     ErrorCode.coordinator_not_available: ErrorCode.coordinator_not_available,
     ErrorCode.not_coordinator: ErrorCode.not_coordinator,
 }
-_TOO_LARGE = (ErrorCode.message_too_large, ErrorCode.record_list_too_large,
-              ErrorCode.invalid_fetch_size)
 
 
-def group_append_error(error: ErrorCode) -> ErrorCode:
-    """Kafka's answer to a group request whose records could not be appended with ``error``."""
+def append_error(error: ErrorCode) -> ErrorCode:
+    """Kafka's answer to a request whose records could not be appended with ``error`` (a
+    coordinator may answer some errors otherwise: ``CoordinatorResult.error_for``)."""
     return _RETRIABLE.get(error, ErrorCode.unknown_server_error)
-
-
-def offset_commit_append_error(error: ErrorCode) -> ErrorCode:
-    """As ``group_append_error``, for offset commits: too large a batch is
-    INVALID_COMMIT_OFFSET_SIZE."""
-    if error in _TOO_LARGE:
-        return ErrorCode.invalid_commit_offset_size
-    return group_append_error(error)
 
 
 # --- the result ---------------------------------------------------------------------------------
@@ -155,8 +101,8 @@ def offset_commit_append_error(error: ErrorCode) -> ErrorCode:
 
 @dataclass
 class CoordinatorResult:
-    #: To append as one batch: ``CoordinatorRecord``s and ``CommitRun``s.
-    records: list[CoordinatorRecord | CommitRun] = field(default_factory=list)
+    #: To append as one batch: ``CoordinatorRecord``s and runs (``RecordRun``).
+    records: list[CoordinatorRecord | RecordRun] = field(default_factory=list)
     response: object | None = None
     completions: list[Completion] = field(default_factory=list)
     #: When the response is parked: the key its completion will carry.
@@ -174,7 +120,7 @@ class CoordinatorResult:
     #: would have completed are answered with that error by the runtime.
     on_failure: Callable[[ErrorCode, int], CoordinatorResult] | None = None
     #: The table from the append's error to the client's answer.
-    error_for: Callable[[ErrorCode], ErrorCode] = group_append_error
+    error_for: Callable[[ErrorCode], ErrorCode] = append_error
 
     def merge(self, other: CoordinatorResult) -> CoordinatorResult:
         """Add ``other``'s records and completions (and outcome hooks) to this result. Both must

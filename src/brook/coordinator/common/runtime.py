@@ -1,36 +1,38 @@
 """The runtime around the sans-I/O coordinator shards: I/O, ordering, timers, loading, unloading.
 
-Each partition of ``__consumer_offsets`` that this broker coordinates has a *context*: the
-partition's shard (built by ``new_shard()``), the leader epoch it was loaded at, a state, and
-one worker task that runs the shard's operations one at a time, in arrival order. For every
-operation the worker
+A coordinator keeps its state in the partitions of a topic of its own (the group coordinator's
+``__consumer_offsets``), and the runtime knows it by that topic's name and by the function that
+routes a key (a group id) to its partition; what the records mean is the shard's business. Each
+partition that this broker coordinates has a *context*: the partition's shard (built by
+``new_shard()``), the leader epoch it was loaded at, a state, and one worker task that runs the
+shard's operations one at a time, in arrival order. For every operation the worker
 
 1. calls ``op(shard, now)`` (``now`` from the injected clock), which returns a
    ``CoordinatorResult``;
 2. appends the result's records to the partition as one batch, through the narrow
-   ``OffsetsWriter`` interface (the broker's partitions in production, a list in tests), which
-   says where the batch landed or raises ``AppendError`` with the append's Kafka error;
+   ``PartitionWriter`` interface (the broker's partitions in production, a list in tests),
+   which says where the batch landed or raises ``AppendError`` with the append's Kafka error;
 3. replays the records into the shard (unless the operation applied them itself), the same
-   ``replay`` that loads a partition;
+   replay that loads a partition;
 4. once the records are committed (at once on one broker; in a cluster when the high watermark
-   passes them, ``OffsetsWriter.written``), runs the result's ``on_success``, answers the
+   passes them, ``PartitionWriter.written``), runs the result's ``on_success``, answers the
    request and delivers the completions of parked replies.
 
 Committed and uncommitted writes. In a cluster, the operations after a write run while it
 waits to be committed, on the state with its records applied; the shard keeps what each
-waiting write replaced of the committed offsets (``brook.coordinator.uncommitted``), so that
-OffsetFetch answers only committed offsets. When the high watermark passes a write, it and the
-writes before it are answered. When its wait fails (too few replicas, leadership lost, a
-timeout), it and every later write still waiting get the error, and the shard puts back the
-offsets they changed, replaying and appending the old values, so a commit whose client was told
-it failed is never served. Reads of a partition just loaded wait (COORDINATOR_LOAD_IN_PROGRESS)
-until the high watermark reaches the end of what was loaded: the previous leader's last records
-may not all be replicated.
+waiting write replaced (the group coordinator: of the committed offsets, so that OffsetFetch
+answers only committed ones). When the high watermark passes a write, it and the writes before
+it are answered (``shard.committed``). When its wait fails (too few replicas, leadership lost, a
+timeout), it and every later write still waiting get the error, and the shard gives back what
+they replaced (``shard.roll_back``), which is replayed and appended, so a write whose client was
+told it failed is never served. Reads of a partition just loaded wait
+(COORDINATOR_LOAD_IN_PROGRESS) until the high watermark reaches the end of what was loaded: the
+previous leader's last records may not all be replicated.
 
 Serving. A broker on ZooKeeper coordinates only while its session is known to be alive
 (``lease``, see ``brook.cluster.lease``): a request is refused with NOT_COORDINATOR when it is
 handled and again right before it is answered if the lease has lapsed, e.g. after the process
-was paused past its session timeout, while another broker may already coordinate its groups.
+was paused past its session timeout, while another broker may already coordinate its partition.
 
 A parked reply (a JoinGroup waiting for the join phase, a SyncGroup waiting for the leader) is
 a future keyed by the result's ``parked`` key and resolved by a later ``Completion``. If the
@@ -49,16 +51,16 @@ operation schedules an earlier one) and then runs ``poll(now)``, whose results a
 ordinary operations, so a session expiry is just another write. Timers wait while a shard loads.
 
 Leadership: ``load(partition, epoch)`` makes a context and replays the partition in the
-background (its groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile); ``unload(partition)``
-closes it: queued and parked requests get NOT_COORDINATOR, its timers stop, and its state is
-dropped, so a later load starts fresh. A load of an older epoch than the context's is ignored.
-A single broker loads every partition at epoch 0 when it starts. A record that cannot be
-decoded or replayed is skipped and logged with its offset (``brook.coordinator.loader``), so
-one bad record never makes a partition's groups unreachable; a load that cannot read the log
-at all leaves the context FAILED, answering NOT_COORDINATOR, while the other partitions load
-and serve as usual; it is loaded again after a backoff (doubling from
-``load_retry_backoff_ms`` up to ``load_retry_max_backoff_ms``) while this broker still
-coordinates the partition at that epoch.
+background (requests routed to it get COORDINATOR_LOAD_IN_PROGRESS meanwhile);
+``unload(partition)`` closes it: queued and parked requests get NOT_COORDINATOR, its timers
+stop, and its state is dropped, so a later load starts fresh. A load of an older epoch than the
+context's is ignored. A single broker loads every partition at epoch 0 when it starts. A record
+that cannot be decoded or replayed is skipped and logged with its offset
+(``brook.coordinator.common.loader``), so one bad record never makes what a partition
+coordinates unreachable; a load that cannot read the log at all leaves the context FAILED,
+answering NOT_COORDINATOR, while the other partitions load and serve as usual; it is loaded
+again after a backoff (doubling from ``load_retry_backoff_ms`` up to
+``load_retry_max_backoff_ms``) while this broker still coordinates the partition at that epoch.
 """
 
 from __future__ import annotations
@@ -67,19 +69,16 @@ import asyncio
 import enum
 import logging
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from .batch_decoder import RecordsDecoder
-from .loader import Unreadable, replay_batches
-from .partitioner import partition_for
+from .loader import BatchReplayer, Skipped, replay_batches
 from .result import CoordinatorResult, record_count
 
 __all__ = [
-    "OFFSETS_TOPIC",
     "AppendError",
     "AppendFailed",
     "CoordinatorContext",
@@ -88,13 +87,11 @@ __all__ = [
     "CoordinatorNotAvailable",
     "CoordinatorRuntime",
     "NotCoordinator",
-    "OffsetsWriter",
+    "PartitionWriter",
     "ShardState",
 ]
 
 log = logging.getLogger(__name__)
-
-OFFSETS_TOPIC = "__consumer_offsets"
 
 #: Unreadable places of a partition logged one by one at a load; the rest in one line.
 _LOGGED_UNREADABLE = 20
@@ -104,7 +101,7 @@ _LOGGED_UNREADABLE = 20
 
 
 class CoordinatorError(Exception):
-    """A group request that cannot be served here and now; ``code`` is the answer."""
+    """A request that cannot be served here and now; ``code`` is the answer."""
 
     code = ErrorCode.coordinator_not_available
 
@@ -131,7 +128,7 @@ class AppendFailed(CoordinatorError):
 
 
 class AppendError(Exception):
-    """Raised by an ``OffsetsWriter``: the append failed with the Kafka error ``code``."""
+    """Raised by a ``PartitionWriter``: the append failed with the Kafka error ``code``."""
 
     def __init__(self, code: ErrorCode, message: str = "") -> None:
         super().__init__(message or code.name)
@@ -141,12 +138,12 @@ class AppendError(Exception):
 # --- the interfaces around the runtime ----------------------------------------------------------
 
 
-class OffsetsWriter(Protocol):
+class PartitionWriter(Protocol):
     """Where a shard's records go and come back from."""
 
     def append(self, partition: int, epoch: int, records: list, now: int,
                restoring: bool = False) -> int:
-        """Append ``records`` (``CoordinatorRecord``s and ``CommitRun``s) as one batch, written
+        """Append ``records`` (``CoordinatorRecord``s and runs) as one batch, written
         as the coordinator of ``partition`` at leader ``epoch``; return the offset after the
         batch, or raise ``AppendError``. A ``restoring`` append (a rollback's values, which
         nobody waits for) is made whatever the number of in-sync replicas, in several batches
@@ -169,11 +166,11 @@ class OffsetsWriter(Protocol):
 
 
 class Shard(Protocol):
-    """What the runtime needs of a shard (``brook.coordinator.shard.CoordinatorShard``)."""
+    """What the runtime needs of a shard (the group coordinator's is
+    ``brook.coordinator.group.shard.CoordinatorShard``): how to load it, replay records just
+    written into it, settle its uncommitted writes, its timers."""
 
-    def replay(self, key: object, value: object | None, now: int) -> None: ...
-
-    def replay_commits(self, run: Any, now: int) -> None: ...
+    def batch_replayer(self, now: int) -> BatchReplayer: ...
 
     def replay_records(self, records: list, now: int, end: int | None = None) -> None: ...
 
@@ -199,7 +196,7 @@ NOT_SERVING = "this broker's ZooKeeper session is not known to be alive"
 
 
 class _Pending:
-    """A write appended and waiting to be committed (``OffsetsWriter.written``), with what
+    """A write appended and waiting to be committed (``PartitionWriter.written``), with what
     answers it."""
 
     __slots__ = ("end", "result", "fut", "parked", "settled")
@@ -222,8 +219,8 @@ def _fail(futures, error: BaseException) -> None:
 
 class ShardState(enum.Enum):
     LOADING = "loading"  # replaying its partition: COORDINATOR_LOAD_IN_PROGRESS
-    ACTIVE = "active"  # serving its groups
-    FAILED = "failed"  # the load failed: NOT_COORDINATOR for its groups
+    ACTIVE = "active"  # serving
+    FAILED = "failed"  # the load failed: NOT_COORDINATOR
     CLOSED = "closed"  # unloaded or stopped: answers nothing more
 
 
@@ -236,7 +233,7 @@ _VALID_PREVIOUS = {
 
 
 class CoordinatorContext(Generic[S]):
-    """One partition of ``__consumer_offsets`` coordinated here: its shard, epoch and worker.
+    """One partition of the coordinator's topic coordinated here: its shard, epoch and worker.
 
     ``load_time_ms`` (how long the load took, None before it ended), ``records_loaded`` (the
     records it read: every record of its non-control batches, skipped ones included, as Kafka
@@ -269,7 +266,7 @@ class CoordinatorContext(Generic[S]):
 
     @property
     def name(self) -> str:
-        return f"{OFFSETS_TOPIC}-{self.partition}"
+        return f"{self.runtime.topic}-{self.partition}"
 
     def transition_to(self, state: ShardState) -> None:
         if self.state not in _VALID_PREVIOUS[state]:
@@ -340,7 +337,7 @@ class CoordinatorContext(Generic[S]):
             if fut is not None and not fut.done():
                 fut.set_exception(exc)
         except Exception as exc:  # a bug in a shard: answer it, keep serving the others
-            log.exception("%s: group operation failed", self.name)
+            log.exception("%s: operation failed", self.name)
             if fut is not None and not fut.done():
                 fut.set_exception(exc)
         try:
@@ -420,18 +417,19 @@ class CoordinatorContext(Generic[S]):
 
     def _roll_back(self, write: _Pending, code: ErrorCode, exc: BaseException | None) -> None:
         """``write`` was appended but could not be committed: it and every later write still
-        waiting (made on top of it) are answered with the error, and the offsets they changed
-        go back to what they were: replayed, and appended so that the log says what the shard
-        serves (best effort: if that append fails too, the log keeps the failed values, which a
-        later load of the partition may serve; see docs/offsets-topic.md)."""
+        waiting (made on top of it) are answered with the error, and what they replaced goes
+        back (the records ``shard.roll_back`` gives): replayed, and appended so that the log
+        says what the shard serves (best effort: if that append fails too, the log keeps the
+        failed values, which a later load of the partition may serve; see
+        docs/offsets-topic.md)."""
         failed = []
         while self.pending and self.pending[-1].end >= write.end:
             failed.append(self.pending.pop())
         failed.reverse()
         now = self.runtime.clock.milliseconds()
         restore = self.shard.roll_back(write.end)
-        log.warning("%s: %d group write(s) could not be committed (%s: %s): answering %s, "
-                    "%d committed offset(s) put back", self.name, len(failed), code.name.upper(),
+        log.warning("%s: %d write(s) could not be committed (%s: %s): answering %s, "
+                    "%d record(s) put back", self.name, len(failed), code.name.upper(),
                     exc, write.result.error_for(code).name.upper(), len(restore))
         if restore:
             self.shard.replay_records(restore, now)
@@ -440,7 +438,7 @@ class CoordinatorContext(Generic[S]):
                     self.runtime.writer.append(self.partition, self.epoch, restore, now,
                                                restoring=True)
                 except Exception as append_exc:
-                    log.warning("%s: writing back %d offset(s) failed: %s", self.name,
+                    log.warning("%s: writing back %d record(s) failed: %s", self.name,
                                 len(restore), append_exc)
         for w in failed:
             w.settled = True
@@ -468,7 +466,7 @@ class CoordinatorContext(Generic[S]):
                        exc: Exception, now: int) -> None:
         code = exc.code if isinstance(exc, AppendError) else ErrorCode.unknown_server_error
         answer = result.error_for(code)
-        log.warning("%s: appending %d group record(s) failed, answering %s: %s", self.name,
+        log.warning("%s: appending %d record(s) failed, answering %s: %s", self.name,
                     record_count(result.records), answer.name.upper(), exc)
         error = AppendFailed(str(exc), answer)
         after = result.failed(code, now)
@@ -491,7 +489,7 @@ class CoordinatorContext(Generic[S]):
             try:
                 self.runtime.writer.append(self.partition, self.epoch, result.records, now)
             except Exception as exc:
-                log.warning("%s: appending %d group record(s) failed again: %s", self.name,
+                log.warning("%s: appending %d record(s) failed again: %s", self.name,
                             record_count(result.records), exc)
             else:
                 if result.replay:
@@ -534,14 +532,18 @@ def _poll(shard: Shard, now: int) -> list[CoordinatorResult]:
 
 
 class CoordinatorRuntime(Generic[S]):
-    """The partitions of ``__consumer_offsets`` coordinated here, each group routed to its
-    partition's context."""
+    """The partitions of a coordinator's ``topic`` coordinated here, each request routed to the
+    context of its key's partition (``partitioner(key, num_partitions)``: the group
+    coordinator's is Kafka's hash of the group id)."""
 
-    def __init__(self, num_partitions: int, writer: OffsetsWriter, clock,
-                 new_shard: Callable[[], S], *, load_retry_backoff_ms: int = 500,
+    def __init__(self, num_partitions: int, writer: PartitionWriter, clock,
+                 new_shard: Callable[[], S], *, topic: str,
+                 partitioner: Callable[[str, int], int], load_retry_backoff_ms: int = 500,
                  load_retry_max_backoff_ms: int = 30_000,
                  lease: Callable[[], bool] | None = None) -> None:
+        self.topic = topic
         self.num_partitions = num_partitions
+        self._partitioner = partitioner
         #: Whether this broker may serve as a coordinator now (None: always): a broker on
         #: ZooKeeper serves only while its session is known to be alive (``SessionLease``).
         self.lease = lease
@@ -565,7 +567,7 @@ class CoordinatorRuntime(Generic[S]):
     def serving(self) -> bool:
         """Whether this broker may answer as a coordinator now: checked when a request is
         handled and again right before it is answered, so that a broker that was paused past
-        its ZooKeeper session (another coordinates its groups by then) answers nothing from
+        its ZooKeeper session (another coordinates its partitions by then) answers nothing from
         before, not even in the moment before it notices."""
         return self.lease is None or self.lease()
 
@@ -628,7 +630,7 @@ class CoordinatorRuntime(Generic[S]):
                 if total:
                     seconds = time.monotonic() - started
                     log.info("loaded %d record(s) from %d of %d partition(s) of %s in %.3f s "
-                             "(%.0f records/s)", total, loaded, partitions, OFFSETS_TOPIC,
+                             "(%.0f records/s)", total, loaded, partitions, self.topic,
                              seconds, total / seconds if seconds else 0)
                 total = loaded = partitions = 0
                 self._loaded.set()
@@ -639,13 +641,12 @@ class CoordinatorRuntime(Generic[S]):
         FAILED when a record cannot be read (or CLOSED if unloaded meanwhile)."""
         started = time.monotonic()
         now = self.clock.milliseconds()
-        decoder = RecordsDecoder()
-        unknown: Counter = Counter()
-        unreadable: list[Unreadable] = []
+        skipped = Skipped()
         count = 0
         try:
+            replayer = ctx.shard.batch_replayer(now)
             for data in self.writer.read(ctx.partition):
-                count += replay_batches(ctx.shard, (data,), now, decoder, unknown, unreadable)
+                count += replay_batches(replayer, (data,), skipped)
                 await asyncio.sleep(0)
                 if ctx.state is not ShardState.LOADING:
                     return count  # unloaded while loading: what was read goes with it
@@ -659,7 +660,7 @@ class CoordinatorRuntime(Generic[S]):
             ctx.load_failures += 1
             delay = min(self.load_retry_max_backoff_ms,
                         self.load_retry_backoff_ms * 2 ** (ctx.load_failures - 1))
-            log.error("%s: loading failed after %d record(s), its groups get NOT_COORDINATOR; "
+            log.error("%s: loading failed after %d record(s), it answers NOT_COORDINATOR; "
                       "loading again in %d ms: %s", ctx.name, count, delay, exc)
             ctx.shard = self._new_shard()  # nothing half-loaded is kept
             ctx.transition_to(ShardState.FAILED)
@@ -668,8 +669,9 @@ class CoordinatorRuntime(Generic[S]):
             ctx.transition_to(ShardState.ACTIVE)
         finally:
             ctx.records_loaded = count
-            ctx.records_skipped = sum(u.count for u in unreadable)
+            ctx.records_skipped = sum(u.count for u in skipped.unreadable)
             ctx.load_time_ms = (time.monotonic() - started) * 1000
+        unreadable = skipped.unreadable
         for u in unreadable[:_LOGGED_UNREADABLE]:
             log.error("%s: skipped %d record(s) at offset %d that cannot be read (what they "
                       "held is lost; the rest of the partition is served): %s", ctx.name,
@@ -677,9 +679,9 @@ class CoordinatorRuntime(Generic[S]):
         if len(unreadable) > _LOGGED_UNREADABLE:
             log.error("%s: and %d more unreadable place(s), %d record(s) skipped in all",
                       ctx.name, len(unreadable) - _LOGGED_UNREADABLE, ctx.records_skipped)
-        for version, n in sorted(unknown.items()):
+        for version, n in sorted(skipped.unknown.items()):
             log.warning("%s: skipped %d record(s) of unknown record type %d (a newer Kafka's "
-                        "group records, or a left-over of an aborted upgrade)", ctx.name, n,
+                        "records, or a left-over of an aborted upgrade)", ctx.name, n,
                         version)
         if count and ctx.state is ShardState.ACTIVE:
             log.info("%s: loaded %d record(s) in %.0f ms", ctx.name, count, ctx.load_time_ms)
@@ -710,43 +712,45 @@ class CoordinatorRuntime(Generic[S]):
 
     # --- routing ---------------------------------------------------------------------------
 
-    def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions)
+    def partition_for(self, key: str) -> int:
+        """The partition that coordinates ``key`` (a group id)."""
+        return self._partitioner(key, self.num_partitions)
 
-    def context_for(self, group_id: str) -> CoordinatorContext[S]:
-        """The group's context, ready to serve; else the CoordinatorError to answer."""
+    def context_for(self, key: str) -> CoordinatorContext[S]:
+        """The context of ``key``'s partition, ready to serve; else the CoordinatorError to
+        answer."""
         if self.loop is None:
-            raise CoordinatorNotAvailable("the group coordinator is not running")
-        partition = self.partition_for(group_id)
+            raise CoordinatorNotAvailable("the coordinator is not running")
+        partition = self.partition_for(key)
         ctx = self.contexts.get(partition)
         if ctx is None:
-            raise NotCoordinator(f"{OFFSETS_TOPIC}-{partition} is not coordinated here")
+            raise NotCoordinator(f"{self.topic}-{partition} is not coordinated here")
         if not self.serving():
-            raise NotCoordinator(f"{OFFSETS_TOPIC}-{partition}: {NOT_SERVING}")
+            raise NotCoordinator(f"{self.topic}-{partition}: {NOT_SERVING}")
         if ctx.state is ShardState.LOADING:
             raise CoordinatorLoading(f"{ctx.name} is loading")
         if ctx.state is ShardState.FAILED:
             raise NotCoordinator(f"{ctx.name} failed to load")
         if ctx.state is ShardState.CLOSED:
-            raise CoordinatorNotAvailable("the group coordinator is shutting down")
+            raise CoordinatorNotAvailable("the coordinator is shutting down")
         return ctx
 
-    async def run(self, group_id: str, op: Operation) -> Any:
-        """Run ``op(shard, now)`` on the group's shard in turn; return its response, waiting
+    async def run(self, key: str, op: Operation) -> Any:
+        """Run ``op(shard, now)`` on the shard of ``key`` in turn; return its response, waiting
         for the completion of a parked one. Raises CoordinatorError subclasses (AppendFailed
         with Kafka's answer when the records could not be written)."""
-        return await self.run_on(self.context_for(group_id), op)
+        return await self.run_on(self.context_for(key), op)
 
     async def run_on(self, ctx: CoordinatorContext[S], op: Operation) -> Any:
         fut = self.loop.create_future()
         ctx.submit(op, fut)
         return await self.answer(fut)
 
-    def submit(self, group_id: str, op: Operation) -> asyncio.Future:
+    def submit(self, key: str, op: Operation) -> asyncio.Future:
         """``run`` without waiting: the operation takes its turn now (so requests that follow
         come after it) and the future gets what ``answer`` reads the response from; often it is
         done already. Raises CoordinatorError as ``run`` does."""
-        ctx = self.context_for(group_id)
+        ctx = self.context_for(key)
         fut = self.loop.create_future()
         ctx.submit(op, fut)
         return fut
@@ -759,10 +763,10 @@ class CoordinatorRuntime(Generic[S]):
             return await answer
         return answer
 
-    async def read(self, group_id: str, fn: Callable[[S, int], Any]) -> Any:
-        """Run a read-only ``fn(shard, now)`` on the group's shard in turn; return its value
+    async def read(self, key: str, fn: Callable[[S, int], Any]) -> Any:
+        """Run a read-only ``fn(shard, now)`` on the shard of ``key`` in turn; return its value
         (COORDINATOR_LOAD_IN_PROGRESS while the records loaded are not all committed)."""
-        ctx = self.context_for(group_id)
+        ctx = self.context_for(key)
         return await self.run_on(ctx, ctx.reading(fn))
 
     async def read_all(self, fn: Callable[[S, int], Any]) -> tuple[list, bool]:

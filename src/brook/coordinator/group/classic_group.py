@@ -5,8 +5,8 @@ states a group may move into it; ``ClassicGroup.transition_to`` refuses anything
 
 ``ClassicGroup`` holds the members, the generation, the chosen protocol and the leader, and
 converts to and from the ``GroupMetadataValue`` stored in ``__consumer_offsets`` after a sync.
-The coordinator (``brook.coordinator.classic``) decides what happens; this module only keeps the
-bookkeeping consistent (supported-protocol counts, static members, leader re-election).
+The coordinator (``brook.coordinator.group.classic``) decides what happens; this module only keeps
+the bookkeeping consistent (supported-protocol counts, static members, leader re-election).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from brook.coordinator.schemas import GroupMetadataValue, MemberMetadata
+from brook.coordinator.group.schemas import GroupMetadataValue, MemberMetadata
 
 
 class IllegalStateTransition(Exception):

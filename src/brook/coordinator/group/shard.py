@@ -9,11 +9,11 @@ that owns its type when replaying, and offers the operations the API handlers ne
 both managers live here: deleting a group, a commit keeping a member's session alive, which
 commits a deleted topic may still take.
 
-The runtime (``brook.coordinator.runtime``) runs these operations one at a time per shard,
+The runtime (``brook.coordinator.common.runtime``) runs these operations one at a time per shard,
 appends their records, and replays them through ``replay`` / ``replay_commits``, the same two
 functions that load the partition. A write replayed before it is committed (a cluster's, until
 the high watermark passes it) keeps what it replaced of the committed offsets until the runtime
-calls ``committed`` or ``roll_back`` (``brook.coordinator.uncommitted``); OffsetFetch answers
+calls ``committed`` or ``roll_back`` (``brook.coordinator.group.uncommitted``); OffsetFetch answers
 the committed offsets meanwhile.
 """
 
@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from ..common.result import CoordinatorRecord, CoordinatorResult
 from .classic import (
     ClassicGroupCoordinator,
     GroupConfig,
@@ -34,13 +35,15 @@ from .classic import (
     SyncGroup,
     random_member_id,
 )
-from .group import ClassicGroup, GroupState
-from .offsets import CommitTopic, FetchedOffset, OffsetCommit, OffsetsConfig, OffsetsManager
-from .result import (
-    CommitBlock,
-    CommitRun,
-    CoordinatorRecord,
-    CoordinatorResult,
+from .classic_group import ClassicGroup, GroupState
+from .commit_runs import CommitBlock, CommitRun
+from .loader import GroupBatchReplayer
+from .offsets import (
+    CommitTopic,
+    FetchedOffset,
+    OffsetCommit,
+    OffsetsConfig,
+    OffsetsManager,
     offset_commit_append_error,
 )
 from .schemas import GroupMetadataKey, OffsetCommitKey
@@ -120,6 +123,11 @@ class CoordinatorShard:
         reading), in order."""
         self.offsets.replay_blocks(blocks, now)
         self.classic.replay_blocks(blocks, now)
+
+    def batch_replayer(self, now: int) -> GroupBatchReplayer:
+        """What replays the partition's batches into this shard while it loads (the
+        ``BatchReplayer`` of ``brook.coordinator.common.loader``)."""
+        return GroupBatchReplayer(self, now)
 
     def replay_records(self, records: Iterable, now: int, end: int | None = None) -> None:
         """Apply records just appended (``CoordinatorRecord``s and ``CommitRun``s), in order.

@@ -18,14 +18,14 @@ topic has so far), and values that do not fit the row's fields, go to a small pe
 whole ``OffsetCommitValue`` objects instead. Whatever the storage, ``get`` gives back a value
 equal to the one that was ``put``.
 
-While a write is not yet committed (``brook.coordinator.uncommitted``), the cache can keep a
+While a write is not yet committed (``brook.coordinator.group.uncommitted``), the cache can keep a
 *journal*: set ``journal`` to a dict, and every change records, before it is made, what the
 offset held (``TopicOffsets.saved``), once per offset, under ``(group, topic)`` and partition.
 A commit to many partitions of a topic's rows is journaled as one copy of the rows it spans
 (``RowsSnapshot``), shared by its partitions' entries: a value per partition would cost a
 commit of 100 partitions a fifth more time on a cluster's coordinator.
 
-This module is only storage: what a record means is decided in ``brook.coordinator.offsets``.
+This module is only storage: what a record means is decided in ``brook.coordinator.group.offsets``.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import struct
 import sys
 from collections.abc import Iterable, Iterator
 
-from brook.coordinator.expiry import offset_expires_at
-from brook.coordinator.schemas import OffsetCommitValue
+from brook.coordinator.group.expiry import offset_expires_at
+from brook.coordinator.group.schemas import OffsetCommitValue
 
 __all__ = ["OffsetsCache", "ROW", "RowsSnapshot", "Saved", "TopicOffsets", "saved_value"]
 

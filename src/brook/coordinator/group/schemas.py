@@ -31,7 +31,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ..records.varint import encode_uvarint as _uvarint
+from ...records.varint import encode_uvarint as _uvarint
 
 __all__ = [
     "CorruptOffsetsRecordError",

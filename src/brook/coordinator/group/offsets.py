@@ -8,13 +8,13 @@ loading a partition replays its records through the same functions. Offset commi
 metadata or expire timestamp, nearly all of them, are written and replayed as ``CommitRun``s
 (one group and topic, a row of numbers per partition), the shape the loader reads them back in:
 ``replay_commits`` applies a run, ``replay`` a single record. The offsets themselves live in an
-``OffsetsCache`` (compact rows, see ``brook.coordinator.offsets_cache``).
+``OffsetsCache`` (compact rows, see ``brook.coordinator.group.offsets_cache``).
 
 Writes and reads see different states in a cluster. Operations that write (a commit validated
 against its group, expiry, deletion) work on the latest state, every record applied; OffsetFetch
 answers the *committed* view, without what writes not yet replicated changed. A write the
 runtime replays before it is committed is bracketed by ``begin_write`` and ``end_write(end)``,
-which keep what it replaced (``brook.coordinator.uncommitted``) until ``committed(offset)`` or
+which keep what it replaced (``brook.coordinator.group.uncommitted``) until ``committed(offset)`` or
 ``roll_back(end)``.
 
 The group a request names is passed in (a ``ClassicGroup`` from the classic coordinator, or None
@@ -34,10 +34,11 @@ from kio.schema.consumer_protocol_subscription.v0 import ConsumerProtocolSubscri
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from .group import ClassicGroup, GroupState
+from ..common.result import CoordinatorRecord, CoordinatorResult, append_error
+from .classic_group import ClassicGroup, GroupState
+from .commit_runs import CommitBlock, CommitRun
 from .expiry import CONSUMER_PROTOCOL_TYPE, expiry_base
 from .offsets_cache import OffsetsCache
-from .result import CommitBlock, CommitRun, CoordinatorRecord, CoordinatorResult
 from .schemas import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
 from .uncommitted import Uncommitted
 
@@ -53,6 +54,7 @@ __all__ = [
     "OffsetsConfig",
     "OffsetsManager",
     "is_subscribed_to_topic",
+    "offset_commit_append_error",
     "subscribed_topics",
 ]
 
@@ -66,6 +68,19 @@ DEFAULT_TIMESTAMP = -1
 #: OffsetCommit's first version answering GROUP_ID_NOT_FOUND for a commit with a generation to a
 #: group that does not exist (earlier versions get ILLEGAL_GENERATION).
 GROUP_ID_NOT_FOUND_VERSION = 9
+
+#: The append's errors that say the batch is too large.
+_TOO_LARGE = (ErrorCode.message_too_large, ErrorCode.record_list_too_large,
+              ErrorCode.invalid_fetch_size)
+
+
+def offset_commit_append_error(error: ErrorCode) -> ErrorCode:
+    """Kafka's answer to an OffsetCommit whose records could not be appended with ``error``:
+    too large a batch is INVALID_COMMIT_OFFSET_SIZE, the rest as for any coordinator's write
+    (``append_error``)."""
+    if error in _TOO_LARGE:
+        return ErrorCode.invalid_commit_offset_size
+    return append_error(error)
 
 
 @dataclass(frozen=True)
@@ -523,7 +538,7 @@ class OffsetsManager:
     def expire(self, now: int, groups: Mapping[str, ClassicGroup]) -> ExpireResult:
         """Tombstones for the offsets expired at ``now``, and the Empty groups left without
         offsets. ``groups`` are the classic groups of the partition (by id). Which offsets
-        expire, and from when, is ``brook.coordinator.expiry``'s rule (KIP-211)."""
+        expire, and from when, is ``brook.coordinator.group.expiry``'s rule (KIP-211)."""
         retention = self.config.offsets_retention_ms
         cache = self.cache
         records: list[CoordinatorRecord] = []
