@@ -335,6 +335,38 @@ def test_a_leader_whose_disk_is_full_steps_down_and_another_in_sync_replica_lead
     assert _consume_all(_bootstrap(procs[1:]), "full", len(values)) == values
 
 
+def test_a_follower_whose_disk_is_full_elected_leader_steps_down(zk, brokers, small_disk):
+    # Found by the nemesis (a disk-full broker, the last in the ISR, elected leader): taking
+    # the leadership writes the leader-epoch checkpoint, which fails on a full disk. The
+    # partition answers KAFKA_STORAGE_ERROR and the broker's log dir goes offline: it moves its
+    # leaderships away and stops. Before, the error ended the whole LeaderAndIsr (closing the
+    # controller's connection), the controller sent it again and again, and the broker held
+    # the leadership in ZooKeeper without ever serving it.
+    from confluent_kafka.admin import AdminClient, NewTopic
+    b1 = brokers(1, {**FAST, "log.dirs": str(small_disk / "logs")})
+    procs = [b1] + [brokers(i, FAST) for i in (2, 3)]
+    brokers.wait_ready(zk, [1, 2, 3])
+    bootstrap = _bootstrap(procs)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fs = admin.create_topics([NewTopic("after-full", num_partitions=1, replica_assignment=[[2, 1, 3]])],
+                             operation_timeout=20)
+    fs["after-full"].result(timeout=40)
+    wait_for(lambda: _state(zk, "after-full")["isr"] == [2, 1, 3], 30, "all in sync", brokers)
+    values = [f"v{i}".encode() for i in range(100)]
+    assert _produce(bootstrap, "after-full", values)[1] == []
+    wait_for(lambda: 1 in _state(zk, "after-full")["isr"], 30, "broker 1 in sync", brokers)
+    with open(small_disk / "ballast", "wb") as ballast:  # the disk full to its last byte
+        with contextlib.suppress(OSError):
+            while True:
+                ballast.write(b"\0" * 65536)
+                ballast.flush()
+    brokers[2].kill()  # the preferred order makes broker 1 the next leader
+    assert b1.proc.wait(60) == 1
+    assert "cannot take the leadership" in b1.stderr_tail(400)
+    wait_for(lambda: _state(zk, "after-full")["leader"] == 3, 30, "broker 3 leading", brokers)
+    assert _consume_all(brokers[3].bootstrap, "after-full", len(values)) == values
+
+
 def test_a_broker_restarted_with_an_empty_data_dir_replicates_everything_back(zk, brokers):
     import shutil
     procs = _three(brokers, zk)

@@ -18,6 +18,7 @@ from ..cluster.metadata_cache import MetadataCache
 from ..protocol import inter_broker as ib
 from ..protocol.messages import make, request_class
 from ..coordinator.group.partitioner import OFFSETS_TOPIC
+from ..storage.errors import KafkaStorageError
 from .partition import Partition
 from .replica_fetcher import ReplicaFetcher
 
@@ -110,7 +111,10 @@ class ReplicaManager:
                 return ErrorCode.none
             self._altering.pop(tp, None)
             self._stop_following(tp)
-            p.become_leader(self.broker_id, ps.leader_epoch, isr, replicas, ps.partition_epoch, now)
+            try:  # writes the leader-epoch checkpoint
+                p.become_leader(self.broker_id, ps.leader_epoch, isr, replicas, ps.partition_epoch, now)
+            except (OSError, KafkaStorageError) as exc:
+                return self._storage_failed(tp, p, exc)
             log.info("%s-%d: leader at epoch %d from offset %d (high watermark %d, ISR %s)", *tp,
                      ps.leader_epoch, p.log_end_offset, p.high_watermark, list(isr))
             if topic == OFFSETS_TOPIC:  # its groups are coordinated here from now on
@@ -206,6 +210,16 @@ class ReplicaManager:
         if delete:
             self.broker.delete_replica(topic, index)
         return ErrorCode.none
+
+    def _storage_failed(self, tp, p: Partition, exc: BaseException) -> ErrorCode:
+        """Taking a leadership failed on the disk (a full disk, an I/O error): as Kafka does,
+        the partition answers KAFKA_STORAGE_ERROR, the others of the request still apply, and
+        the log dir goes offline (the broker moves its leaderships away and stops). Before, the
+        error ended the whole LeaderAndIsr, which the controller sent again and again."""
+        log.error("%s-%d: cannot take the leadership: %s", *tp, exc)
+        p.become_follower(-1, p.leader_epoch, p.isr, p.replicas, p.zk_version)
+        self.broker.log_dir_failed(p.log.directory, exc)
+        return ErrorCode.kafka_storage_error
 
     # ------------------------------------------------------------ the ISR, as a leader
 
