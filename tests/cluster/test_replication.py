@@ -367,6 +367,34 @@ def test_a_follower_whose_disk_is_full_elected_leader_steps_down(zk, brokers, sm
     assert _consume_all(brokers[3].bootstrap, "after-full", len(values)) == values
 
 
+def test_a_follower_whose_disk_is_full_goes_offline_at_a_new_leader_epoch(zk, brokers, small_disk):
+    # Found by the nemesis: a follower with a full disk copying the first batch of a new leader
+    # epoch fails to write its leader-epoch checkpoint. That failure was an OSError the fetcher
+    # only logged, again at every fetch, the log dir never taken offline; now it is a storage
+    # error like a failed append: the broker stops, as Kafka's does with its log dirs offline.
+    from confluent_kafka.admin import AdminClient, NewTopic
+    b1 = brokers(1, {**FAST, "log.dirs": str(small_disk / "logs")})
+    procs = [b1] + [brokers(i, FAST) for i in (2, 3)]
+    brokers.wait_ready(zk, [1, 2, 3])
+    bootstrap = _bootstrap(procs)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fs = admin.create_topics([NewTopic("epoch-full", num_partitions=1, replica_assignment=[[2, 3, 1]])],
+                             operation_timeout=20)
+    fs["epoch-full"].result(timeout=40)
+    assert _produce(bootstrap, "epoch-full", [b"before"])[1] == []
+    wait_for(lambda: _state(zk, "epoch-full")["isr"] == [2, 3, 1], 30, "all in sync", brokers)
+    with open(small_disk / "ballast", "wb") as ballast:  # the disk full to its last byte
+        with contextlib.suppress(OSError):
+            while True:
+                ballast.write(b"\0" * 65536)
+                ballast.flush()
+    brokers[2].kill()
+    wait_for(lambda: _state(zk, "epoch-full")["leader"] == 3, 30, "broker 3 leading", brokers)
+    assert _produce(brokers[3].bootstrap, "epoch-full", [b"after"])[1] == []
+    assert b1.proc.wait(60) == 1
+    assert "leader-epoch checkpoint" in b1.stderr_tail(400)
+
+
 def test_a_broker_restarted_with_an_empty_data_dir_replicates_everything_back(zk, brokers):
     import shutil
     procs = _three(brokers, zk)
