@@ -73,3 +73,27 @@ def test_losing_leadership_fails_waiters_as_not_leader(tmp_path):
         p.log.close()
 
     asyncio.run(run())
+
+
+def test_waiters_failed_after_their_callers_went_away_leave_no_unretrieved_exception(tmp_path):
+    # A produce whose client disconnected, or a coordinator write that timed out, leaves its
+    # waiter behind; failing it later (leadership moved, the ISR shrank) must not log asyncio's
+    # "Future exception was never retrieved" (hundreds of lines in a nemesis run's logs).
+    import gc
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        unretrieved = []
+        loop.set_exception_handler(lambda _loop, context: unretrieved.append(context["message"]))
+        p = _leader(tmp_path)
+        end = _append(p, 2)
+        p.wait_for_high_watermark(end, min_insync=2)  # nobody awaits these
+        p.wait_for_high_watermark(end + 1, min_insync=2)
+        p.update_leadership(isr=(1,), replicas=(1, 2, 3), zk_version=1)  # fails the first
+        p.become_follower(2, 2, (2, 3), (1, 2, 3), 2)  # fails the second
+        gc.collect()
+        await asyncio.sleep(0)
+        p.log.close()
+        return unretrieved
+
+    assert asyncio.run(run()) == []

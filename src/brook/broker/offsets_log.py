@@ -120,6 +120,7 @@ def _as_append_error(fut: asyncio.Future, timeout_s: float) -> asyncio.Future:
         if not out.done():
             out.set_exception(AppendError(ErrorCode.request_timed_out,
                                           f"not replicated within {timeout_s * 1000:.0f} ms"))
+            out.exception()  # retrieved: a write whose caller went away leaves no warning
 
     timer = loop.call_later(timeout_s, timed_out)
 
@@ -132,6 +133,7 @@ def _as_append_error(fut: asyncio.Future, timeout_s: float) -> asyncio.Future:
             code = (ErrorCode.not_enough_replicas_after_append
                     if isinstance(exc, NotEnoughReplicasAfterAppend) else ErrorCode.not_leader_or_follower)
             out.set_exception(AppendError(code, str(exc or "cancelled")))
+            out.exception()
         else:
             out.set_result(None)
 

@@ -174,6 +174,7 @@ class Partition:
                 fut.set_exception(NotEnoughReplicasAfterAppend(
                     f"{self.topic}-{self.index}: {in_sync} in-sync replicas, "
                     f"min.insync.replicas is {min_insync}"))
+                fut.exception()  # retrieved: a waiter that went away leaves no warning
         self._hw_waiters = waiting
 
     def _fail_waiters(self, exc: Exception) -> None:
@@ -181,6 +182,7 @@ class Partition:
         for _, _, fut in waiters:
             if not fut.done():
                 fut.set_exception(exc)
+                fut.exception()  # retrieved: a waiter that went away leaves no warning
 
     # ------------------------------------------------------------ consumers waiting for data
 
