@@ -187,18 +187,22 @@ class Broker:
             self._log.close()
 
 
-def brook_broker(work: Path, overrides: dict[str, str] | None = None) -> Broker:
-    """brook (`python -m brook broker`) with its log in `work/brook-data`; `overrides` are
-    broker keys (`group.initial.rebalance.delay.ms`, ...) passed as `--override key=value`."""
+def brook_broker(work: Path, overrides: dict[str, str] | None = None, *, name: str = "brook",
+                 src: str | None = None) -> Broker:
+    """brook (`python -m brook broker`) with its log in `work/<name>-data`; `overrides` are
+    broker keys (`group.initial.rebalance.delay.ms`, ...) passed as `--override key=value`;
+    `src`, a source tree to run instead of the installed brook (side-by-side benchmarks)."""
     port = free_port()
-    data = work / "brook-data"
+    data = work / f"{name}-data"
     data.mkdir()
     argv = [sys.executable, "-m", "brook", "broker",
             "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
             "--override", f"log.dirs={data}"]
+    if src is not None:
+        argv = ["env", f"PYTHONPATH={os.path.abspath(src)}", *argv]
     for key, value in (overrides or {}).items():
         argv += ["--override", f"{key}={value}"]
-    return Broker("brook", argv, port, work / "brook.log")
+    return Broker(name, argv, port, work / f"{name}.log")
 
 
 def tansu_broker(work: Path) -> Broker:

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 import bench_coordinator as bc
-from brokers import Broker, brook_broker, free_port
+from brokers import Broker, brook_broker
 
 PARTITIONS = (1, 10, 100)
 CLUSTER_PARTITIONS = (1, 100)
@@ -190,13 +190,7 @@ def in_process(src: str, mode: str, commits: int = 40_000) -> dict[int, float]:
 
 
 def start_single(name: str, src: str, work: Path) -> Broker:
-    port = free_port()
-    data = work / f"{name}-data"
-    data.mkdir()
-    argv = ["env", f"PYTHONPATH={os.path.abspath(src)}", sys.executable, "-m", "brook", "broker",
-            "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}", "--override", f"log.dirs={data}",
-            "--override", "group.initial.rebalance.delay.ms=0"]
-    broker = Broker(name, argv, port, work / f"{name}.log")
+    broker = brook_broker(work, {"group.initial.rebalance.delay.ms": "0"}, name=name, src=src)
     broker.start()
     return broker
 

@@ -19,20 +19,14 @@ import tempfile
 from pathlib import Path
 
 import bench_broker as bb
-from brokers import Broker, free_port
+from brokers import Broker, brook_broker
 
 CASES = [(100, 1), (100, 8), (1024, 1), (1024, 8)]  # value size, partitions (acks=1)
 COMPRESSED_CASES = [(1024, 1, "zstd"), (1024, 1, "gzip")]
 
 
 def start(name: str, src: str, work: Path) -> Broker:
-    port = free_port()
-    data = work / f"{name}-data"
-    data.mkdir()
-    argv = ["env", f"PYTHONPATH={os.path.abspath(src)}", sys.executable, "-m", "brook", "broker",
-            "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}", "--override", f"log.dirs={data}",
-            "--override", "group.initial.rebalance.delay.ms=0"]
-    broker = Broker(name, argv, port, work / f"{name}.log")
+    broker = brook_broker(work, {"group.initial.rebalance.delay.ms": "0"}, name=name, src=src)
     broker.start()
     return broker
 
