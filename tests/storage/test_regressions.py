@@ -116,3 +116,23 @@ def test_append_with_offsets_beyond_int32_of_the_segment_base_rolls_there(tmp_pa
     with pytest.raises(OffsetOutOfRangeError):
         lg.read(lg.log_end_offset + 1, 100)
     lg.close()
+
+
+def test_an_index_truncated_to_as_many_entries_as_it_then_holds_is_rewritten(tmp_path):
+    """A rolled segment's offset index was on disk; truncating the log to 0 and appending
+    again left the file's stale entries (the flush saw as many entries as it had written),
+    and the next clean load found an entry pointing into the middle of a batch."""
+    d = str(tmp_path / "t-0")
+    config = LogConfig(segment_bytes=700, index_interval_bytes=64)
+    lg = Log(d, config, clock=FakeClock())
+    lg.append(make_batch(1, 0))
+    lg.append(make_batch(1, 0))
+    lg.roll()
+    lg.truncate_to(0)
+    lg.append(make_batch(3, 0))
+    lg.close()
+    lg = Log(d, config, clock=FakeClock(), had_clean_shutdown=True)
+    assert lg.recovered_bytes_truncated == 0
+    assert [r[0] for r in read_all(lg)] == [0, 1, 2]
+    assert lg.segments[-1].load_indexes()
+    lg.close()

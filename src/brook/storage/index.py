@@ -31,6 +31,7 @@ class _Index(ABC):
         self.max_entries = max(1, max_index_size // self.entry_size)
         self._flushed = 0  # entries already written to the file
         self._synced = False  # and fsynced (a flush with sync=False leaves them unsynced)
+        self._cut = False  # the file holds entries past _flushed that a truncation removed
 
     @abstractmethod
     def __len__(self) -> int: ...
@@ -45,7 +46,7 @@ class _Index(ABC):
     def flush(self, sync: bool = True) -> None:
         """Write entries added since the last flush (rewriting the file if it was truncated)."""
         n = len(self)
-        if self._flushed == n and os.path.exists(self.path):
+        if self._flushed == n and not self._cut and os.path.exists(self.path):
             if sync and not self._synced:  # written by an earlier flush(sync=False)
                 fd = os.open(self.path, os.O_RDONLY)
                 try:
@@ -65,6 +66,7 @@ class _Index(ABC):
             os.close(fd)
         self._flushed = n
         self._synced = sync
+        self._cut = False
 
     def reset(self) -> None:
         self.truncate_entries(0)
@@ -73,7 +75,9 @@ class _Index(ABC):
     def truncate_entries(self, n: int) -> None: ...
 
     def _mark_truncated(self, n: int) -> None:
-        self._flushed = min(self._flushed, n)
+        if n < self._flushed:
+            self._flushed = n
+            self._cut = True
 
     def rename(self, path: str) -> None:
         if os.path.exists(self.path):
