@@ -136,3 +136,24 @@ def test_an_index_truncated_to_as_many_entries_as_it_then_holds_is_rewritten(tmp
     assert [r[0] for r in read_all(lg)] == [0, 1, 2]
     assert lg.segments[-1].load_indexes()
     lg.close()
+
+
+def test_a_recovered_segment_whose_index_is_rebuilt_empty_rewrites_its_file(tmp_path):
+    """The index file of a segment recovered after a crash had entries the rebuilt index no
+    longer has (a truncation took them): it was never rewritten, as nothing was flushed since."""
+    d = str(tmp_path / "t-0")
+    config = LogConfig(segment_bytes=700, index_interval_bytes=64)
+    lg = Log(d, config, clock=FakeClock())
+    lg.append(make_batch(1, 0))
+    lg.append(make_batch(1, 0))
+    lg.roll()
+    for seg in lg.segments:  # a crash
+        seg.close_without_index()
+    lg = Log(d, config, clock=FakeClock())
+    lg.truncate_to(0)
+    lg.append(make_batch(3, 0))
+    lg.close()
+    lg = Log(d, config, clock=FakeClock(), had_clean_shutdown=True)
+    assert lg.recovered_bytes_truncated == 0
+    assert [r[0] for r in read_all(lg)] == [0, 1, 2]
+    lg.close()

@@ -31,7 +31,9 @@ class _Index(ABC):
         self.max_entries = max(1, max_index_size // self.entry_size)
         self._flushed = 0  # entries already written to the file
         self._synced = False  # and fsynced (a flush with sync=False leaves them unsynced)
-        self._cut = False  # the file holds entries past _flushed that a truncation removed
+        # The file may hold entries past _flushed: ones a truncation removed, or any while the
+        # file was neither loaded nor written (a segment being recovered rebuilds it)
+        self._stale = True
 
     @abstractmethod
     def __len__(self) -> int: ...
@@ -46,7 +48,7 @@ class _Index(ABC):
     def flush(self, sync: bool = True) -> None:
         """Write entries added since the last flush (rewriting the file if it was truncated)."""
         n = len(self)
-        if self._flushed == n and not self._cut and os.path.exists(self.path):
+        if self._flushed == n and not self._stale and os.path.exists(self.path):
             if sync and not self._synced:  # written by an earlier flush(sync=False)
                 fd = os.open(self.path, os.O_RDONLY)
                 try:
@@ -66,7 +68,7 @@ class _Index(ABC):
             os.close(fd)
         self._flushed = n
         self._synced = sync
-        self._cut = False
+        self._stale = False
 
     def reset(self) -> None:
         self.truncate_entries(0)
@@ -77,7 +79,7 @@ class _Index(ABC):
     def _mark_truncated(self, n: int) -> None:
         if n < self._flushed:
             self._flushed = n
-            self._cut = True
+            self._stale = True
 
     def rename(self, path: str) -> None:
         if os.path.exists(self.path):
@@ -163,6 +165,7 @@ class OffsetIndex(_Index):
         self._offsets, self._positions = offsets, positions
         self._last_offset = last_off
         self._flushed = len(offsets)
+        self._stale = False
 
 
 class TimeIndex(_Index):
@@ -236,3 +239,4 @@ class TimeIndex(_Index):
         self._timestamps, self._offsets = timestamps, offsets
         self.last_timestamp, self._last_offset = self.last_entry
         self._flushed = len(timestamps)
+        self._stale = False
