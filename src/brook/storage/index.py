@@ -140,6 +140,12 @@ class OffsetIndex(_Index):
             return self.base_offset, 0
         return self._offsets[-1], self._positions[-1]
 
+    def upper_bound_offset(self, position: int) -> int | None:
+        """The offset of the first entry at or past `position`: no batch before `position`
+        holds it or any later offset (Kafka's fetchUpperBoundOffset). None if no entry is."""
+        i = bisect_left(self._positions, position)
+        return self._offsets[i] if i < len(self._offsets) else None
+
     def truncate_to(self, offset: int) -> None:
         """Drop entries for offsets >= `offset`."""
         self.truncate_entries(bisect_left(self._offsets, offset))
