@@ -382,6 +382,12 @@ class ProducerStateManager:
         cleaner keeps those batches so the state can be rebuilt from the log)."""
         return {pid: e.last_data_offset for pid, e in self.producers.items() if e.batches}
 
+    def last_marker_epochs(self) -> dict[int, int]:
+        """producer id -> epoch, for every producer whose last record is a marker of a newer
+        epoch than its batches' (the cleaner keeps that marker: it holds the epoch)."""
+        return {pid: e.producer_epoch for pid, e in self.producers.items()
+                if not e.batches and e.producer_epoch >= 0}
+
     def clear(self) -> None:
         if self.budget is not None:
             self.budget.forget(self, self.producers)
