@@ -14,7 +14,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from brook.clock import FakeClock
-from brook.records import Record, encode_batch
+from brook.records import Record, encode_batch, read_header
 from brook.records.control import ABORT, COMMIT, end_txn_marker_batch, parse_marker
 from brook.storage.config import LogConfig
 from brook.storage.errors import (
@@ -351,3 +351,83 @@ def test_coordinator_appends_are_the_markers_only_origin_besides_replication(tmp
     info = lg.append(batch, origin=AppendOrigin.COORDINATOR)
     assert info.first_offset == 0 and lg.all_aborted_transactions() == []  # no transaction open
     lg.close()
+
+
+# ---------------------------------------------------------------- replicas and leadership
+
+REPLICA_OPS = st.tuples(
+    st.sampled_from(["data", "data", "data", "marker", "marker", "replicate", "replicate", "switch",
+                     "reopen"]),
+    st.integers(0, 5), st.booleans(), st.integers(1, 3), st.floats(0, 1))
+
+
+def replicate(leader: Log, follower: Log, upto: int) -> None:
+    """The follower fetches the leader's whole batches from its log end below `upto`."""
+    pieces = []
+    for seg in leader.segments:
+        for _, raw in seg.batches():
+            h = read_header(raw)
+            if h.base_offset >= follower.log_end_offset and h.last_offset < upto:
+                pieces.append(raw)
+    if pieces:
+        follower.append_as_follower(b"".join(pieces))
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(ops=st.lists(REPLICA_OPS, min_size=10, max_size=50))
+def test_replicas_track_transactions_alike_through_leadership_changes(tmp_path_factory, ops):
+    """Two replicas: the leader takes producers' batches and markers, the follower copies them
+    (the same plan and apply as the leader's appends), leadership moves and the old leader
+    truncates to where its successor's log ended; each replica's transactions, LSO and
+    aborted transactions are always those of its own log, and the same where the logs agree."""
+    base = tmp_path_factory.mktemp("replicas")
+    paths = [str(base / "a" / "t-0"), str(base / "b" / "t-0")]
+    clock = FakeClock()
+    logs = [Log(p, CONFIG, clock=clock) for p in paths]
+    models = [Model(), Model()]
+    leader, term = 0, 0
+    try:
+        for kind, k, flag, n, fraction in ops:
+            lead, model = logs[leader], models[leader]
+            if kind == "data":
+                pid = PRODUCERS[k % len(PRODUCERS)]
+                if model.has_open_txn(pid) and not flag:
+                    continue
+                info = lead.append(data_batch(pid, model.next_seq(pid), n, clock.milliseconds(),
+                                              transactional=flag), leader_epoch=term)
+                model.batches.append(Batch(pid, info.first_offset, info.last_offset, flag))
+            elif kind == "marker":
+                open_ = sorted(model.derive()[0])
+                pid = open_[k % len(open_)] if open_ else PRODUCERS[k % len(PRODUCERS)]
+                info = lead.append_as_marker(pid, 0, 0, flag, leader_epoch=term)
+                model.batches.append(Batch(pid, info.first_offset, info.last_offset, True,
+                                           COMMIT if flag else ABORT))
+            elif kind == "replicate":
+                f = 1 - leader
+                upto = logs[f].log_end_offset + int(fraction * (lead.log_end_offset - logs[f].log_end_offset))
+                replicate(lead, logs[f], upto)
+                models[f].batches = [b for b in model.batches if b.last < logs[f].log_end_offset]
+            elif kind == "switch":
+                # The follower leads from its log end; the old leader drops what it had past it.
+                leader, term = 1 - leader, term + 1
+                old = 1 - leader
+                cut = logs[leader].log_end_offset
+                before = len(logs[old].all_aborted_transactions())
+                logs[old].truncate_to(cut)
+                models[old].truncate(cut)
+                if len(logs[old].all_aborted_transactions()) < before:
+                    event("an abort truncated away at a leadership change")
+                if logs[leader].producer_state.ongoing:
+                    event("a new leader with open transactions")
+            elif kind == "reopen":
+                i = k % 2
+                logs[i].close()
+                logs[i] = Log(paths[i], CONFIG, clock=clock, had_clean_shutdown=flag)
+            for lg, m in zip(logs, models):
+                check(lg, m, 1 << 20)
+            common = min(lg.log_end_offset for lg in logs)
+            assert [t for t in logs[0].all_aborted_transactions() if t.last_offset < common] == \
+                [t for t in logs[1].all_aborted_transactions() if t.last_offset < common]
+    finally:
+        for lg in logs:
+            lg.close()
