@@ -70,6 +70,20 @@ def list_latest(c: WireClient, isolation: int) -> int:
     return r.topics[0].partitions[0].offset
 
 
+def read_until_quiet(poll, want: int, quiet: float) -> list[bytes]:
+    """`poll()`'s values until there are `want`, then for `quiet` seconds more (none may come)."""
+    out: list[bytes] = []
+    deadline = time.monotonic() + 60
+    quiet_until = None
+    while time.monotonic() < deadline:
+        out.extend(poll())
+        if len(out) >= want:
+            quiet_until = quiet_until or time.monotonic() + quiet
+            if time.monotonic() >= quiet_until:
+                break
+    return out
+
+
 def confluent_values(bootstrap: str, isolation: str, want: int, quiet: float = 2.0) -> list[bytes]:
     """What a confluent-kafka consumer reads from the beginning: `want` values, then nothing
     more for `quiet` seconds."""
@@ -78,22 +92,18 @@ def confluent_values(bootstrap: str, isolation: str, want: int, quiet: float = 2
     consumer = Consumer(confluent_config(bootstrap, **{
         "group.id": "txn-e2e", "enable.auto.commit": False, "isolation.level": isolation,
         "fetch.wait.max.ms": 100}))
-    out: list[bytes] = []
+
+    def poll():
+        messages = consumer.consume(num_messages=100, timeout=0.3)
+        for m in messages:
+            assert not m.error(), m.error()
+        return [m.value() for m in messages]
+
     try:
         consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + 60
-        quiet_until = None
-        while time.monotonic() < deadline:
-            for m in consumer.consume(num_messages=100, timeout=0.3):
-                assert not m.error(), m.error()
-                out.append(m.value())
-            if len(out) >= want:
-                quiet_until = quiet_until or time.monotonic() + quiet
-                if time.monotonic() >= quiet_until:
-                    break
+        return read_until_quiet(poll, want, quiet)
     finally:
         consumer.close()
-    return out
 
 
 def kafka_python_values(bootstrap: str, isolation: str, want: int, quiet: float = 2.0) -> list[bytes]:
@@ -102,23 +112,15 @@ def kafka_python_values(bootstrap: str, isolation: str, want: int, quiet: float 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                              auto_offset_reset="earliest", isolation_level=isolation,
                              fetch_max_wait_ms=100)
-    out: list[bytes] = []
     try:
         tp = TopicPartition(TOPIC, 0)
         consumer.assign([tp])
         consumer.seek_to_beginning(tp)
-        deadline = time.monotonic() + 60
-        quiet_until = None
-        while time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=300).values():
-                out.extend(r.value for r in records)
-            if len(out) >= want:
-                quiet_until = quiet_until or time.monotonic() + quiet
-                if time.monotonic() >= quiet_until:
-                    break
+        return read_until_quiet(
+            lambda: [r.value for records in consumer.poll(timeout_ms=300).values() for r in records],
+            want, quiet)
     finally:
         consumer.close()
-    return out
 
 
 @pytest.fixture(scope="module")
