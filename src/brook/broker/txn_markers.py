@@ -78,12 +78,12 @@ def append_txn_marker(broker, topic: str, index: int, marker: TxnMarker) -> tupl
     state = {"left": len(waits), "code": ErrorCode.none}
 
     def one_done(fut):
+        exc = None if fut.cancelled() else fut.exception()  # retrieved even when given up on
         if done.done():
             return
         if fut.cancelled():
             code = ErrorCode.not_leader_or_follower
         else:
-            exc = fut.exception()
             if exc is None:
                 code = None
             elif isinstance(exc, NotEnoughReplicasAfterAppend):
