@@ -84,7 +84,8 @@ def test_refusals_before_the_append(tmp_path):
         broker, p = cluster_broker(tmp_path, min_insync=3)
         end = open_txn(p)
         got = await write_txn_markers(broker, [abort((("t", 0), ("t", 1), ("u", 0)))])
-        assert got == {(PID, "t", 0): E.not_enough_replicas, (PID, "t", 1): E.unknown_topic_or_partition,
+        assert got == {(PID, "t", 0): E.not_enough_replicas,
+                       (PID, "t", 1): E.unknown_topic_or_partition,
                        (PID, "u", 0): E.unknown_topic_or_partition}
         broker.min_insync_replicas = lambda topic: 1
         p.become_follower(2, 4, isr=(1, 2), replicas=(1, 2), zk_version=1)

@@ -360,7 +360,8 @@ def test_scan_finds_every_batch_and_stops_at_any_tear(sizes, data):
 
 
 def transactional_log(tmp_path) -> str:
-    """A segment with an aborted and a committed transaction: p0 | 9: a0 | 8: b0 | ABORT 9 | COMMIT 8."""
+    """A segment with an aborted and a committed transaction:
+    p0 | 9: a0 | 8: b0 | ABORT 9 | COMMIT 8."""
     log = Log(str(tmp_path / "txn-0"), CONFIG, clock=FakeClock(T0))
     log.append(encode_batch([Record(0, T0, b"p", b"p0")]))
     for pid, value in ((9, b"a0"), (8, b"b0")):

@@ -48,25 +48,26 @@ def produce(c: WireClient, values: list[bytes], *, pid: int = -1, seq: int = -1,
 
 def end_txn(c: WireClient, pid: int, committed: bool, version: int = 1) -> set:
     r = c.request(request(27, version, markers=[{
-        "producer_id": pid, "producer_epoch": 0, "transaction_result": committed, "coordinator_epoch": 0,
-        "topics": [{"name": TOPIC, "partition_indexes": [0]}]}]))
+        "producer_id": pid, "producer_epoch": 0, "transaction_result": committed,
+        "coordinator_epoch": 0, "topics": [{"name": TOPIC, "partition_indexes": [0]}]}]))
     return {p.error_code for m in r.markers for t in m.topics for p in t.partitions}
 
 
 def fetch(c: WireClient, isolation: int, version: int = 12, offset: int = 0, session_id: int = 0,
-          epoch: int = -1):
+          epoch: int = -1, topic: str = TOPIC):
     r = c.request(request(1, version, replica_id=-1, max_wait=timedelta(0), min_bytes=0,
                           max_bytes=1 << 20, isolation_level=isolation, session_id=session_id,
-                          session_epoch=epoch, rack_id="", topics=[{"topic": TOPIC, "partitions": [
+                          session_epoch=epoch, rack_id="", topics=[{"topic": topic, "partitions": [
                               {"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
                                "last_fetched_epoch": -1, "log_start_offset": -1,
                                "partition_max_bytes": 1 << 20}]}]))
     return r
 
 
-def list_latest(c: WireClient, isolation: int) -> int:
+def list_latest(c: WireClient, isolation: int, topic: str = TOPIC) -> int:
     r = c.request(request(2, 7, replica_id=-1, isolation_level=isolation, topics=[
-        {"name": TOPIC, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]))
+        {"name": topic, "partitions": [
+            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]))
     return r.topics[0].partitions[0].offset
 
 

@@ -58,7 +58,8 @@ def values(lg: Log, upto: int | None = None) -> list[tuple[bytes, bytes]]:
     upto = lg.last_stable_offset(lg.log_end_offset) if upto is None else upto
     offsets = set(read_committed(lg, upto, 1 << 20))
     return [(r.key, r.value) for seg in lg.segments for _, raw in seg.batches()
-            for r in decode_batch(raw).records if r.offset in offsets and not read_header(raw).is_control]
+            if not read_header(raw).is_control
+            for r in decode_batch(raw).records if r.offset in offsets]
 
 
 def markers(lg: Log) -> list[tuple[int, bool]]:

@@ -404,7 +404,8 @@ def test_replicas_track_transactions_alike_through_leadership_changes(tmp_path_f
                                            COMMIT if flag else ABORT))
             elif kind == "replicate":
                 f = 1 - leader
-                upto = logs[f].log_end_offset + int(fraction * (lead.log_end_offset - logs[f].log_end_offset))
+                behind = lead.log_end_offset - logs[f].log_end_offset
+                upto = logs[f].log_end_offset + int(fraction * behind)
                 replicate(lead, logs[f], upto)
                 models[f].batches = [b for b in model.batches if b.last < logs[f].log_end_offset]
             elif kind == "switch":

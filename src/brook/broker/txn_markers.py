@@ -40,7 +40,8 @@ class TxnMarker:
     partitions: tuple[tuple[str, int], ...]
 
 
-def append_txn_marker(broker, topic: str, index: int, marker: TxnMarker) -> tuple[ErrorCode, asyncio.Future | None]:
+def append_txn_marker(broker, topic: str, index: int,
+                      marker: TxnMarker) -> tuple[ErrorCode, asyncio.Future | None]:
     """Append `marker` on one partition: (NONE, a future done once the marker is committed,
     whose result is the partition's error code) or (the error, None) when nothing was
     appended. Call on the event loop."""
@@ -62,7 +63,8 @@ def append_txn_marker(broker, topic: str, index: int, marker: TxnMarker) -> tupl
         if code == ErrorCode.kafka_storage_error:
             broker.log_dir_failed(partition.log.directory, exc)
         log.info("marker of producer %d (epoch %d, coordinator epoch %d) refused on %s-%d: %s",
-                 marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, topic, index, exc)
+                 marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, topic, index,
+                 exc)
         return code, None
     loop = asyncio.get_running_loop()
     done = loop.create_future()

@@ -4,9 +4,9 @@ For a `.log`: every batch (Kafka's fields, CRC checked), its records (a control 
 transaction marker decoded: `endTxnMarker: COMMIT coordinatorEpoch: 3`, as Kafka prints it),
 then the checks of the segment's `.index`, `.timeindex` and `.txnindex` next to it. A `.index`,
 `.timeindex` or `.txnindex` given itself is listed entry by entry and checked against its `.log`
-(a `.txnindex` entry must name an ABORT marker of its producer there). Anything wrong (a bad CRC, records that do
-not decode, bytes that are not a whole batch, an index entry the log disagrees with) is printed
-where it is found, and the command exits with 1 after the last file.
+(a `.txnindex` entry must name an ABORT marker of its producer there). Anything wrong (a bad
+CRC, records that do not decode, bytes that are not a whole batch, an index entry the log
+disagrees with) is printed where it is found, and the command exits with 1 after the last file.
 """
 
 from __future__ import annotations
@@ -247,7 +247,8 @@ def _report_txn_index(fmt: Format, path: Path, check: TxnIndexCheck, entries: bo
                             f"lastOffset: {t.last_offset} lastStableOffset: {t.last_stable_offset}")
         verdict = "consistent with the log" if not check.problems else \
             f"{len(check.problems)} problem(s)"
-        output.line(f"Transaction index {path.name}: {len(check.entries)} aborted transactions, {verdict}")
+        output.line(f"Transaction index {path.name}: {len(check.entries)} aborted transactions, "
+                    f"{verdict}")
         for p in check.problems:
             output.line(f"  {p}")
     return len(check.problems)

@@ -90,7 +90,7 @@ class LogSummary:
     last_offsets: array = field(default_factory=lambda: array("q"))
     max_timestamps: array = field(default_factory=lambda: array("q"))
     size: int = 0  # bytes of whole batches
-    aborts: dict[int, int] = field(default_factory=dict)  # offset -> producer id of each ABORT marker
+    aborts: dict[int, int] = field(default_factory=dict)  # an ABORT marker's offset -> producer
 
     def add(self, position: int, header: BatchHeader,
             marker: EndTransactionMarker | None = None) -> None:
@@ -195,8 +195,9 @@ def check_txn_index(data: bytes, base_offset: int, log: LogSummary | None) -> Tx
         if log is not None:
             pid = log.aborts.get(txn.last_offset)
             if pid is None:
-                problems.append(f"entry {i}: no ABORT marker at offset {txn.last_offset} in the log")
+                problems.append(f"entry {i}: no ABORT marker at offset {txn.last_offset} "
+                                "in the log")
             elif pid != txn.producer_id:
-                problems.append(f"entry {i}: the ABORT marker at offset {txn.last_offset} is producer "
-                                f"{pid}'s, not {txn.producer_id}'s")
+                problems.append(f"entry {i}: the ABORT marker at offset {txn.last_offset} is "
+                                f"producer {pid}'s, not {txn.producer_id}'s")
     return TxnIndexCheck(entries, problems)

@@ -84,8 +84,9 @@ def parse_marker(key: bytes | None, value: bytes | None) -> EndTransactionMarker
     if control_type not in (ABORT, COMMIT):
         return None
     if value is None or len(value) < _VALUE.size:
-        raise CorruptRecordError(f"end transaction marker value of "
-                                 f"{0 if value is None else len(value)} bytes, {_VALUE.size} needed")
+        size = 0 if value is None else len(value)
+        raise CorruptRecordError(f"end transaction marker value of {size} bytes, "
+                                 f"{_VALUE.size} needed")
     version, coordinator_epoch = _VALUE.unpack_from(value)
     if version < 0:
         raise CorruptRecordError(f"end transaction marker version {version}")
@@ -97,7 +98,8 @@ def end_txn_marker_batch(producer_id: int, producer_epoch: int, coordinator_epoc
                          partition_leader_epoch: int = -1) -> bytes:
     """A marker batch as Kafka writes it (MemoryRecords.withEndTransactionMarker)."""
     control_type = COMMIT if committed else ABORT
-    record = Record(base_offset, timestamp, control_key(control_type), marker_value(coordinator_epoch))
+    record = Record(base_offset, timestamp, control_key(control_type),
+                    marker_value(coordinator_epoch))
     return encode_batch([record], base_offset=base_offset, producer_id=producer_id,
                         producer_epoch=producer_epoch, transactional=True, control=True,
                         partition_leader_epoch=partition_leader_epoch)

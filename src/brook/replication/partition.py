@@ -3,10 +3,10 @@
 On one node the broker is always the leader, the in-sync replica set is itself and the high
 watermark is the log end offset right after each append. The last stable offset (what
 read_committed consumers read up to) is the high watermark, or the first offset of the
-earliest transaction still open (or decided by a marker the high watermark has not passed). In a cluster the controller makes
-the broker the partition's leader or a follower (`become_leader` / `become_follower`); as
-leader, the high watermark moves when the in-sync followers have fetched past it, and
-acks=all answers wait for it (`wait_for_high_watermark`).
+earliest transaction still open (or decided by a marker the high watermark has not passed).
+In a cluster the controller makes the broker the partition's leader or a follower
+(`become_leader` / `become_follower`); as leader, the high watermark moves when the in-sync
+followers have fetched past it, and acks=all answers wait for it (`wait_for_high_watermark`).
 """
 
 from __future__ import annotations

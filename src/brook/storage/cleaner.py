@@ -467,8 +467,10 @@ def run_clean(job: CleanJob, swap: Callable[[LogSegment, tuple[LogSegment, ...]]
     segments = job.segments
     # A stored batch inflates no further than Produce lets one inflate (a bomb written before
     # Produce checked records makes the log uncleanable, as damage does).
-    offset_map, end, full = _build_offset_map(segments, start, upper, job.max_map_entries, job.cancelled,
-                                              inflate_limit(job.config.max_message_bytes), job.aborted)
+    offset_map, end, full = _build_offset_map(segments, start, upper, job.max_map_entries,
+                                              job.cancelled,
+                                              inflate_limit(job.config.max_message_bytes),
+                                              job.aborted)
     result = job.result = CleanResult(job.log.topic, job.log.partition, start, end,
                                       job.first_uncleanable_offset, map_entries=len(offset_map),
                                       map_full=full)
@@ -568,11 +570,14 @@ def _clean_group(job: CleanJob, group: list[LogSegment], offset_map: dict[bytes,
             pid = h.producer_id
             keep_empty = ((is_last and len(group) > 1)  # see the module docstring
                           or (pid >= 0 and producer_last_offsets.get(pid) == h.last_offset)
-                          or (h.is_control and pid >= 0 and marker_epochs.get(pid) == h.producer_epoch))
+                          or (h.is_control and pid >= 0
+                              and marker_epochs.get(pid) == h.producer_epoch))
             if h.is_control:
                 may_go, entry = txns.on_marker(h, raw)
-                new = _filter_marker(raw, h, may_go, now_ms, config.delete_retention_ms, keep_empty, result)
-                if entry is not None and new is not None and (new is raw or read_header(new).record_count):
+                new = _filter_marker(raw, h, may_go, now_ms, config.delete_retention_ms,
+                                     keep_empty, result)
+                if entry is not None and new is not None \
+                        and (new is raw or read_header(new).record_count):
                     kept_aborts.append(entry)  # (an emptied marker ends nothing: its entry goes)
             elif txns.on_batch(h):
                 result.records_read += h.record_count

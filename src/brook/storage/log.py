@@ -378,8 +378,8 @@ class Log:
                             ctype, cepoch = NO_MARKER, -1
                             if attrs & CONTROL_BIT:
                                 ctype, cepoch = _marker_of(os.pread(fd, length + LOG_OVERHEAD, pos))
-                            yield ProducerBatch(pid, pepoch, bseq, base, base + delta, max_ts, attrs,
-                                                ctype, cepoch)
+                            yield ProducerBatch(pid, pepoch, bseq, base, base + delta, max_ts,
+                                                attrs, ctype, cepoch)
                         pos += length + LOG_OVERHEAD
                 finally:
                     seg.file.unpin_soon()  # run by the collector if the generator is dropped
@@ -588,8 +588,8 @@ class Log:
                 ctype, cepoch = NO_MARKER, -1
                 if attrs & CONTROL_BIT:
                     ctype, cepoch = _marker_of(view[pos:stop])
-                producer_batches.append(_new_tuple(ProducerBatch, (pid, pepoch, bseq, base, last, batch_max_ts,
-                                                                   attrs, ctype, cepoch)))
+                producer_batches.append(_new_tuple(ProducerBatch, (
+                    pid, pepoch, bseq, base, last, batch_max_ts, attrs, ctype, cepoch)))
             entries.append((pos, base, last, batch_max_ts, size))  # a BatchEntry, built cheaply
             next_offset = last + 1
             pos = stop
@@ -755,7 +755,8 @@ class Log:
                 if upper is None:
                     upper = segments[i + 1].base_offset if i + 1 < len(segments) else end_offset
                 txns = self.collect_aborted_transactions(offset, min(upper, limit), i)
-                return FetchDataInfo(offset, regions, [(t.producer_id, t.first_offset) for t in txns])
+                return FetchDataInfo(offset, regions,
+                                     [(t.producer_id, t.first_offset) for t in txns])
             i += 1
         return FetchDataInfo(offset, (), [] if aborted else None)
 

@@ -70,7 +70,8 @@ from typing import Iterable, Mapping, NamedTuple
 
 from ..records.crc import crc32c
 
-from ..records.batch import CONTROL_BIT, NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP, TRANSACTIONAL_BIT
+from ..records.batch import (CONTROL_BIT, NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP,
+                             TRANSACTIONAL_BIT)
 from ..records.control import ABORT, COMMIT, NO_MARKER
 from .errors import (
     InvalidProducerEpochError,
@@ -278,8 +279,9 @@ class ProducerStateManager:
                     _check_epoch(entry, batch)
                     if batch.coordinator_epoch < entry.coordinator_epoch:
                         raise TransactionCoordinatorFencedError(
-                            f"producer {pid} at offset {batch.first_offset}: marker of coordinator "
-                            f"epoch {batch.coordinator_epoch}, older than {entry.coordinator_epoch}")
+                            f"producer {pid} at offset {batch.first_offset}: marker of "
+                            f"coordinator epoch {batch.coordinator_epoch}, older than "
+                            f"{entry.coordinator_epoch}")
                 first = entry.current_txn_first_offset
                 if first >= 0:  # a marker with no transaction open changes no offset
                     completed.append(CompletedTxn(
@@ -298,8 +300,8 @@ class ProducerStateManager:
                     started.append((first, pid))
             elif first >= 0 and check_epoch:
                 raise InvalidTxnStateError(
-                    f"producer {pid} at offset {batch.first_offset}: a non-transactional batch while "
-                    f"its transaction from offset {first} is open")
+                    f"producer {pid} at offset {batch.first_offset}: a non-transactional batch "
+                    f"while its transaction from offset {first} is open")
             updates[pid] = entry.with_batch(batch, first)
         if client and self.budget is not None:
             new = sum(1 for pid in updates if pid not in producers)
@@ -407,9 +409,9 @@ class ProducerStateManager:
         entries = decode_snapshot(data, offset)
         self.clear()
         self.producers = {e.producer_id: e for e in entries if not self.is_expired(e, now_ms)}
-        self.ongoing = {e.current_txn_first_offset: e.producer_id
-                        for e in sorted(self.producers.values(), key=lambda e: e.current_txn_first_offset)
-                        if e.current_txn_first_offset >= 0}
+        open_txns = sorted((e.current_txn_first_offset, e.producer_id)
+                           for e in self.producers.values() if e.current_txn_first_offset >= 0)
+        self.ongoing = dict(open_txns)
         if self.budget is not None:
             self.budget.touched(self, list(self.producers), now_ms)
 

@@ -95,7 +95,8 @@ class TransactionIndex:
             if e.last_offset <= last or e.first_offset > e.last_offset or e.producer_id < 0 \
                     or (next_offset is not None and e.last_offset >= next_offset):
                 self._entries = None
-                raise CorruptIndexError(f"{self.path}: entry {e} is out of order or out of the segment")
+                raise CorruptIndexError(f"{self.path}: entry {e} is out of order or out of "
+                                        "the segment")
             last = e.last_offset
 
     def append(self, txn: AbortedTxn) -> None:

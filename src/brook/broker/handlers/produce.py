@@ -32,7 +32,8 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.log_text import loggable
 from ...protocol.messages import make, response_class, response_module
-from ...records.batch import ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, TRANSACTIONAL_BIT
+from ...records.batch import (ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
+                              TRANSACTIONAL_BIT)
 from ...records.compression import CODEC_MASK, Codec
 from ...records.legacy import produced_to_v2
 from ..auth import authz
@@ -182,7 +183,8 @@ def _transactions_refused(broker, connection, body) -> bool:
     for td in body.topic_data:
         for pd in td.partition_data:
             records = pd.records
-            if records is not None and len(records) > _CODEC_BYTE and records[MAGIC_OFFSET] == MAGIC_V2 \
+            if records is not None and len(records) > _CODEC_BYTE \
+                    and records[MAGIC_OFFSET] == MAGIC_V2 \
                     and records[_CODEC_BYTE] & TRANSACTIONAL_BIT:
                 transactional = True
                 break

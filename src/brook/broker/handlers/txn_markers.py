@@ -22,11 +22,11 @@ async def handle(broker, request, connection):
     mod = response_module(API_KEY, version)
     body = request.body
     with_authorizer = broker.authorizer is not None
-    refusal = rules.txn_markers(
-        authz.peer_broker(broker, connection), cluster=broker.cluster is not None,
-        authorizer=with_authorizer,
-        may_alter_cluster=with_authorizer and authz.cluster_allowed(broker, connection, authz.Op.ALTER,
-                                                                    log_denied=False))
+    may_alter = with_authorizer and authz.cluster_allowed(broker, connection, authz.Op.ALTER,
+                                                          log_denied=False)
+    refusal = rules.txn_markers(authz.peer_broker(broker, connection),
+                                cluster=broker.cluster is not None, authorizer=with_authorizer,
+                                may_alter_cluster=may_alter)
     markers = [TxnMarker(m.producer_id, m.producer_epoch, m.coordinator_epoch, m.transaction_result,
                          tuple((t.name, p) for t in m.topics for p in t.partition_indexes))
                for m in body.markers]
