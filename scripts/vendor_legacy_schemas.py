@@ -44,6 +44,7 @@ LEGACY = {
     "create_acls": (0,),
     "describe_acls": (0,),
     "delete_acls": (0,),
+    "write_txn_markers": (0,),
 }
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "brook" / "protocol" / "legacy"

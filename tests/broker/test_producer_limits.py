@@ -42,6 +42,27 @@ def test_the_budget_forgets_the_least_recently_written_producers_of_every_partit
     assert sorted(b.producers) == [4, 5, 6] and budget.evicted == 1
 
 
+def test_a_producer_with_a_transaction_open_is_never_forgotten():
+    """Its marker must find its transaction, or the partition's last stable offset would stay
+    at the transaction's start for good."""
+    from brook.records.batch import TRANSACTIONAL_BIT
+
+    budget = ProducerIdBudget(2)
+    mgr = ProducerStateManager(budget=budget)
+    clock = iter(range(0, 100 * ACTIVE_PRODUCER_MS, ACTIVE_PRODUCER_MS))
+
+    def write(pid, offset, attributes=0):
+        mgr.apply(mgr.prepare([ProducerBatch(pid, 0, 0, offset, offset, 1000, attributes)],
+                              now_ms=next(clock)))
+
+    write(1, 0, TRANSACTIONAL_BIT)  # the idlest, but in a transaction
+    write(2, 1)
+    write(3, 2)  # over the bound: producer 2 goes, not producer 1
+    assert sorted(mgr.producers) == [1, 3] and mgr.ongoing == {0: 1}
+    write(4, 3)
+    assert sorted(mgr.producers) == [1, 4] and budget.evicted == 2
+
+
 def _produce(w: WireClient, topic: str, pid: int, seq: int = 0, value: bytes = b"v"):
     cls = request_class(0, 9)
     mod = __import__(cls.__module__, fromlist=["x"])

@@ -262,13 +262,13 @@ def test_bad_paths(tmp_path):
     (tmp_path / "empty").mkdir()
     result = dump(tmp_path / "empty")
     assert result.exit_code == 2 and result.stderr == (
-        f"brook: {tmp_path / 'empty'}: is a directory, with no .log, .index or .timeindex file "
-        "in it\n")
+        f"brook: {tmp_path / 'empty'}: is a directory, with no .log, .index, .timeindex or "
+        ".txnindex file in it\n")
     other = tmp_path / "notes.txt"
     other.write_text("x")
     result = dump(other)
     assert result.exit_code == 2
-    assert result.stderr.strip() == f"brook: {other}: not a .log, .index or .timeindex file"
+    assert result.stderr.strip() == f"brook: {other}: not a .log, .index, .timeindex or .txnindex file"
 
 
 def test_empty_segment(tmp_path):
@@ -358,3 +358,51 @@ def test_scan_finds_every_batch_and_stops_at_any_tear(sizes, data):
     assert isinstance(torn[-1], InvalidBytes)
     assert torn[-1].position == len(buf) - len(blobs[-1])
     assert torn[-1].size == cut - torn[-1].position
+
+
+def transactional_log(tmp_path) -> str:
+    """A segment with an aborted and a committed transaction:
+    p0 | 9: a0 | 8: b0 | ABORT 9 | COMMIT 8."""
+    log = Log(str(tmp_path / "txn-0"), CONFIG, clock=FakeClock(T0))
+    log.append(encode_batch([Record(0, T0, b"p", b"p0")]))
+    for pid, value in ((9, b"a0"), (8, b"b0")):
+        log.append(encode_batch([Record(0, T0, b"k", value)], producer_id=pid, producer_epoch=0,
+                                base_sequence=0, transactional=True))
+    log.append_as_marker(9, 0, 4, committed=False)
+    log.append_as_marker(8, 0, 5, committed=True)
+    log.close()
+    return str(tmp_path / "txn-0" / "00000000000000000000.log")
+
+
+def test_markers_are_decoded_and_the_txnindex_checked(tmp_path):
+    path = transactional_log(tmp_path)
+    result = dump(path)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    markers = [line for line in lines if "endTxnMarker" in line]
+    assert len(markers) == 2
+    assert markers[0].startswith("| offset: 3 CreateTime: ") and markers[0].endswith(
+        "keySize: 4 valueSize: 6 headerKeys: [] endTxnMarker: ABORT coordinatorEpoch: 4")
+    assert markers[1].endswith("endTxnMarker: COMMIT coordinatorEpoch: 5")
+    assert "isTransactional: true isControl: true" in lines[lines.index(markers[0]) - 1]
+    assert "Transaction index 00000000000000000000.txnindex: 1 aborted transactions, consistent " \
+           "with the log" in lines
+    result = dump(path.replace(".log", ".txnindex"))
+    assert result.exit_code == 0, result.output
+    assert "version: 0 producerId: 9 firstOffset: 1 lastOffset: 3 lastStableOffset: 2" in result.stdout
+    result = runner.invoke(app, ["dump-log", "--output", "json", path])
+    batches = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [b["end_txn_marker"] for b in batches if "end_txn_marker" in b] == [
+        {"type": "ABORT", "coordinator_epoch": 4}, {"type": "COMMIT", "coordinator_epoch": 5}]
+
+
+def test_a_txnindex_the_log_disagrees_with(tmp_path):
+    path = transactional_log(tmp_path)
+    index = path.replace(".log", ".txnindex")
+    data = open(index, "rb").read()
+    with open(index, "wb") as f:  # the same entry, naming the COMMIT marker's offset and producer 7
+        f.write(data[:2] + struct.pack(">qqqq", 7, 1, 4, 5) + b"\x00")
+    result = dump(index)
+    assert result.exit_code == 1
+    assert "size 35 is not a multiple of 34" in result.stdout
+    assert "entry 0: no ABORT marker at offset 4 in the log" in result.stdout

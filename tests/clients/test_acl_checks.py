@@ -123,7 +123,16 @@ def _epochs(c, replica_id=-1):
     return _codes(r, "topics", "partitions", "error_code")
 
 
+def _txn_markers(c, producer_id=9001):
+    """An ABORT marker of a producer with no transaction open: written, and changes nothing."""
+    r = c.request(request(27, 1, markers=[{
+        "producer_id": producer_id, "producer_epoch": 0, "transaction_result": False,
+        "coordinator_epoch": 0, "topics": [{"name": T, "partition_indexes": [1]}]}]))
+    return _codes(r, "markers", "topics", "partitions", "error_code")
+
+
 ROWS = [
+    Row("WriteTxnMarkers", [acl("CLUSTER", "kafka-cluster", "CLUSTER_ACTION")], _txn_markers, CAF),
     Row("Produce", [acl("TOPIC", T, "WRITE")],
         lambda c: _codes(c.request(request(0, 9, acks=1, timeout=SEC, topic_data=[
             {"name": T, "partition_data": [{"index": 1, "records": batch(1)}]}])),
@@ -309,11 +318,31 @@ def test_produce_never_auto_creates_without_create(broker):
 
 
 def test_a_transactional_produce_is_refused_for_its_transactional_id_first(broker):
-    with broker.wire("alice") as c:  # (brook has no transactions: refused whatever the ACLs)
-        r = c.request(request(0, 9, transactional_id="tx", acks=1, timeout=SEC, topic_data=[
-            {"name": T, "partition_data": [{"index": 0, "records": batch(1)}]}]))
-        assert _codes(r, "responses", "partition_responses", "error_code") == \
-            {E.transactional_id_authorization_failed}
+    """Kafka's first check of a Produce: transactional records need the request's
+    transactional id, which the principal may Write; else every partition is refused,
+    before the topic's own check. A transactional id on plain records is not looked at."""
+    txn = batch(1, producer_id=9000, producer_epoch=0, base_sequence=0, transactional=True)
+
+    def produce(c, transactional_id, records):
+        r = c.request(request(0, 9, transactional_id=transactional_id, acks=1, timeout=SEC, topic_data=[
+            {"name": T, "partition_data": [{"index": 1, "records": records}]}]))
+        return _codes(r, "responses", "partition_responses", "error_code")
+
+    with broker.wire("alice") as c:
+        assert produce(c, "tx", txn) == {E.transactional_id_authorization_failed}
+        assert produce(c, None, txn) == {E.transactional_id_authorization_failed}
+        assert produce(c, "tx", batch(1)) == {TAF}  # plain records: the topic's check
+        broker.grant(acl("TRANSACTIONAL_ID", "tx", "WRITE"))
+        assert produce(c, "tx", txn) == {TAF}
+        assert produce(c, None, txn) == {E.transactional_id_authorization_failed}
+        broker.grant(acl("TOPIC", T, "WRITE"))
+        assert produce(c, "tx", txn) == {E.none}
+
+    # WriteTxnMarkers: Cluster ClusterAction (a broker) or Alter (KIP-664's abort), as Kafka
+    with broker.wire("alice") as c:
+        assert _txn_markers(c, 9000) == {CAF}
+        broker.grant(acl("CLUSTER", "kafka-cluster", "ALTER"))
+        assert _txn_markers(c, 9000) == {E.none}  # (the transaction left open above ends here)
 
 
 def test_fetch_sessions_are_checked_too(broker):

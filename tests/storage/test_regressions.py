@@ -116,3 +116,42 @@ def test_append_with_offsets_beyond_int32_of_the_segment_base_rolls_there(tmp_pa
     with pytest.raises(OffsetOutOfRangeError):
         lg.read(lg.log_end_offset + 1, 100)
     lg.close()
+
+
+_SMALL_INDEX = LogConfig(segment_bytes=700, index_interval_bytes=64)
+
+
+def _truncated_to_0_and_appended_again(d, crash: bool) -> Log:
+    """A log of two batches rolled (the first segment's index, entry 1 at position 70, on
+    disk), maybe crashed and reopened, then cut to 0 and given one batch of 3 records, closed
+    and opened again."""
+    lg = Log(d, _SMALL_INDEX, clock=FakeClock())
+    lg.append(make_batch(1, 0))
+    lg.append(make_batch(1, 0))
+    lg.roll()
+    if crash:
+        for seg in lg.segments:
+            seg.close_without_index()
+        lg = Log(d, _SMALL_INDEX, clock=FakeClock())
+    lg.truncate_to(0)
+    lg.append(make_batch(3, 0))
+    lg.close()
+    lg = Log(d, _SMALL_INDEX, clock=FakeClock(), had_clean_shutdown=True)
+    assert lg.recovered_bytes_truncated == 0
+    assert [r[0] for r in read_all(lg)] == [0, 1, 2]
+    return lg
+
+
+def test_an_index_truncated_to_as_many_entries_as_it_then_holds_is_rewritten(tmp_path):
+    """Truncating a rolled segment's index to 0 and appending again left the file's stale
+    entry (the flush saw as many entries as it had written), and the next clean load found an
+    entry pointing into the middle of a batch."""
+    lg = _truncated_to_0_and_appended_again(str(tmp_path / "t-0"), crash=False)
+    assert lg.segments[-1].load_indexes()
+    lg.close()
+
+
+def test_a_recovered_segment_whose_index_is_rebuilt_empty_rewrites_its_file(tmp_path):
+    """The index file of a segment recovered after a crash had an entry the rebuilt index no
+    longer has (a truncation took it): it was never rewritten, as nothing was flushed since."""
+    _truncated_to_0_and_appended_again(str(tmp_path / "t-0"), crash=True).close()

@@ -25,6 +25,8 @@ _BY_CLASS_NAME: dict[str, ErrorCode] = {
     "OutOfOrderSequenceError": ErrorCode.out_of_order_sequence_number,
     "InvalidProducerEpochError": ErrorCode.invalid_producer_epoch,
     "UnknownProducerIdError": ErrorCode.unknown_producer_id,
+    "InvalidTxnStateError": ErrorCode.invalid_txn_state,
+    "TransactionCoordinatorFencedError": ErrorCode.transaction_coordinator_fenced,
     "KafkaStorageError": ErrorCode.kafka_storage_error,
     # no Kafka code says "too many producers": a retriable one, the client tries again later
     "ProducerIdBudgetFullError": ErrorCode.request_timed_out,

@@ -1,10 +1,12 @@
 """`brook dump-log PATH...`: decode segment files offline (Kafka's kafka-dump-log.sh).
 
-For a `.log`: every batch (Kafka's fields, CRC checked), its records, then the checks of the
-segment's `.index` and `.timeindex` next to it. A `.index` or `.timeindex` given itself is
-listed entry by entry and checked against its `.log`. Anything wrong (a bad CRC, records that do
-not decode, bytes that are not a whole batch, an index entry the log disagrees with) is printed
-where it is found, and the command exits with 1 after the last file.
+For a `.log`: every batch (Kafka's fields, CRC checked), its records (a control batch's
+transaction marker decoded: `endTxnMarker: COMMIT coordinatorEpoch: 3`, as Kafka prints it),
+then the checks of the segment's `.index`, `.timeindex` and `.txnindex` next to it. A `.index`,
+`.timeindex` or `.txnindex` given itself is listed entry by entry and checked against its `.log`
+(a `.txnindex` entry must name an ABORT marker of its producer there). Anything wrong (a bad
+CRC, records that do not decode, bytes that are not a whole batch, an index entry the log
+disagrees with) is printed where it is found, and the command exits with 1 after the last file.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from ..records import CREATE_TIME
 from . import output
 from .errors import CliError
 from .output import Format, output_option
-from .segment_reader import (BatchResult, IndexCheck, InvalidBytes, LogSummary, base_offset_of,
-                             check_offset_index, check_time_index, scan_log)
+from .segment_reader import (BatchResult, IndexCheck, InvalidBytes, LogSummary, TxnIndexCheck,
+                             base_offset_of, check_offset_index, check_time_index, check_txn_index,
+                             scan_log)
 
 PROGRESS_MIN_BYTES = 16 << 20  # smaller segments are read before a bar would be seen
 _TS_NAMES = {CREATE_TIME: "CreateTime"}
@@ -78,19 +81,28 @@ def batch_view(b: BatchResult, offsets_decoder: bool, records: bool) -> dict[str
     }
     if b.error is not None:
         view["error"] = b.error
+    if b.marker is not None:
+        view["end_txn_marker"] = _marker_view(b.marker)
     if records and b.records is not None:
-        view["records"] = [_record_view(r, offsets_decoder) for r in b.records]
+        view["records"] = [_record_view(r, offsets_decoder, b.marker if h.is_control else None)
+                           for r in b.records]
     return view
 
 
-def _record_view(r, offsets_decoder: bool) -> dict[str, Any]:
+def _marker_view(marker) -> dict[str, Any]:
+    return {"type": marker.control_type.name, "coordinator_epoch": marker.coordinator_epoch}
+
+
+def _record_view(r, offsets_decoder: bool, marker=None) -> dict[str, Any]:
     view: dict[str, Any] = {
         "offset": r.offset, "timestamp": r.timestamp,
         "key_size": -1 if r.key is None else len(r.key),
         "value_size": -1 if r.value is None else len(r.value),
         "headers": {k: None if v is None else display(v) for k, v in r.headers},
     }
-    if offsets_decoder:
+    if marker is not None:
+        view["end_txn_marker"] = _marker_view(marker)
+    elif offsets_decoder:
         from .offsets_decoder import decode
 
         view["decoded"] = decode(r.key, r.value)
@@ -117,6 +129,9 @@ def record_line(r: dict[str, Any], timestamp_type: str) -> str:
     head = (f"| offset: {r['offset']} {timestamp_type}: {r['timestamp']} "
             f"keySize: {r['key_size']} valueSize: {r['value_size']} "
             f"headerKeys: [{','.join(r['headers'])}]")
+    if "end_txn_marker" in r:
+        m = r["end_txn_marker"]
+        return f"{head} endTxnMarker: {m['type']} coordinatorEpoch: {m['coordinator_epoch']}"
     if "decoded" in r:
         from .offsets_decoder import describe
 
@@ -169,6 +184,10 @@ def dump_segment_log(path: Path, fmt: Format, records: bool, offsets_decoder: bo
         if sibling.exists() and base is not None:
             check = checker(_read(sibling), base, summary)
             report.problems += _report_index(fmt, sibling, label, check, entries=False)
+    sibling = path.with_suffix(".txnindex")
+    if sibling.exists() and base is not None:
+        check = check_txn_index(_read(sibling), base, summary)
+        report.problems += _report_txn_index(fmt, sibling, check, entries=False)
     _emit(fmt, {"type": "summary", "path": str(path), "batches": report.batches,
                 "records": report.records, "first_offset": report.first_offset,
                 "last_offset": report.last_offset, "problems": report.problems},
@@ -180,7 +199,7 @@ def dump_segment_log(path: Path, fmt: Format, records: bool, offsets_decoder: bo
 
 
 def _account(report: FileReport, item: BatchResult, summary: LogSummary) -> None:
-    summary.add(item.position, item.header)
+    summary.add(item.position, item.header, item.marker)
     report.batches += 1
     report.records += item.header.record_count
     if report.first_offset is None:
@@ -217,22 +236,56 @@ def _report_index(fmt: Format, path: Path, label: str, check: IndexCheck, entrie
     return len(check.problems)
 
 
-def dump_index(path: Path, fmt: Format) -> FileReport:
-    base = base_offset_of(path.name)
-    log_path = path.with_suffix(".log")
-    _emit(fmt, {"type": "file", "path": str(path), "base_offset": base}, f"Dumping {path}")
-    if base is None or not log_path.exists():
-        raise CliError(f"{path}: no segment {log_path.name} next to it to check it against")
+def _report_txn_index(fmt: Format, path: Path, check: TxnIndexCheck, entries: bool) -> int:
+    _emit(fmt, {"type": "txn_index", "path": str(path), "entries": len(check.entries),
+                "problems": check.problems,
+                **({"entry_list": [t._asdict() for t in check.entries]} if entries else {})}, None)
+    if fmt is Format.table:
+        if entries:
+            for t in check.entries:  # Kafka's line (kafka-dump-log.sh)
+                output.line(f"version: 0 producerId: {t.producer_id} firstOffset: {t.first_offset} "
+                            f"lastOffset: {t.last_offset} lastStableOffset: {t.last_stable_offset}")
+        verdict = "consistent with the log" if not check.problems else \
+            f"{len(check.problems)} problem(s)"
+        output.line(f"Transaction index {path.name}: {len(check.entries)} aborted transactions, "
+                    f"{verdict}")
+        for p in check.problems:
+            output.line(f"  {p}")
+    return len(check.problems)
+
+
+def _summary_of(log_path: Path) -> LogSummary:
     summary = LogSummary()
     buf = _map(log_path)
     try:
         for item in scan_log(buf, decode=False):
             if isinstance(item, InvalidBytes):
                 break
-            summary.add(item.position, item.header)
+            summary.add(item.position, item.header, item.marker)
     finally:
         if isinstance(buf, mmap.mmap):
             buf.close()
+    return summary
+
+
+def dump_txn_index(path: Path, fmt: Format) -> FileReport:
+    """A `.txnindex` entry by entry, checked against its `.log` when there is one (Kafka's
+    dump lists it alone)."""
+    base = base_offset_of(path.name)
+    log_path = path.with_suffix(".log")
+    _emit(fmt, {"type": "file", "path": str(path), "base_offset": base}, f"Dumping {path}")
+    summary = _summary_of(log_path) if base is not None and log_path.exists() else None
+    check = check_txn_index(_read(path), base if base is not None else -1, summary)
+    return FileReport(problems=_report_txn_index(fmt, path, check, entries=True))
+
+
+def dump_index(path: Path, fmt: Format) -> FileReport:
+    base = base_offset_of(path.name)
+    log_path = path.with_suffix(".log")
+    _emit(fmt, {"type": "file", "path": str(path), "base_offset": base}, f"Dumping {path}")
+    if base is None or not log_path.exists():
+        raise CliError(f"{path}: no segment {log_path.name} next to it to check it against")
+    summary = _summary_of(log_path)
     if path.suffix == ".index":
         check, label = check_offset_index(_read(path), base, summary), "Offset index"
     else:
@@ -255,11 +308,11 @@ def _directory_message(path: Path) -> str:
     """What to say for a directory given as PATH: the files in it that can be dumped."""
     try:
         names = sorted(p.name for p in path.iterdir()
-                       if p.suffix in (".log", ".index", ".timeindex") and p.is_file())
+                       if p.suffix in (".log", ".index", ".timeindex", ".txnindex") and p.is_file())
     except OSError as exc:
         return f"{path}: is a directory ({exc.strerror or exc})"
     if not names:
-        return f"{path}: is a directory, with no .log, .index or .timeindex file in it"
+        return f"{path}: is a directory, with no .log, .index, .timeindex or .txnindex file in it"
     shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
     example = next((n for n in names if n.endswith(".log")), names[0])
     return f"{path}: is a directory; give files in it, e.g. {path / example} (it has {shown})"
@@ -267,7 +320,7 @@ def _directory_message(path: Path) -> str:
 
 def dump_log(
     paths: list[Path] = typer.Argument(..., metavar="PATH...",
-                                       help=".log, .index or .timeindex files."),
+                                       help=".log, .index, .timeindex or .txnindex files."),
     offsets_decoder: bool = typer.Option(
         False, "--offsets-decoder", help="Decode records as __consumer_offsets commits and "
                                          "group metadata."),
@@ -275,8 +328,8 @@ def dump_log(
                                  help="Print each record, not only each batch."),
     fmt: Format = output_option(),
 ) -> None:
-    """Decode segment files offline: batches, records, CRCs and index consistency
-    (JSON lines with --output json)."""
+    """Decode segment files offline: batches, records (transaction markers too), CRCs and
+    index consistency, aborted transactions (JSON lines with --output json)."""
     problems = 0
     for i, path in enumerate(paths):
         if path.is_dir():
@@ -290,7 +343,9 @@ def dump_log(
                 problems += dump_segment_log(path, fmt, records, offsets_decoder, progress).problems
         elif path.suffix in (".index", ".timeindex"):
             problems += dump_index(path, fmt).problems
+        elif path.suffix == ".txnindex":
+            problems += dump_txn_index(path, fmt).problems
         else:
-            raise CliError(f"{path}: not a .log, .index or .timeindex file", code=2)
+            raise CliError(f"{path}: not a .log, .index, .timeindex or .txnindex file", code=2)
     if problems:
         raise CliError(f"{problems} problem(s) found in {len(paths)} file(s)")

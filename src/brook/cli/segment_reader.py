@@ -1,5 +1,6 @@
 """Offline reading of a partition's segment files for `brook dump-log`: the batches of a .log with
-their CRC checked, their records, and how well the .index and .timeindex agree with the log.
+their CRC checked, their records (a control batch's transaction marker decoded), and how well
+the .index, .timeindex and .txnindex agree with the log.
 
 Nothing here opens a Log or changes a file; it reads bytes with brook.records the way recovery
 would, but reports damage instead of truncating it. A batch with a wrong CRC is reported and the
@@ -21,7 +22,9 @@ from typing import Iterator
 
 from ..records import BatchHeader, Record, decode_batch, read_header
 from ..records.batch import compute_crc
+from ..records.control import ABORT, EndTransactionMarker, parse_marker
 from ..records.errors import RecordsError, TruncatedBatchError
+from ..storage.txn_index import ENTRY, ENTRY_SIZE, AbortedTxn
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -34,6 +37,7 @@ class BatchResult:
     crc_valid: bool
     records: list[Record] | None = None  # None: not decoded (asked not to, or undecodable)
     error: str | None = None  # why the records could not be decoded
+    marker: EndTransactionMarker | None = None  # a control batch's, decoded whatever `decode`
 
 
 @dataclass
@@ -64,9 +68,13 @@ def scan_log(buf: bytes | memoryview, decode: bool = True) -> Iterator[BatchResu
             yield InvalidBytes(pos, end - pos, str(exc))
             return
         result = BatchResult(pos, header, compute_crc(buf, pos, header.size) == header.crc)
-        if decode:
+        if decode or header.is_control:
             try:
-                result.records = decode_batch(buf, pos, verify=False).records
+                records = decode_batch(buf, pos, verify=False).records
+                if header.is_control and records:
+                    result.marker = parse_marker(records[0].key, records[0].value)
+                if decode:
+                    result.records = records
             except RecordsError as exc:
                 result.error = str(exc)
         yield result
@@ -82,13 +90,17 @@ class LogSummary:
     last_offsets: array = field(default_factory=lambda: array("q"))
     max_timestamps: array = field(default_factory=lambda: array("q"))
     size: int = 0  # bytes of whole batches
+    aborts: dict[int, int] = field(default_factory=dict)  # an ABORT marker's offset -> producer
 
-    def add(self, position: int, header: BatchHeader) -> None:
+    def add(self, position: int, header: BatchHeader,
+            marker: EndTransactionMarker | None = None) -> None:
         self.positions.append(position)
         self.base_offsets.append(header.base_offset)
         self.last_offsets.append(header.last_offset)
         self.max_timestamps.append(header.max_timestamp)
         self.size = position + header.size
+        if marker is not None and marker.control_type == ABORT:
+            self.aborts[header.base_offset] = header.producer_id
 
 
 @dataclass
@@ -150,3 +162,42 @@ def check_time_index(data: bytes, base_offset: int, log: LogSummary) -> IndexChe
             problems.append(f"entry {i}: timestamp {ts} differs from the max timestamp "
                             f"{log.max_timestamps[j]} of the batch ending at offset {offset}")
     return IndexCheck(entries, problems)
+
+
+@dataclass
+class TxnIndexCheck:
+    entries: list[AbortedTxn]
+    problems: list[str]
+
+
+def check_txn_index(data: bytes, base_offset: int, log: LogSummary | None) -> TxnIndexCheck:
+    """A `.txnindex` (Kafka's 34-byte entries): entries in marker order within the segment,
+    each naming an ABORT marker of its producer in the log (when `log` is given). (An ABORT
+    marker need not have an entry: one that ended no transaction has none.)"""
+    problems: list[str] = []
+    if len(data) % ENTRY_SIZE:
+        problems.append(f"size {len(data)} is not a multiple of {ENTRY_SIZE}")
+    usable = len(data) - len(data) % ENTRY_SIZE
+    entries: list[AbortedTxn] = []
+    last = base_offset - 1
+    for i, (version, *fields) in enumerate(ENTRY.iter_unpack(data[:usable])):
+        txn = AbortedTxn(*fields)
+        entries.append(txn)
+        if version != 0:
+            problems.append(f"entry {i}: version {version}")
+        if txn.last_offset <= last:
+            problems.append(f"entry {i}: marker offset {txn.last_offset} is not after "
+                            f"{'the previous entry' if i else f'the segment base {base_offset}'}")
+        if txn.first_offset > txn.last_offset:
+            problems.append(f"entry {i}: first offset {txn.first_offset} is after its marker "
+                            f"{txn.last_offset}")
+        last = txn.last_offset
+        if log is not None:
+            pid = log.aborts.get(txn.last_offset)
+            if pid is None:
+                problems.append(f"entry {i}: no ABORT marker at offset {txn.last_offset} "
+                                "in the log")
+            elif pid != txn.producer_id:
+                problems.append(f"entry {i}: the ABORT marker at offset {txn.last_offset} is "
+                                f"producer {pid}'s, not {txn.producer_id}'s")
+    return TxnIndexCheck(entries, problems)

@@ -123,3 +123,16 @@ def follower(peer: int | None, replica_id: int, live_ids, what: str = "a followe
         return Refusal(ErrorCode.topic_authorization_failed,
                        f"{what} as broker {replica_id}, which is not registered")
     return None
+
+
+def txn_markers(peer: int | None, *, cluster: bool, authorizer: bool, may_alter_cluster: bool,
+                what: str = "WriteTxnMarkers") -> Refusal | None:
+    """WriteTxnMarkers commits or aborts transactions on a partition: from a transaction
+    coordinator, i.e. a broker of the cluster (`peer`: with an authorizer, any principal
+    allowed Cluster ClusterAction), or, as Kafka allows, a principal allowed Cluster Alter
+    (an operator aborting a hanging transaction, KIP-664). On a single node without an
+    authorizer anyone may, as with Kafka without one; a cluster without one keeps it to its
+    brokers, as it keeps the other requests brokers send each other."""
+    if peer is not None or (authorizer and may_alter_cluster) or not (cluster or authorizer):
+        return None
+    return _not_a_broker(what)

@@ -1,10 +1,12 @@
 """A partition this broker holds: its log plus the replication state Kafka keeps for it.
 
 On one node the broker is always the leader, the in-sync replica set is itself and the high
-watermark is the log end offset right after each append. In a cluster the controller makes
-the broker the partition's leader or a follower (`become_leader` / `become_follower`); as
-leader, the high watermark moves when the in-sync followers have fetched past it, and
-acks=all answers wait for it (`wait_for_high_watermark`).
+watermark is the log end offset right after each append. The last stable offset (what
+read_committed consumers read up to) is the high watermark, or the first offset of the
+earliest transaction still open (or decided by a marker the high watermark has not passed).
+In a cluster the controller makes the broker the partition's leader or a follower
+(`become_leader` / `become_follower`); as leader, the high watermark moves when the in-sync
+followers have fetched past it, and acks=all answers wait for it (`wait_for_high_watermark`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import weakref
 from typing import Callable
 
 from .replica_tracker import ReplicaTracker
+from ..records.control import end_txn_marker_batch
 from ..storage.log import Log
 from ..storage.producer_state import AppendOrigin
 
@@ -23,7 +26,8 @@ NO_LEADER = -1
 def _high_watermark_of(ref: "weakref.ref[Partition]") -> Callable[[], int | None]:
     """The partition's high watermark, through a weak reference: the log holds this, and a
     cycle between a partition and its log would outlive them (the broker frees its structures
-    by reference counting; brook.broker.heap)."""
+    by reference counting; brook.broker.heap). (The log lowers it to its last stable offset
+    itself: compaction stays below open transactions.)"""
     def high_watermark() -> int | None:
         partition = ref()
         return None if partition is None else partition.high_watermark
@@ -73,6 +77,11 @@ class Partition:
         return self.log.log_end_offset
 
     @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO on the leader: min(high watermark, first unstable offset)."""
+        return self.log.last_stable_offset(self.high_watermark)
+
+    @property
     def replicated(self) -> bool:
         """Whether this broker leads the partition in a cluster (followers may hold it too)."""
         return self.tracker is not None
@@ -85,6 +94,15 @@ class Partition:
             self.maybe_advance_high_watermark()
         self._notify()  # consumers when the HW moved; followers long-polling for any new data
         return info
+
+    def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                      committed: bool):
+        """Append a transaction marker (Kafka's EndTransactionMarker) as its coordinator asked,
+        at this leader's epoch, as any append; the caller waits for the high watermark to pass
+        it (`wait_for_high_watermark(info.last_offset + 1)`) before the marker counts."""
+        batch = end_txn_marker_batch(producer_id, producer_epoch, coordinator_epoch, committed,
+                                     self.log.clock.milliseconds())
+        return self.append(batch, origin=AppendOrigin.COORDINATOR)
 
     # ------------------------------------------------------------ replication
 

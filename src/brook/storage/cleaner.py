@@ -27,8 +27,8 @@ that keeps a batch holding tombstones rewrites it with the delete-horizon bit an
 tombstones once that horizon is reached, so consumers had `delete.retention.ms` to see them.
 
 Records without a key are kept (Kafka refuses them on produce to compacted topics and its
-cleaner drops them; brook's cleaner leaves whatever it cannot compact alone). Control
-batches are copied unchanged. Offsets never change: a batch that lost records is re-encoded
+cleaner drops them; brook's cleaner leaves whatever it cannot compact alone). Offsets never
+change: a batch that lost records is re-encoded
 with the same base offset, last offset delta, codec, producer fields, leader epoch,
 timestamp type and transactional flag; a batch that lost nothing is copied byte for byte.
 
@@ -43,6 +43,22 @@ as Kafka keeps them:
   replaces ended. Crash recovery (`Log._complete_swap`) tells which old segments a `.swap`
   segment replaces by the offsets it covers, and would otherwise leave the tail of the
   group behind.
+
+Transactions, as Kafka's cleaner treats them (its CleanedTransactionMetadata): a pass never
+reaches the last stable offset (`cleanable_stats`: no open transaction is cleaned), and it
+knows the aborted transactions of its range from the `.txnindex` of the segments (taken
+when the pass is planned). Then, over the batches in offset order,
+
+* a transactional batch of an aborted transaction is removed (an empty batch is kept where a
+  batch would be, above), and its records never enter the offset map (an aborted record must
+  not shadow a committed one of its key);
+* a marker is kept while its transaction still had batches in the pass (an ABORT marker then
+  keeps its `.txnindex` entry in the cleaned segment: consumers still need it wherever the
+  aborted records may remain); once a pass finds no batch of its transaction, the marker is
+  rewritten with a delete horizon (`now + delete.retention.ms`, KIP-534's bit, as for
+  tombstones), and a later pass past the horizon removes it, unless it is its producer's
+  last record (the producer state rebuilt from the log needs its epoch: an empty control
+  batch is kept). An ABORT marker kept keeps its entry; a removed one takes it along.
 """
 
 from __future__ import annotations
@@ -71,11 +87,13 @@ from ..records.batch import (
 )
 from ..records.compression import Codec
 from ..records.compression import DEFAULT_LIMIT
+from ..records.control import ABORT, COMMIT, read_marker
 from ..records.errors import RecordsError
 from ..records.validate import inflate_limit
 from .config import LONG_MAX, LogConfig
 from .log import Log
 from .segment import CLEANED_SUFFIX, INT32_MAX, BatchEntry, LogSegment
+from .txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +177,9 @@ def cleanable_stats(log_: Log, first_dirty_offset: int | None, now_ms: int) -> C
 
     uncleanable = segments[-1].base_offset  # the active segment is never cleaned
     bound = log_.cleaning_bound() if log_.cleaning_bound is not None else None
+    unstable = log_.first_unstable_offset(log_.log_end_offset if bound is None else bound)
+    if unstable is not None:  # nor past the last stable offset (an open transaction's records)
+        bound = unstable if bound is None else min(bound, unstable)
     if bound is not None:
         # Only segments wholly below the bound (a replica's high watermark): records above it
         # may still be truncated, so no key of theirs may remove one below (as Kafka's cleaner
@@ -230,30 +251,87 @@ class CleanResult:
     records_kept: int = 0
     records_removed: int = 0
     tombstones_removed: int = 0
+    aborted_batches_removed: int = 0  # batches of aborted transactions
+    markers_removed: int = 0  # transaction markers past their delete horizon
     batches_rewritten: int = 0
     segments_replaced: int = 0  # old segments swapped out
     groups_cleaned: int = 0  # new segments swapped in
     swaps_aborted: int = 0  # cleaned segments dropped: their old segments changed meanwhile
 
 
+class CleanedTransactions:
+    """What a pass knows of transactions as it reads batches in offset order (Kafka's
+    CleanedTransactionMetadata): the aborted ones of its range (from the `.txnindex`), those
+    under way at the current batch, and whether a marker's transaction had batches in it."""
+
+    def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
+        self._pending = sorted(aborted, key=lambda t: t.first_offset, reverse=True)
+        self._aborted: dict[int, list] = {}  # producer id -> [AbortedTxn, batches seen]
+        self._committed: set[int] = set()  # producers with batches of a transaction not aborted
+
+    def _reach(self, offset: int) -> None:
+        pending = self._pending
+        while pending and pending[-1].first_offset <= offset:
+            txn = pending.pop()
+            self._aborted.setdefault(txn.producer_id, [txn, False])
+
+    def on_batch(self, h: BatchHeader) -> bool:
+        """A data batch: whether it belongs to an aborted transaction (to be removed)."""
+        self._reach(h.last_offset)
+        if not h.is_transactional or h.producer_id < 0:
+            return False
+        aborted = self._aborted.get(h.producer_id)
+        if aborted is not None:
+            aborted[1] = True
+            return True
+        self._committed.add(h.producer_id)
+        return False
+
+    def on_marker(self, h: BatchHeader, raw: bytes) -> tuple[bool, AbortedTxn | None]:
+        """A control batch: (whether it may go once its delete horizon passed, the `.txnindex`
+        entry it keeps if it stays)."""
+        self._reach(h.last_offset)
+        marker = read_marker(raw)
+        if marker is None:
+            return True, None  # emptied by an earlier pass
+        pid = h.producer_id
+        if marker.control_type == ABORT:
+            aborted = self._aborted.pop(pid, None)
+            if aborted is None:
+                return True, None
+            return not aborted[1], aborted[0]
+        if marker.control_type == COMMIT:
+            had_batches = pid in self._committed
+            self._committed.discard(pid)
+            return not had_batches, None
+        return False, None
+
+
 def build_offset_map(log_: Log, start: int, end: int,
                      max_entries: int | None = None) -> tuple[dict[bytes, int], int, bool]:
-    """key -> latest offset over the records in [start, end).
+    """key -> latest offset over the records in [start, end) (aborted transactions' left out).
 
     Returns (map, offset the map covers up to (exclusive), whether it filled). When adding a
     batch would take the map over `max_entries` keys, the map stops before that batch,
     unless it is still empty (a pass must make progress: it then holds one batch more).
     """
     return _build_offset_map(log_.segments, start, end, max_entries, _NEVER,
-                             inflate_limit(log_.config.max_message_bytes))
+                             inflate_limit(log_.config.max_message_bytes),
+                             _aborted_before(log_, end))
+
+
+def _aborted_before(log_: Log, end: int) -> list[AbortedTxn]:
+    """The aborted transactions that began before `end` (read on the thread owning the log)."""
+    return [txn for txn in log_.all_aborted_transactions() if txn.first_offset < end]
 
 
 def _build_offset_map(segments: Sequence[LogSegment], start: int, end: int, max_entries: int | None,
-                      cancelled: threading.Event,
-                      limit: int = DEFAULT_LIMIT) -> tuple[dict[bytes, int], int, bool]:
+                      cancelled: threading.Event, limit: int = DEFAULT_LIMIT,
+                      aborted: Sequence[AbortedTxn] = ()) -> tuple[dict[bytes, int], int, bool]:
     offsets: dict[bytes, int] = {}
     if end <= start:
         return offsets, start, False
+    txns = CleanedTransactions(aborted)
     for seg, nxt in zip(segments, _next_bases(segments)):
         if seg.base_offset >= end:
             break
@@ -268,7 +346,10 @@ def _build_offset_map(segments: Sequence[LogSegment], start: int, end: int, max_
             if h.base_offset >= end:
                 break
             if h.is_control:
+                txns.on_marker(h, raw)
                 continue
+            if txns.on_batch(h):
+                continue  # aborted: its keys shadow nothing
             verify_crc(raw, 0, h)
             keys = [(r.key, r.offset) for r in decode_batch(raw, verify=False, limit=limit).records
                     if r.key is not None and r.offset >= start]
@@ -335,6 +416,11 @@ class CleanJob:
     now_ms: int
     producer_last_offsets: Mapping[int, int]
     max_map_entries: int | None = None
+    #: producer id -> epoch of the producers whose last record is a marker (kept: it holds
+    #: the epoch a log replay needs)
+    producer_marker_epochs: Mapping[int, int] = field(default_factory=dict)
+    #: the aborted transactions begun below the first uncleanable offset
+    aborted: Sequence[AbortedTxn] = ()
     cancelled: threading.Event = field(default_factory=threading.Event)
     # Cleaned segments waiting for their swap, (cleaned, group), when the pass runs on the
     # cleaner thread.
@@ -353,8 +439,10 @@ def plan_clean(log_: Log, first_dirty_offset: int | None, now_ms: int, *,
     if not config.compact:
         raise ValueError(f"{log_}: cleanup.policy {config.cleanup_policy!r} does not compact")
     stats = cleanable_stats(log_, first_dirty_offset, now_ms)
+    state = log_.producer_state
     return CleanJob(log_, log_.segments, config, stats.first_dirty_offset, stats.first_uncleanable_offset,
-                    now_ms, log_.producer_state.last_data_offsets(), max_map_entries)
+                    now_ms, state.last_data_offsets(), max_map_entries, state.last_marker_epochs(),
+                    _aborted_before(log_, stats.first_uncleanable_offset))
 
 
 def clean_log(log_: Log, first_dirty_offset: int | None, now_ms: int, *,
@@ -379,8 +467,10 @@ def run_clean(job: CleanJob, swap: Callable[[LogSegment, tuple[LogSegment, ...]]
     segments = job.segments
     # A stored batch inflates no further than Produce lets one inflate (a bomb written before
     # Produce checked records makes the log uncleanable, as damage does).
-    offset_map, end, full = _build_offset_map(segments, start, upper, job.max_map_entries, job.cancelled,
-                                              inflate_limit(job.config.max_message_bytes))
+    offset_map, end, full = _build_offset_map(segments, start, upper, job.max_map_entries,
+                                              job.cancelled,
+                                              inflate_limit(job.config.max_message_bytes),
+                                              job.aborted)
     result = job.result = CleanResult(job.log.topic, job.log.partition, start, end,
                                       job.first_uncleanable_offset, map_entries=len(offset_map),
                                       map_full=full)
@@ -390,10 +480,11 @@ def run_clean(job: CleanJob, swap: Callable[[LogSegment, tuple[LogSegment, ...]]
         count += 1
     groups = group_segments(segments[:count], nexts[:count], job.config.segment_bytes,
                             job.config.segment_index_bytes)
+    txns = CleanedTransactions(job.aborted)  # one for the pass: transactions span groups
     for group in groups:
         if job.cancelled.is_set():  # before creating the next file
             raise CleanAborted()
-        cleaned = _clean_group(job, group, offset_map, end, result)
+        cleaned = _clean_group(job, group, offset_map, end, result, txns)
         if cleaned is not None:
             swap(cleaned, tuple(group))
     log.info("%s: cleaned up to offset %d: %d records kept, %d removed, %d -> %d bytes in %d ms",
@@ -443,12 +534,16 @@ def _batches_with_last(group: Sequence[LogSegment]) -> Iterator[tuple[int, bytes
 
 
 def _clean_group(job: CleanJob, group: list[LogSegment], offset_map: dict[bytes, int], end: int,
-                 result: CleanResult) -> LogSegment | None:
-    """Write the cleaned copy of `group` as a flushed `.cleaned` segment; None if nothing
-    in it changes."""
+                 result: CleanResult, txns: CleanedTransactions | None = None) -> LogSegment | None:
+    """Write the cleaned copy of `group` as a flushed `.cleaned` segment (with the `.txnindex`
+    entries of the ABORT markers it keeps); None if nothing in it changes."""
     config = job.config
     now_ms = job.now_ms
     producer_last_offsets = job.producer_last_offsets
+    marker_epochs = job.producer_marker_epochs
+    if txns is None:
+        txns = CleanedTransactions(job.aborted)
+    kept_aborts: list[AbortedTxn] = []
     cleaned = LogSegment.create(job.log.directory, group[0].base_offset, config, now_ms, suffix=CLEANED_SUFFIX)
     changed = len(group) > 1
     try:
@@ -472,10 +567,26 @@ def _clean_group(job: CleanJob, group: list[LogSegment], offset_map: dict[bytes,
             h = read_header(raw)
             verify_crc(raw, 0, h)
             result.bytes_read += h.size
+            pid = h.producer_id
             keep_empty = ((is_last and len(group) > 1)  # see the module docstring
-                          or (h.producer_id >= 0 and producer_last_offsets.get(h.producer_id) == h.last_offset))
-            new = _filter_batch(raw, h, offset_map, end, now_ms, config.delete_retention_ms,
-                                keep_empty, result, inflate_limit(config.max_message_bytes))
+                          or (pid >= 0 and producer_last_offsets.get(pid) == h.last_offset)
+                          or (h.is_control and pid >= 0
+                              and marker_epochs.get(pid) == h.producer_epoch))
+            if h.is_control:
+                may_go, entry = txns.on_marker(h, raw)
+                new = _filter_marker(raw, h, may_go, now_ms, config.delete_retention_ms,
+                                     keep_empty, result)
+                if entry is not None and new is not None \
+                        and (new is raw or read_header(new).record_count):
+                    kept_aborts.append(entry)  # (an emptied marker ends nothing: its entry goes)
+            elif txns.on_batch(h):
+                result.records_read += h.record_count
+                result.records_removed += h.record_count
+                result.aborted_batches_removed += 1
+                new = _empty_like(h) if keep_empty else None
+            else:
+                new = _filter_batch(raw, h, offset_map, end, now_ms, config.delete_retention_ms,
+                                    keep_empty, result, inflate_limit(config.max_message_bytes))
             if new is not raw:
                 changed = True
             if new is None:
@@ -487,6 +598,8 @@ def _clean_group(job: CleanJob, group: list[LogSegment], offset_map: dict[bytes,
         if not changed:  # a lone segment with nothing to remove: leave it be
             cleaned.delete_files()
             return None
+        for entry in kept_aborts:
+            cleaned.txn_index.append(entry)
         cleaned.on_become_inactive()
         # Keep the old modification time: retention of a segment without timestamps uses it.
         mtime_ns = group[-1].stat().st_mtime_ns
@@ -503,12 +616,8 @@ def _clean_group(job: CleanJob, group: list[LogSegment], offset_map: dict[bytes,
 def _filter_batch(raw: bytes, h: BatchHeader, offset_map: dict[bytes, int], end: int, now_ms: int,
                   delete_retention_ms: int, keep_empty: bool, result: CleanResult,
                   limit: int = DEFAULT_LIMIT) -> bytes | None:
-    """The batch to write for `raw`: `raw` itself if nothing changes, a re-encoded batch,
-    or None to drop it."""
-    if h.is_control:
-        result.records_read += h.record_count
-        result.records_kept += h.record_count
-        return raw
+    """The batch to write for `raw` (a data batch): `raw` itself if nothing changes, a
+    re-encoded batch, or None to drop it."""
     batch = decode_batch(raw, verify=False, limit=limit)
     horizon = h.base_timestamp if h.has_delete_horizon else None
     kept: list[Record] = []
@@ -536,13 +645,7 @@ def _filter_batch(raw: bytes, h: BatchHeader, offset_map: dict[bytes, int], end:
         return None
     result.batches_rewritten += 1
     if not kept:
-        # An empty batch that only keeps the offset range, as Kafka's "retain empty" does.
-        return encode_batch(
-            [], base_offset=h.base_offset, last_offset_delta=h.last_offset_delta, codec=Codec.NONE,
-            timestamp_type=batch.timestamp_type, partition_leader_epoch=h.partition_leader_epoch,
-            producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-            transactional=h.is_transactional, base_timestamp=h.max_timestamp, max_timestamp=h.max_timestamp,
-        )
+        return _empty_like(h)
     if set_horizon:
         horizon = now_ms + delete_retention_ms
     # LogAppendTime batches keep their stamped max timestamp; CreateTime ones take the
@@ -553,6 +656,49 @@ def _filter_batch(raw: bytes, h: BatchHeader, offset_map: dict[bytes, int], end:
         timestamp_type=batch.timestamp_type, partition_leader_epoch=h.partition_leader_epoch,
         producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
         transactional=h.is_transactional, max_timestamp=max_ts, delete_horizon_ms=horizon,
+    )
+
+
+def _empty_like(h: BatchHeader) -> bytes:
+    """An empty batch that only keeps a batch's offset range and producer fields, as Kafka's
+    "retain empty" does."""
+    return encode_batch(
+        [], base_offset=h.base_offset, last_offset_delta=h.last_offset_delta, codec=Codec.NONE,
+        timestamp_type=h.timestamp_type, partition_leader_epoch=h.partition_leader_epoch,
+        producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+        transactional=h.is_transactional, control=h.is_control, base_timestamp=h.max_timestamp,
+        max_timestamp=h.max_timestamp,
+    )
+
+
+def _filter_marker(raw: bytes, h: BatchHeader, may_go: bool, now_ms: int, delete_retention_ms: int,
+                   keep_empty: bool, result: CleanResult) -> bytes | None:
+    """The batch to write for a control batch: kept as it is while its transaction had batches
+    in the pass; else given a delete horizon, and past it removed (emptied if it must stay)."""
+    n = h.record_count
+    result.records_read += n
+    if n == 0:  # emptied before: only a producer's last record keeps it
+        return raw if keep_empty else None
+    horizon = h.base_timestamp if h.has_delete_horizon else None
+    if may_go and horizon is not None and horizon <= now_ms:
+        result.records_removed += n
+        result.markers_removed += 1
+        if keep_empty:
+            result.batches_rewritten += 1
+            return _empty_like(h)
+        return None
+    result.records_kept += n
+    if not may_go or horizon is not None:
+        return raw
+    result.batches_rewritten += 1
+    batch = decode_batch(raw, verify=False)
+    return encode_batch(
+        batch.records, base_offset=h.base_offset, last_offset_delta=h.last_offset_delta,
+        codec=h.compression, timestamp_type=h.timestamp_type,
+        partition_leader_epoch=h.partition_leader_epoch, producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+        transactional=h.is_transactional, control=True, max_timestamp=h.max_timestamp,
+        delete_horizon_ms=now_ms + delete_retention_ms,
     )
 
 

@@ -44,3 +44,13 @@ class OutOfOrderSequenceError(StorageError):
 class InvalidProducerEpochError(StorageError):
     """Kafka's INVALID_PRODUCER_EPOCH (47): the batch's producer epoch is older than the
     epoch the partition has seen from that producer id (a fenced, zombie producer)."""
+
+
+class InvalidTxnStateError(StorageError):
+    """Kafka's INVALID_TXN_STATE (48): a producer with a transaction open on the partition
+    sent a non-transactional batch."""
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """Kafka's TRANSACTION_COORDINATOR_FENCED (52): a marker from a coordinator whose epoch is
+    older than the one the producer's last marker carried (a deposed coordinator)."""

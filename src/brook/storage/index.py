@@ -31,6 +31,9 @@ class _Index(ABC):
         self.max_entries = max(1, max_index_size // self.entry_size)
         self._flushed = 0  # entries already written to the file
         self._synced = False  # and fsynced (a flush with sync=False leaves them unsynced)
+        # The file may hold entries past _flushed: ones a truncation removed, or any while the
+        # file was neither loaded nor written (a segment being recovered rebuilds it)
+        self._stale = True
 
     @abstractmethod
     def __len__(self) -> int: ...
@@ -45,7 +48,7 @@ class _Index(ABC):
     def flush(self, sync: bool = True) -> None:
         """Write entries added since the last flush (rewriting the file if it was truncated)."""
         n = len(self)
-        if self._flushed == n and os.path.exists(self.path):
+        if self._flushed == n and not self._stale and os.path.exists(self.path):
             if sync and not self._synced:  # written by an earlier flush(sync=False)
                 fd = os.open(self.path, os.O_RDONLY)
                 try:
@@ -65,6 +68,7 @@ class _Index(ABC):
             os.close(fd)
         self._flushed = n
         self._synced = sync
+        self._stale = False
 
     def reset(self) -> None:
         self.truncate_entries(0)
@@ -73,7 +77,9 @@ class _Index(ABC):
     def truncate_entries(self, n: int) -> None: ...
 
     def _mark_truncated(self, n: int) -> None:
-        self._flushed = min(self._flushed, n)
+        if n < self._flushed:
+            self._flushed = n
+            self._stale = True
 
     def rename(self, path: str) -> None:
         if os.path.exists(self.path):
@@ -134,6 +140,12 @@ class OffsetIndex(_Index):
             return self.base_offset, 0
         return self._offsets[-1], self._positions[-1]
 
+    def upper_bound_offset(self, position: int) -> int | None:
+        """The offset of the first entry at or past `position`: no batch before `position`
+        holds it or any later offset (Kafka's fetchUpperBoundOffset). None if no entry is."""
+        i = bisect_left(self._positions, position)
+        return self._offsets[i] if i < len(self._offsets) else None
+
     def truncate_to(self, offset: int) -> None:
         """Drop entries for offsets >= `offset`."""
         self.truncate_entries(bisect_left(self._offsets, offset))
@@ -159,6 +171,7 @@ class OffsetIndex(_Index):
         self._offsets, self._positions = offsets, positions
         self._last_offset = last_off
         self._flushed = len(offsets)
+        self._stale = False
 
 
 class TimeIndex(_Index):
@@ -232,3 +245,4 @@ class TimeIndex(_Index):
         self._timestamps, self._offsets = timestamps, offsets
         self.last_timestamp, self._last_offset = self.last_entry
         self._flushed = len(timestamps)
+        self._stale = False

@@ -33,6 +33,7 @@ from ..records.batch import (
     decode_batch,
     read_header,
 )
+from ..records.control import NO_MARKER, end_txn_marker_batch, read_marker
 from ..records.errors import CorruptRecordError, RecordsError, TruncatedBatchError
 from ..records.validate import Rules, check_batch, inflate_limit
 from .config import LogConfig
@@ -48,6 +49,7 @@ from .producer_budget import ProducerIdBudget
 from .producer_state import (
     AppendOrigin,
     CorruptSnapshotError,
+    ProducerAppendPlan,
     ProducerBatch,
     ProducerStateManager,
     delete_snapshot_file,
@@ -66,6 +68,7 @@ from .segment import (
     FileRegion,
     LogSegment,
 )
+from .txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,7 @@ _MAX_TS = struct.Struct(">q")
 _CRC = struct.Struct(">I")
 _CLIENT = AppendOrigin.CLIENT
 _REPLICATION = AppendOrigin.REPLICATION
+_REPLAY_CHUNK = 4096  # batches replayed per plan when producer state is rebuilt from the log
 
 
 class LogAppendInfo(NamedTuple):
@@ -102,6 +106,9 @@ class LogAppendInfo(NamedTuple):
 class FetchDataInfo:
     fetch_offset: int
     regions: tuple[FileRegion, ...]
+    #: (producer id, first offset) of the aborted transactions overlapping the read, when
+    #: asked for (a read_committed fetch); None otherwise
+    aborted_transactions: list[tuple[int, int]] | None = None
 
     @property
     def size(self) -> int:
@@ -155,8 +162,8 @@ class Log:
         self._bases: list[int] = []
         self._producer_budget = producer_budget
         self.producer_state = ProducerStateManager(config.producer_id_expiration_ms, producer_budget)
-        self._load(had_clean_shutdown)
-        self._load_producer_state()
+        rebuild = self._load(had_clean_shutdown)
+        self._load_producer_state(rebuild)
         self.epoch_cache = LeaderEpochCache(directory)
         self.epoch_cache.truncate_from_end(self.log_end_offset)
         self.epoch_cache.truncate_from_start(self.log_start_offset)
@@ -188,13 +195,18 @@ class Log:
 
     # ------------------------------------------------------------ loading and recovery
 
-    def _load(self, had_clean_shutdown: bool) -> None:
+    def _load(self, had_clean_shutdown: bool) -> set[int]:
+        """Open, check and recover the segments; return the base offsets of those whose
+        aborted transactions must be rebuilt from the log (segments scanned again that hold
+        markers: without one a segment has no aborted transaction)."""
         names = os.listdir(self.directory)
+        rebuild: set[int] = set()
         for name in names:
             if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX):
                 os.unlink(os.path.join(self.directory, name))  # unfinished delete or clean
         for name in sorted(n for n in names if n.endswith(LOG_SUFFIX + SWAP_SUFFIX)):
-            self._complete_swap(int(name[:20]))
+            if self._complete_swap(int(name[:20])):
+                rebuild.add(int(name[:20]))
         for name in os.listdir(self.directory):
             if name.endswith(SWAP_SUFFIX):  # index files of a swap whose .log was renamed
                 os.unlink(os.path.join(self.directory, name))  # before a crash: rebuilt
@@ -213,6 +225,8 @@ class Log:
             if i < recover_from and seg.load_indexes():
                 continue
             truncated = seg.recover()
+            if seg.has_markers:
+                rebuild.add(seg.base_offset)
             if truncated:
                 log.warning("%s: truncated %d invalid bytes at the end of segment %d",
                             self.directory, truncated, seg.base_offset)
@@ -233,6 +247,8 @@ class Log:
                     log.warning("%s: active segment %d is damaged (%s); recovering it",
                                 self.directory, seg.base_offset, exc)
                     self.recovered_bytes_truncated += seg.recover()
+                    if seg.has_markers:
+                        rebuild.add(seg.base_offset)
         if segments[-1].next_offset < self.log_start_offset:
             # The crash lost records up to the log start offset (as Kafka: start over there).
             log.warning("%s: log end %d is below the log start offset %d; starting empty there",
@@ -244,10 +260,13 @@ class Log:
         self._set_segments(tuple(segments))
         self.log_start_offset = max(self.log_start_offset, segments[0].base_offset)
         self.recovery_point = min(max(self.recovery_point, self.log_start_offset), self.log_end_offset)
+        return {seg.base_offset for seg in segments if seg.base_offset in rebuild}
 
-    def _complete_swap(self, base: int) -> None:
+    def _complete_swap(self, base: int) -> bool:
         """Finish a cleaner swap interrupted by a crash: the .swap segment replaces the
-        segments whose offsets it covers."""
+        segments whose offsets it covers. True if it holds markers: its aborted transactions
+        are then rebuilt from the log (a crash may have come between the renames of its
+        files)."""
         swap = LogSegment.open(self.directory, base, self.config, suffix=SWAP_SUFFIX)
         swap.recover()
         end = swap.next_offset
@@ -257,15 +276,21 @@ class Log:
                 old.delete_files()
         swap.change_suffix("")
         swap.close()
+        return swap.has_markers
 
     # ------------------------------------------------------------ producer state
 
-    def _load_producer_state(self) -> None:
+    def _load_producer_state(self, rebuild: set[int] = frozenset()) -> None:
         """Newest valid snapshot in [log start, log end], then the batch headers after it.
 
         Snapshots outside that range describe offsets that are gone (deleted by retention,
         or truncated away by recovery) and are removed, as are corrupt ones. Without a
         usable snapshot the state is rebuilt from the log start offset.
+
+        The aborted transactions of the segments in `rebuild` (base offsets of segments just
+        recovered, their `.txnindex` emptied) are written again by the replay, which then
+        starts at a snapshot at or before the first of them: the same code as an append's
+        (`_apply_producer_plan`).
         """
         directory = self.directory
         remove_temporary_snapshot_files(directory)
@@ -280,7 +305,10 @@ class Log:
                 delete_snapshot_file(directory, offset)
         now = self.clock.milliseconds()
         replay_from = start
+        rebuild_from = min(rebuild) if rebuild else None
         for offset in reversed(candidates):
+            if rebuild_from is not None and offset > rebuild_from:
+                continue  # valid, but later than the transactions to rebuild
             try:
                 with open(os.path.join(directory, snapshot_file_name(offset)), "rb") as f:
                     self.producer_state.load_snapshot(f.read(), offset, now)
@@ -291,14 +319,39 @@ class Log:
             replay_from = offset
             break
         if replay_from < end:
-            self.producer_state.replay(self._producer_batches(replay_from), now)
+            batches: list[ProducerBatch] = []
+            for batch in self._producer_batches(replay_from):
+                batches.append(batch)
+                if len(batches) >= _REPLAY_CHUNK:
+                    self._replay(batches, now, rebuild)
+                    batches = []
+            if batches:
+                self._replay(batches, now, rebuild)
             self.take_producer_snapshot()
         log.debug("%s: producer state of %d producers, from offset %d", directory,
                   len(self.producer_state), replay_from)
 
+    def _replay(self, batches: list[ProducerBatch], now: int, rebuild: set[int]) -> None:
+        state = self.producer_state
+        plan = state.prepare(batches, AppendOrigin.REPLICATION, now)
+        self._apply_producer_plan(plan, rebuild)
+
+    def _apply_producer_plan(self, plan: ProducerAppendPlan, only: set[int] | None = None) -> None:
+        """Store a plan of batches now in the log, and note the transactions it aborted in
+        the `.txnindex` of the segments holding their markers (with `only`, of those
+        segments only: a replay writes the entries of segments being rebuilt)."""
+        self.producer_state.apply(plan)
+        for txn in plan.completed:
+            if txn.aborted:
+                seg = self._segments[self._segment_index_for(txn.last_offset)]
+                if only is None or seg.base_offset in only:
+                    seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset,
+                                                    txn.last_offset, txn.last_stable_offset))
+
     def _producer_batches(self, start: int):
         """ProducerBatch of every batch with a producer id from `start` to the log end,
-        from batch headers only. A damaged segment is skipped (reads of it answer errors)."""
+        from batch headers only, and the record of each control batch (its marker). A
+        damaged segment is skipped (reads of it answer errors)."""
         segments = self._segments
         for i, seg in enumerate(segments):
             if i + 1 < len(segments) and segments[i + 1].base_offset <= start:
@@ -322,7 +375,11 @@ class Log:
                         if magic != MAGIC_V2 or length < MIN_BATCH_LENGTH:
                             raise CorruptRecordError(f"invalid batch header at position {pos}")
                         if pid >= 0 and base + delta >= start:
-                            yield ProducerBatch(pid, pepoch, bseq, base, base + delta, max_ts, attrs)
+                            ctype, cepoch = NO_MARKER, -1
+                            if attrs & CONTROL_BIT:
+                                ctype, cepoch = _marker_of(os.pread(fd, length + LOG_OVERHEAD, pos))
+                            yield ProducerBatch(pid, pepoch, bseq, base, base + delta, max_ts,
+                                                attrs, ctype, cepoch)
                         pos += length + LOG_OVERHEAD
                 finally:
                     seg.file.unpin_soon()  # run by the collector if the generator is dropped
@@ -528,8 +585,11 @@ class Log:
             if batch_max_ts > max_ts:
                 max_ts, offset_of_max_ts = batch_max_ts, last
             if pid >= 0:
-                producer_batches.append(
-                    _new_tuple(ProducerBatch, (pid, pepoch, bseq, base, last, batch_max_ts, attrs)))
+                ctype, cepoch = NO_MARKER, -1
+                if attrs & CONTROL_BIT:
+                    ctype, cepoch = _marker_of(view[pos:stop])
+                producer_batches.append(_new_tuple(ProducerBatch, (
+                    pid, pepoch, bseq, base, last, batch_max_ts, attrs, ctype, cepoch)))
             entries.append((pos, base, last, batch_max_ts, size))  # a BatchEntry, built cheaply
             next_offset = last + 1
             pos = stop
@@ -555,13 +615,63 @@ class Log:
             segment = self.roll(now)
         segment.append(pieces, entries, end)
         if plan is not None:
-            self.producer_state.apply(plan)
+            self._apply_producer_plan(plan)
         count = next_offset - first_offset
         self.unflushed_messages += count
         if self.unflushed_messages >= config.flush_messages:
             self.flush()
         return _new_tuple(LogAppendInfo, (first_offset, next_offset - 1, max_ts, offset_of_max_ts,
                                           now if append_time else -1, count, end, False))
+
+    def append_as_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                         committed: bool, *, leader_epoch: int | None = None) -> LogAppendInfo:
+        """Append a transaction marker (COMMIT or ABORT, Kafka's EndTransactionMarker) for a
+        producer, as its transaction coordinator asked (WriteTxnMarkers): it ends the
+        producer's open transaction here, if it has one, and an ABORT notes the transaction in
+        the segment's `.txnindex`. Its epochs are checked as Kafka checks a coordinator's
+        append: InvalidProducerEpochError, TransactionCoordinatorFencedError."""
+        batch = end_txn_marker_batch(producer_id, producer_epoch, coordinator_epoch, committed,
+                                     self._now_ms())
+        return self.append(batch, leader_epoch=leader_epoch, origin=AppendOrigin.COORDINATOR)
+
+    # ------------------------------------------------------------ transactions
+
+    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
+        """The first offset of the earliest transaction still open or whose marker is at or
+        past `high_watermark`, not below the log start; None if there is none."""
+        state = self.producer_state
+        if not state.ongoing and not state.unreplicated:
+            return None
+        first = state.first_unstable_offset(high_watermark)
+        return None if first is None else max(first, self.log_start_offset)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """Kafka's LSO: the high watermark, or the first unstable offset if that is lower. A
+        read_committed consumer reads up to it."""
+        state = self.producer_state
+        if not state.ongoing and not state.unreplicated:
+            return high_watermark
+        first = self.first_unstable_offset(high_watermark)
+        return high_watermark if first is None or first >= high_watermark else first
+
+    def collect_aborted_transactions(self, start: int, upper_bound: int,
+                                     segment_index: int | None = None) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start, upper_bound), from the `.txnindex` of
+        the segment holding `start` (or the one at `segment_index`) and of the later segments
+        as far as needed (Kafka's collectAbortedTransactions)."""
+        segments = self._segments
+        i = self._segment_index_for(start) if segment_index is None else segment_index
+        out: list[AbortedTxn] = []
+        for seg in segments[i:]:
+            found, complete = seg.txn_index.collect(start, upper_bound)
+            out.extend(found)
+            if complete:
+                break
+        return out
+
+    def all_aborted_transactions(self) -> list[AbortedTxn]:
+        """Every entry of every segment's `.txnindex`, in order."""
+        return [txn for seg in self._segments for txn in seg.txn_index.entries]
 
     def roll(self, now: int | None = None, base_offset: int | None = None) -> LogSegment:
         """Start a new active segment at the log end offset, or at `base_offset` if that is
@@ -609,22 +719,24 @@ class Log:
     # ------------------------------------------------------------ read
 
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
-             min_one_message: bool = True) -> FetchDataInfo:
+             min_one_message: bool = True, aborted: bool = False) -> FetchDataInfo:
         """File regions holding batches from `offset`, up to `max_bytes` (see LogSegment.read).
 
-        `max_offset` (exclusive) bounds what is visible, e.g. the high watermark.
+        `max_offset` (exclusive) bounds what is visible, e.g. the high watermark, or the last
+        stable offset for read_committed, which also asks for the `aborted` transactions of
+        the range read (`FetchDataInfo.aborted_transactions`).
         Raises OffsetOutOfRangeError outside [log start, log end].
         """
         segments = self._segments  # snapshot: deletions and swaps do not disturb this read
         bases = self._bases
         end_offset = segments[-1].next_offset
         if offset == end_offset:
-            return FetchDataInfo(offset, ())
+            return FetchDataInfo(offset, (), [] if aborted else None)
         if offset < self.log_start_offset or offset > end_offset:
             raise OffsetOutOfRangeError(offset, self.log_start_offset, end_offset)
         limit = end_offset if max_offset is None else min(max_offset, end_offset)
         if offset >= limit:
-            return FetchDataInfo(offset, ())
+            return FetchDataInfo(offset, (), [] if aborted else None)
         i = max(bisect_right(bases, offset) - 1, 0)
         while i < len(segments):
             seg = segments[i]
@@ -635,9 +747,18 @@ class Log:
                     max_position = loc.position if loc is not None else seg.size
             region = seg.read(offset, max_bytes, max_position, min_one_message)
             if region is not None:
-                return FetchDataInfo(offset, (region,) if region.length else ())
+                regions = (region,) if region.length else ()
+                if not aborted:
+                    return FetchDataInfo(offset, regions)
+                # The end of what was read, from the offset index (Kafka's fetchUpperBoundOffset)
+                upper = seg.index.upper_bound_offset(region.position + region.length)
+                if upper is None:
+                    upper = segments[i + 1].base_offset if i + 1 < len(segments) else end_offset
+                txns = self.collect_aborted_transactions(offset, min(upper, limit), i)
+                return FetchDataInfo(offset, regions,
+                                     [(t.producer_id, t.first_offset) for t in txns])
             i += 1
-        return FetchDataInfo(offset, ())
+        return FetchDataInfo(offset, (), [] if aborted else None)
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """Kafka's ListOffsets lookup: (offset, timestamp) or None if no record is that new.
@@ -899,6 +1020,15 @@ class Log:
 
     def __repr__(self) -> str:
         return f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, end={self.log_end_offset})"
+
+
+def _marker_of(batch: bytes | memoryview) -> tuple[int, int]:
+    """(control type, coordinator epoch) of a control batch's marker; NO_MARKER if it holds
+    none. Raises CorruptRecordError."""
+    marker = read_marker(batch)
+    if marker is None:
+        return NO_MARKER, -1
+    return int(marker.control_type), marker.coordinator_epoch
 
 
 def _stamp_log_append_time(batch: bytearray, attributes: int, now: int, size: int) -> None:

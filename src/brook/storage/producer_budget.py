@@ -8,6 +8,9 @@ written longest ago is forgotten, exactly as if it had expired (`producer.id.exp
 that producer's next batch is taken at any sequence (KIP-360) and a retry of a batch
 written before the eviction is no longer recognised as a duplicate.
 
+An entry whose producer has a transaction open on the partition is never forgotten (it does
+not expire either): the bound may then be passed by as many such entries.
+
 So an entry written in the last `ACTIVE_PRODUCER_MS` is never forgotten to make room: its
 producer may still be retrying a batch (a producer retries for at most its
 `delivery.timeout.ms`, two minutes by default). A client's batch of a producer id new to a
@@ -85,13 +88,23 @@ class ProducerIdBudget:
             order[key] = now_ms
         over = len(order) - self.max_count
         if over > 0:
-            for _ in range(over):
-                (owner, pid), _ = order.popitem(last=False)
+            forgotten = 0
+            for _ in range(len(order)):
+                if len(order) <= self.max_count:
+                    break
+                (owner, pid), written = order.popitem(last=False)
+                if getattr(owner.producers.get(pid), "current_txn_first_offset", -1) >= 0:
+                    # A producer with a transaction open is never forgotten (nor expires): its
+                    # marker must find it, or the last stable offset would stay there.
+                    order[(owner, pid)] = written
+                    continue
                 owner.producers.pop(pid, None)
-            if self.evicted // 10_000 != (self.evicted + over) // 10_000 or not self.evicted:
+                forgotten += 1
+            if self.evicted // 10_000 != (self.evicted + forgotten) // 10_000 or not self.evicted:
                 log.warning("producer.id.max.count=%d reached: forgot the state of %d idle "
-                            "producer id(s) (%d in all)", self.max_count, over, self.evicted + over)
-            self.evicted += over
+                            "producer id(s) (%d in all)", self.max_count, forgotten,
+                            self.evicted + forgotten)
+            self.evicted += forgotten
 
     def forget(self, manager: ProducerTable, producer_ids: Iterable[int]) -> None:
         """`manager` dropped these entries itself (expiry, a snapshot replacing its state)."""

@@ -1,4 +1,4 @@
-"""Idempotent producer state of one partition log, with Kafka's semantics.
+"""Idempotent and transactional producer state of one partition log, with Kafka's semantics.
 
 For every producer id that wrote to the partition the state keeps its epoch, the metadata
 of its last five batches (sequence range, offset range, max timestamp) and the timestamp of
@@ -14,10 +14,33 @@ is checked against that state before it is written:
   2^31-1 to 0), else `OutOfOrderSequenceError`; an unknown producer (never seen, expired,
   or its data deleted) may start anywhere, as Kafka allows since KIP-360.
 
+Transactions (KIP-98), as Kafka's ProducerAppendInfo keeps them:
+
+* a producer's transactional batch (the transactional bit) when it has no open transaction
+  on the partition starts one there: its first offset is the transaction's
+  (`current_txn_first_offset`); Kafka 3.9 first asks the transaction coordinator whether the
+  transaction is open (KIP-890's verification), which brook has no coordinator to ask yet
+  (docs/transactions.md);
+* a non-transactional batch of a producer with an open transaction is refused
+  (`InvalidTxnStateError`, INVALID_TXN_STATE);
+* a marker (a control batch holding an EndTransactionMarker: COMMIT or ABORT) ends the open
+  transaction, if there is one: the plan names it (`CompletedTxn`) with the last stable
+  offset once it ended (the first offset of the earliest transaction of another producer
+  still open, or the marker's offset + 1), which the log writes to the aborted-transaction
+  index for an ABORT. A marker's producer epoch is checked as a batch's, and its
+  coordinator epoch must not be older than the last the producer's markers carried
+  (`TransactionCoordinatorFencedError`). An empty control batch (the cleaner emptied it)
+  changes nothing.
+
+The transactions still open are kept in order of their first offsets (`ongoing`); those
+ended by a marker the high watermark has not passed yet stay unstable
+(`unreplicated`, pruned by `first_unstable_offset(high_watermark)`): the last stable offset
+is the high watermark or, if lower, the first offset of the earliest of either.
+
 The core is sans-I/O and follows "handlers return, replay mutates": `prepare` reads the
-state and returns the updated entries (or the duplicate) without changing anything;
-`apply` is the only code that changes it, for live appends and for `replay` of batch
-headers read back from the log at load time alike.
+state and returns the updated entries (or the duplicate), the transactions begun and ended,
+without changing anything; `apply` is the only code that changes it, for live appends and for
+`replay` of batch headers (and markers) read back from the log at load time alike.
 
 Snapshots let a restart skip most of that replay. A snapshot is a file
 `<20-digit offset>.snapshot` in the log directory (Kafka's name) holding the state of every
@@ -47,8 +70,15 @@ from typing import Iterable, Mapping, NamedTuple
 
 from ..records.crc import crc32c
 
-from ..records.batch import CONTROL_BIT, NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP
-from .errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from ..records.batch import (CONTROL_BIT, NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP,
+                             TRANSACTIONAL_BIT)
+from ..records.control import ABORT, COMMIT, NO_MARKER
+from .errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from .producer_budget import ProducerIdBudget
 
 log = logging.getLogger(__name__)
@@ -70,7 +100,9 @@ class AppendOrigin(enum.Enum):
 
 
 class ProducerBatch(NamedTuple):
-    """The header fields of one batch that producer state needs (offsets as assigned)."""
+    """The header fields of one batch that producer state needs (offsets as assigned), and
+    for a control batch the marker its record holds (NO_MARKER: none, or not a control
+    batch)."""
 
     producer_id: int
     producer_epoch: int
@@ -79,6 +111,8 @@ class ProducerBatch(NamedTuple):
     last_offset: int
     max_timestamp: int
     attributes: int = 0
+    control_type: int = NO_MARKER  # records.control: ABORT or COMMIT
+    coordinator_epoch: int = -1
 
     @property
     def last_sequence(self) -> int:
@@ -89,6 +123,21 @@ class ProducerBatch(NamedTuple):
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction a marker ended (Kafka's CompletedTxn), with the last stable offset once
+    it had ended (what the aborted-transaction index keeps)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    aborted: bool
+    last_stable_offset: int
 
 
 class BatchMetadata(NamedTuple):
@@ -109,9 +158,8 @@ class ProducerStateEntry:
     producer_epoch: int = NO_PRODUCER_EPOCH
     batches: tuple[BatchMetadata, ...] = ()  # oldest first, at most NUM_BATCHES_TO_RETAIN
     last_timestamp: int = NO_TIMESTAMP
-    # Room for transactions, which brook does not have yet: kept and snapshotted as is.
-    coordinator_epoch: int = -1
-    current_txn_first_offset: int = -1
+    coordinator_epoch: int = -1  # of the last marker
+    current_txn_first_offset: int = -1  # of the open transaction; -1: none
 
     @property
     def last_seq(self) -> int:
@@ -133,32 +181,35 @@ class ProducerStateEntry:
                 return meta
         return None
 
-    def with_batch(self, batch: ProducerBatch) -> "ProducerStateEntry":
-        """This entry after `batch` (a new epoch forgets the old epoch's batches)."""
+    def with_batch(self, batch: ProducerBatch, txn_first_offset: int) -> "ProducerStateEntry":
+        """This entry after a data batch, within the transaction begun at `txn_first_offset`
+        (-1: none) (a new epoch forgets the old epoch's batches)."""
         kept = self.batches if batch.producer_epoch == self.producer_epoch else ()
         meta = BatchMetadata(batch.base_sequence, batch.last_sequence, batch.first_offset,
                              batch.last_offset, batch.max_timestamp)
         return ProducerStateEntry(self.producer_id, batch.producer_epoch,
                                   (kept + (meta,))[-NUM_BATCHES_TO_RETAIN:], batch.max_timestamp,
-                                  self.coordinator_epoch, self.current_txn_first_offset)
+                                  self.coordinator_epoch, txn_first_offset)
 
     def with_marker(self, batch: ProducerBatch) -> "ProducerStateEntry":
-        """This entry after a control batch (a transaction marker): it carries the epoch and
-        a timestamp but no sequence. (The marker's coordinator epoch is inside its record,
-        which the header path does not read; it is left unchanged.)"""
+        """This entry after a marker: its epoch (a new one forgets the old epoch's batches)
+        and coordinator epoch, no open transaction."""
         kept = self.batches if batch.producer_epoch == self.producer_epoch else ()
         return ProducerStateEntry(self.producer_id, batch.producer_epoch, kept, batch.max_timestamp,
-                                  self.coordinator_epoch, -1)
+                                  batch.coordinator_epoch, -1)
 
 
 @dataclass(frozen=True, slots=True)
 class ProducerAppendPlan:
-    """What `prepare` decided: the entries to store once the batches are written, or the
+    """What `prepare` decided: the entries to store once the batches are written, the
+    transactions they begin ((first offset, producer id), in log order) and end, or the
     already-written batch that the append duplicates (then nothing is to be written)."""
 
     updates: Mapping[int, ProducerStateEntry] = field(default_factory=dict)
     duplicate: BatchMetadata | None = None
     now_ms: int = 0  # when the batches were appended (the budget's age of the entries)
+    started: tuple[tuple[int, int], ...] = ()
+    completed: tuple[CompletedTxn, ...] = ()
 
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -166,14 +217,20 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
 
 
 class ProducerStateManager:
-    """The producer state of one partition log (Kafka's ProducerStateManager, without
-    transactions). Sans-I/O: snapshots are bytes, files are the log's business."""
+    """The producer state of one partition log (Kafka's ProducerStateManager). Sans-I/O:
+    snapshots are bytes, files are the log's business."""
 
     def __init__(self, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
                  budget: "ProducerIdBudget | None" = None) -> None:
         self.producers: dict[int, ProducerStateEntry] = {}
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.budget = budget  # the broker-wide bound (producer.id.max.count), if any
+        #: open transactions, first offset -> producer id, in offset order (a transaction
+        #: begins at the log end, after every open one)
+        self.ongoing: dict[int, int] = {}
+        #: transactions ended by a marker the high watermark may not have passed yet,
+        #: (first offset, marker offset)
+        self.unreplicated: list[tuple[int, int]] = []
 
     def __len__(self) -> int:
         return len(self.producers)
@@ -190,12 +247,15 @@ class ProducerStateManager:
         Each batch is checked against the state including the earlier batches of the same
         call. Duplicates are looked for among batches already written, and, as in Kafka,
         one duplicate makes the whole append a duplicate. Batches without a producer id
-        are skipped. Raises InvalidProducerEpochError or OutOfOrderSequenceError, and for a
-        client's producer id new here ProducerIdBudgetFullError while the broker's bound is
-        reached by active producers.
+        are skipped. Raises InvalidProducerEpochError, OutOfOrderSequenceError,
+        InvalidTxnStateError or TransactionCoordinatorFencedError (not for REPLICATION, which
+        takes what its leader wrote), and for a client's producer id new here
+        ProducerIdBudgetFullError while the broker's bound is reached by active producers.
         """
         producers = self.producers
         updates: dict[int, ProducerStateEntry] = {}
+        started: list[tuple[int, int]] = []
+        completed: list[CompletedTxn] = []
         client = origin is AppendOrigin.CLIENT
         check_epoch = origin is not AppendOrigin.REPLICATION
         for batch in batches:
@@ -203,40 +263,105 @@ class ProducerStateManager:
             if pid < 0:
                 continue
             current = producers.get(pid)
-            if client and current is not None and not batch.is_control:
+            control = batch.attributes & CONTROL_BIT
+            if client and current is not None and not control:
                 dup = current.find_duplicate(batch.producer_epoch, batch.base_sequence, batch.last_sequence)
                 if dup is not None:
                     return ProducerAppendPlan({}, dup)
             entry = updates.get(pid)
             if entry is None:
                 entry = current if current is not None else ProducerStateEntry(pid)
-            if check_epoch and batch.producer_epoch < entry.producer_epoch:
-                raise InvalidProducerEpochError(
-                    f"producer {pid} at offset {batch.first_offset}: epoch {batch.producer_epoch} "
-                    f"is older than the current epoch {entry.producer_epoch}")
-            if batch.is_control:
+            if control:
+                marker = batch.control_type
+                if marker != ABORT and marker != COMMIT:
+                    continue  # emptied by the cleaner (or no marker): nothing to apply
+                if check_epoch:
+                    _check_epoch(entry, batch)
+                    if batch.coordinator_epoch < entry.coordinator_epoch:
+                        raise TransactionCoordinatorFencedError(
+                            f"producer {pid} at offset {batch.first_offset}: marker of "
+                            f"coordinator epoch {batch.coordinator_epoch}, older than "
+                            f"{entry.coordinator_epoch}")
+                first = entry.current_txn_first_offset
+                if first >= 0:  # a marker with no transaction open changes no offset
+                    completed.append(CompletedTxn(
+                        pid, first, batch.first_offset, marker == ABORT,
+                        self._next_open_txn(pid, started, completed, batch.first_offset + 1)))
                 updates[pid] = entry.with_marker(batch)
                 continue
+            if check_epoch:
+                _check_epoch(entry, batch)
             if client:
                 _check_sequence(entry, batch)
-            updates[pid] = entry.with_batch(batch)
+            first = entry.current_txn_first_offset
+            if batch.attributes & TRANSACTIONAL_BIT:
+                if first < 0:  # begins a transaction
+                    first = batch.first_offset
+                    started.append((first, pid))
+            elif first >= 0 and check_epoch:
+                raise InvalidTxnStateError(
+                    f"producer {pid} at offset {batch.first_offset}: a non-transactional batch "
+                    f"while its transaction from offset {first} is open")
+            updates[pid] = entry.with_batch(batch, first)
         if client and self.budget is not None:
             new = sum(1 for pid in updates if pid not in producers)
             if new:
                 self.budget.admit(new, now_ms)
-        return ProducerAppendPlan(updates, now_ms=now_ms)
+        return ProducerAppendPlan(updates, now_ms=now_ms, started=tuple(started),
+                                  completed=tuple(completed))
+
+    def _next_open_txn(self, pid: int, started: list[tuple[int, int]],
+                       completed: list[CompletedTxn], otherwise: int) -> int:
+        """The first offset of the earliest transaction of another producer still open at
+        this point of a plan, else `otherwise` (Kafka's lastStableOffset(completedTxn))."""
+        ended = {t.first_offset for t in completed}
+        for first, owner in self.ongoing.items():
+            if owner != pid and first not in ended:
+                return first
+        for first, owner in started:
+            if owner != pid and first not in ended:
+                return first
+        return otherwise
 
     def apply(self, plan: ProducerAppendPlan) -> None:
         """Store what `prepare` returned, once the batches are in the log. The only code
         that changes producer state, live or on replay."""
         if plan.duplicate is None:
             self.producers.update(plan.updates)
+            if plan.started or plan.completed:
+                ongoing = self.ongoing
+                for first, pid in plan.started:
+                    ongoing[first] = pid  # after every open one: the order holds
+                for txn in plan.completed:
+                    ongoing.pop(txn.first_offset, None)
+                    self.unreplicated.append((txn.first_offset, txn.last_offset))
             if self.budget is not None:
                 self.budget.touched(self, plan.updates, plan.now_ms)
 
-    def replay(self, batches: Iterable[ProducerBatch], now_ms: int = 0) -> None:
-        """Rebuild state from batch headers read back from the log (nothing is checked)."""
-        self.apply(self.prepare(batches, AppendOrigin.REPLICATION, now_ms))
+    def replay(self, batches: Iterable[ProducerBatch], now_ms: int = 0) -> ProducerAppendPlan:
+        """Rebuild state from batch headers read back from the log (nothing is checked);
+        returns the plan applied."""
+        plan = self.prepare(batches, AppendOrigin.REPLICATION, now_ms)
+        self.apply(plan)
+        return plan
+
+    # ------------------------------------------------------------ transactions
+
+    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
+        """The first offset of the earliest transaction that is open, or ended by a marker at
+        or past `high_watermark` (those below it are forgotten here); None if there is none."""
+        unreplicated = self.unreplicated
+        if unreplicated and high_watermark is not None:
+            unreplicated = self.unreplicated = [t for t in unreplicated if t[1] >= high_watermark]
+        first = next(iter(self.ongoing), None)
+        for txn_first, _ in unreplicated:
+            if first is None or txn_first < first:
+                first = txn_first
+        return first
+
+    def first_undecided_offset(self) -> int | None:
+        """The first offset of the earliest open transaction (markers not looked at)."""
+        return next(iter(self.ongoing), None)
 
     # ------------------------------------------------------------ expiry
 
@@ -259,10 +384,18 @@ class ProducerStateManager:
         cleaner keeps those batches so the state can be rebuilt from the log)."""
         return {pid: e.last_data_offset for pid, e in self.producers.items() if e.batches}
 
+    def last_marker_epochs(self) -> dict[int, int]:
+        """producer id -> epoch, for every producer whose last record is a marker of a newer
+        epoch than its batches' (the cleaner keeps that marker: it holds the epoch)."""
+        return {pid: e.producer_epoch for pid, e in self.producers.items()
+                if not e.batches and e.producer_epoch >= 0}
+
     def clear(self) -> None:
         if self.budget is not None:
             self.budget.forget(self, self.producers)
         self.producers.clear()
+        self.ongoing.clear()
+        self.unreplicated.clear()
 
     # ------------------------------------------------------------ snapshots
 
@@ -276,8 +409,18 @@ class ProducerStateManager:
         entries = decode_snapshot(data, offset)
         self.clear()
         self.producers = {e.producer_id: e for e in entries if not self.is_expired(e, now_ms)}
+        open_txns = sorted((e.current_txn_first_offset, e.producer_id)
+                           for e in self.producers.values() if e.current_txn_first_offset >= 0)
+        self.ongoing = dict(open_txns)
         if self.budget is not None:
             self.budget.touched(self, list(self.producers), now_ms)
+
+
+def _check_epoch(entry: ProducerStateEntry, batch: ProducerBatch) -> None:
+    if batch.producer_epoch < entry.producer_epoch:
+        raise InvalidProducerEpochError(
+            f"producer {batch.producer_id} at offset {batch.first_offset}: epoch "
+            f"{batch.producer_epoch} is older than the current epoch {entry.producer_epoch}")
 
 
 def _check_sequence(entry: ProducerStateEntry, batch: ProducerBatch) -> None:

@@ -1,4 +1,5 @@
-"""One segment of a partition log: a .log file of v2 batches plus its two sparse indexes.
+"""One segment of a partition log: a .log file of v2 batches plus its two sparse indexes and
+its index of aborted transactions (`.txnindex`, storage.txn_index).
 
 The `.log` file is opened with O_APPEND when it is first used, through the process's cache
 of descriptors (`storage.fd_cache`), which may close it again when it has not been used for
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 from ..records.batch import (
+    CONTROL_BIT,
     HEADER_SIZE,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
@@ -31,6 +33,7 @@ from .errors import KafkaStorageError
 from .fd_cache import SEGMENT_FILES, CachedFile
 from .index import CorruptIndexError, OffsetIndex, TimeIndex
 from .reserve import BUDGET_IN_USE, ahead, allocated_past_end, release, reserve
+from .txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -122,6 +125,7 @@ class LogSegment:
         self.suffix = suffix
         self.index = OffsetIndex(self._path(INDEX_SUFFIX), base_offset, config.segment_index_bytes)
         self.time_index = TimeIndex(self._path(TIME_INDEX_SUFFIX), base_offset, config.segment_index_bytes)
+        self.txn_index = TransactionIndex(self._path(TXN_INDEX_SUFFIX), base_offset)
         self.bytes_since_last_index = 0
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = -1
@@ -129,6 +133,9 @@ class LogSegment:
         self.next_offset = base_offset  # exact for the active segment
         self.index_full = False  # set when an index reaches segment.index.bytes
         self.closed = False
+        #: set by recover(): whether the segment holds control batches (transaction markers,
+        #: from which the log rebuilds its `.txnindex`)
+        self.has_markers = False
         self.reserved_to = size  # disk blocks are reserved up to here (storage.reserve)
         self._reserved_chunk = 0  # bytes of the last reservation, counted in the budget
 
@@ -190,10 +197,13 @@ class LogSegment:
             self.file.unpin()
 
     def load_indexes(self) -> bool:
-        """Load both indexes from disk; False if either is missing or not sane (rebuild it)."""
+        """Load the indexes from disk; False if the offset or time index is missing, or any
+        is not sane (then recover the segment: the log rebuilds its aborted transactions). A
+        missing `.txnindex` is an empty one, as in Kafka."""
         try:
             self.index.load(self.size)
             self.time_index.load(INT32_MAX + self.base_offset)
+            self.txn_index.load()
         except (OSError, CorruptIndexError):
             self.index.reset()
             self.time_index.reset()
@@ -204,9 +214,12 @@ class LogSegment:
         return True
 
     def change_suffix(self, suffix: str) -> None:
-        """Rename all three files (used for .deleted, .cleaned and .swap)."""
+        """Rename all the files (used for .deleted, .cleaned and .swap). The `.txnindex` goes
+        before the offset index: a load that finds the offset index of a segment renamed after a
+        crash found its aborted transactions too (a missing `.txnindex` is an empty one)."""
         self.suffix = suffix
         self.file.rename(self.log_path)
+        self.txn_index.rename(self._path(TXN_INDEX_SUFFIX))
         self.index.rename(self._path(INDEX_SUFFIX))
         self.time_index.rename(self._path(TIME_INDEX_SUFFIX))
 
@@ -375,6 +388,7 @@ class LogSegment:
                 self.file.unpin()
             self.index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
         except OSError as exc:
             raise KafkaStorageError(f"flush of {self.log_path} failed: {exc}") from exc
 
@@ -393,6 +407,7 @@ class LogSegment:
         self._forget_reservation()
         self.index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.index_full = self.index.is_full or self.time_index.is_full
         self.next_offset = loc.base_offset
         self.bytes_since_last_index = 0
@@ -511,16 +526,20 @@ class LogSegment:
 
     def recover(self) -> int:
         """Rebuild the indexes by scanning every batch; truncate at the first invalid one.
+        The aborted transactions are emptied: their rebuild needs the producer state before
+        the segment, which is the log's (Log._load_producer_state).
 
         Returns the number of bytes truncated (0 when the whole file is valid).
         """
         self.index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
         self.max_timestamp_so_far = self.offset_of_max_timestamp = -1
         self.rolling_base_ms = None
         self.bytes_since_last_index = 0
         self.index_full = False
         self.next_offset = self.base_offset
+        self.has_markers = False
         fd = self.file.pin()
         try:
             return self._recover(fd)
@@ -542,6 +561,8 @@ class LogSegment:
                         if h.last_offset - self.base_offset > INT32_MAX:
                             break  # not a relative offset (the CRC does not cover the base offset)
                         entries.append(BatchEntry(pos, h.base_offset, h.last_offset, h.max_timestamp, h.size))
+                        if h.attributes & CONTROL_BIT:
+                            self.has_markers = True
                         self.next_offset = h.last_offset + 1
                         valid = pos + h.size
                 except RecordsError:
@@ -607,11 +628,11 @@ class LogSegment:
             self._forget_reservation()  # its budget: the blocks go with the file or at recovery
 
     def delete_files(self) -> None:
-        """Close and unlink all three files (after any delay the caller wanted). A descriptor
+        """Close and unlink all the files (after any delay the caller wanted). A descriptor
         pinned meanwhile (a region being sent, the cleaner reading) is closed at its last
         unpin, and reads the unlinked file until then."""
         self.close_without_index()
-        for path in (self.log_path, self.index.path, self.time_index.path):
+        for path in (self.log_path, self.index.path, self.time_index.path, self.txn_index.path):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -9,7 +9,14 @@ its long-poll is woken by any of them, not only those it names) and is answered 
 partitions that changed.
 
 Fetch v0-v3 come from consumers that cannot read v2 batches: what the read found is
-down-converted before the answer (`fetch_conversion`).
+down-converted before the answer (`fetch_conversion`), without the control batches
+(transaction markers), which they do not know.
+
+Transactions (KIP-98): every answer carries the partition's last stable offset (v4+). A
+consumer's isolation_level (v4+; before, read_uncommitted) decides what it reads: up to the
+high watermark, or with read_committed up to the last stable offset, with the aborted
+transactions of the range read (from the segments' `.txnindex`), so that it drops their
+records. Both read file regions for `sendfile` alike. A follower reads up to the log end.
 """
 
 from __future__ import annotations
@@ -76,7 +83,11 @@ def _read(broker, topics, max_bytes: int, read_committed: bool, replica_id: int 
                 if replica_id >= 0:
                     partition.on_follower_fetch(replica_id, fp.fetch_offset, now)
                 hw = partition.high_watermark
-                pr.high_watermark = pr.last_stable_offset = hw
+                log_ = partition.log
+                state = log_.producer_state  # the LSO costs nothing without transactions
+                lso = log_.last_stable_offset(hw) if state.ongoing or state.unreplicated else hw
+                pr.high_watermark = hw
+                pr.last_stable_offset = lso
                 pr.log_start_offset = partition.log_start_offset
                 try:
                     limit = min(fp.partition_max_bytes, remaining)
@@ -85,12 +96,19 @@ def _read(broker, topics, max_bytes: int, read_committed: bool, replica_id: int 
                         # data, a first batch larger than the limit is left out rather than
                         # sent cut short (as Kafka does from Fetch v3: a client given only part
                         # of one batch cannot make progress and fails).
-                        info = partition.log.read(fp.fetch_offset, limit,
-                                                  max_offset=hw if replica_id < 0 else None,
-                                                  min_one_message=True)
+                        if replica_id >= 0:
+                            info = log_.read(fp.fetch_offset, limit, min_one_message=True)
+                        elif read_committed:
+                            info = log_.read(fp.fetch_offset, limit, max_offset=lso,
+                                             min_one_message=True, aborted=True)
+                        else:
+                            info = log_.read(fp.fetch_offset, limit, max_offset=hw,
+                                             min_one_message=True)
                         size = info.size
                         if info.regions and (first or size <= limit):
                             pr.records = info.regions
+                            if read_committed and replica_id < 0:
+                                pr.aborted_transactions = info.aborted_transactions
                             total += size
                             remaining -= size
                             first = False

@@ -1,6 +1,10 @@
 """ListOffsets: earliest (-2), latest (-1), max timestamp (-3) or the first offset at or
 after a timestamp, per partition (v1+, KIP-79); v0's own meaning (up to ``max_num_offsets``
-segment base offsets before a time, as Kafka 3.9 still answers it) in ``_legacy_offsets``."""
+segment base offsets before a time, as Kafka 3.9 still answers it) in ``_legacy_offsets``.
+
+A consumer sees the log up to its last fetchable offset, as Kafka answers it: the high
+watermark, or with isolation_level read_committed (v2+) the last stable offset. Latest is that
+offset, and a timestamp (or the max timestamp) found at or past it is not found (offset -1)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ API_KEY = 2
 
 
 CONSUMER_REPLICA_ID = -1
+READ_COMMITTED = 1
 
 #: The first version (1+) that knows each special timestamp, as Kafka 3.9 has it: max
 #: timestamp came with v7 (KIP-734), earliest local (-4) with v8, latest tiered (-5) with v9.
@@ -49,6 +54,7 @@ async def handle(broker, request, connection):
     # A consumer's latest is the high watermark; a replica's (or a debugging tool's, replica
     # id -2) the log end, as Kafka answers them.
     from_consumer = body.replica_id == CONSUMER_REPLICA_ID
+    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     topics = []
     for t in body.topics:
         parts = []
@@ -68,14 +74,19 @@ async def handle(broker, request, connection):
             if partition is not None and code == ErrorCode.none:
                 epoch = partition.leader_epoch
                 try:
+                    if not from_consumer:
+                        fetchable = partition.log_end_offset
+                    elif read_committed:
+                        fetchable = partition.last_stable_offset
+                    else:
+                        fetchable = partition.high_watermark
                     if p.timestamp == LATEST_TIMESTAMP:
-                        offset = (partition.high_watermark if from_consumer  # also the LSO here
-                                  else partition.log_end_offset)
+                        offset = fetchable
                     elif p.timestamp == EARLIEST_TIMESTAMP:
                         offset = partition.log_start_offset
                     else:
                         found = partition.log.fetch_offset_by_timestamp(p.timestamp)
-                        if found is not None:
+                        if found is not None and found[0] < fetchable:
                             offset, ts = found
                             offset = max(offset, partition.log_start_offset)
                 except Exception as exc:

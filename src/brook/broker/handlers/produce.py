@@ -8,6 +8,13 @@ carry legacy message sets (magic 0 from v0-v1 clients, magic 1 from v2 ones): th
 and up-converted into one v2 batch (`brook.records.legacy.produced_to_v2`) before the log sees
 them, and counted as conversions in the metrics, as Kafka counts them.
 
+Transactional batches (KIP-98) need the request's transactional id, which the principal may
+Write: else every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is
+written, as Kafka refuses the request first (a flag of each partition's batch header is all
+it reads). The producer's first transactional batch on a partition begins its transaction
+there (storage.producer_state); brook has no transaction coordinator yet to verify that
+the transaction is open (docs/transactions.md).
+
 Records are checked as Kafka's LogValidator checks them (`brook.records.validate`, from
 `Log.append`); when only some records of a batch break a rule, the answer names them in
 `record_errors` (KIP-467, v8+). A compressed batch is inflated for that in a worker thread
@@ -25,7 +32,8 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.log_text import loggable
 from ...protocol.messages import make, response_class, response_module
-from ...records.batch import ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
+from ...records.batch import (ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
+                              TRANSACTIONAL_BIT)
 from ...records.compression import CODEC_MASK, Codec
 from ...records.legacy import produced_to_v2
 from ..auth import authz
@@ -55,7 +63,7 @@ async def handle(broker, request, connection):
     version = request.api_version
     mod = response_module(API_KEY, version)
     acks = body.acks
-    transactional = getattr(body, "transactional_id", None) is not None  # v3+
+    refused = _transactions_refused(broker, connection, body)
     any_error = False
     topics = []
     appended = []  # the logs written, when they must be on disk before the answer
@@ -68,14 +76,16 @@ async def handle(broker, request, connection):
     checked = broker.authorizer is not None
     for td in body.topic_data:
         name = td.name
-        if checked and not transactional and not authz.allowed(broker, connection, authz.Op.WRITE,
-                                                               authz.TOPIC, name):
-            # Topic Write, checked before anything that could tell whether the topic exists
-            # (a transactional produce is refused as a whole below, as Kafka refuses it first)
+        if refused or (checked and not authz.allowed(broker, connection, authz.Op.WRITE,
+                                                     authz.TOPIC, name)):
+            # Transactional records without the transactional id's Write refuse the request
+            # as a whole; then Topic Write, checked before anything that could tell whether
+            # the topic exists.
             any_error = True
+            code = ErrorCode.transactional_id_authorization_failed if refused \
+                else ErrorCode.topic_authorization_failed
             topics.append(make(mod.TopicProduceResponse, name=name, partition_responses=tuple(
-                make(mod.PartitionProduceResponse, index=pd.index,
-                     error_code=ErrorCode.topic_authorization_failed, base_offset=-1,
+                make(mod.PartitionProduceResponse, index=pd.index, error_code=code, base_offset=-1,
                      log_append_time=None, log_start_offset=-1, record_errors=(), error_message=None)
                 for pd in td.partition_data)))
             continue
@@ -103,8 +113,6 @@ async def handle(broker, request, connection):
                 code = ErrorCode.unknown_topic_or_partition
             elif replicas is not None and (code := _leader_refusal(broker, replicas, partition, acks)):
                 pass
-            elif transactional:
-                code = ErrorCode.transactional_id_authorization_failed  # no transactions yet
             elif pd.records is None:
                 code = ErrorCode.invalid_record
             elif (refusal := refuse_records(pd.records, version)) is not None:
@@ -162,6 +170,30 @@ async def handle(broker, request, connection):
         written = broker.group_commit.durable(lg for _, _, lg in appended)
         return Deferred(written, lambda done: _durable_answer(done, version, topics, appended, throttle))
     return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle)
+
+
+def _transactions_refused(broker, connection, body) -> bool:
+    """Kafka's first check of a Produce: a transactional batch needs the request's
+    transactional id, and Write on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole
+    request). The first batch's attributes of each partition are all that is read."""
+    transactional_id = getattr(body, "transactional_id", None)  # v3+
+    if transactional_id is not None and broker.authorizer is None:
+        return False
+    transactional = False
+    for td in body.topic_data:
+        for pd in td.partition_data:
+            records = pd.records
+            if records is not None and len(records) > _CODEC_BYTE \
+                    and records[MAGIC_OFFSET] == MAGIC_V2 \
+                    and records[_CODEC_BYTE] & TRANSACTIONAL_BIT:
+                transactional = True
+                break
+        if transactional:
+            break
+    if not transactional:
+        return False
+    return transactional_id is None or not authz.allowed(broker, connection, authz.Op.WRITE,
+                                                         authz.TRANSACTIONAL_ID, transactional_id)
 
 
 def _record_errors(mod, errors) -> tuple:
