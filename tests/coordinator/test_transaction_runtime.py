@@ -78,7 +78,7 @@ class Markers:
 def coordinator(log, markers, clock=None, partitions=3):
     rt = CoordinatorRuntime(partitions, log, clock or FakeClock(), None,
                             topic=TRANSACTION_STATE_TOPIC, partitioner=partition_for)
-    sender = MarkerSender(rt, markers, retry_backoff_ms=1)
+    sender = MarkerSender(rt, markers, retry_backoff_ms=1, max_backoff_ms=4)
     rt._new_shard = lambda: TransactionShard(markers=sender.send)
     return rt, sender
 

@@ -7,8 +7,10 @@ each partition's leader (``brook.broker.txn_markers``); an in-process one can wr
 partitions directly.
 
 ``MarkerSender`` runs one task per transaction whose markers are owed (a ``MarkerJob`` from the
-shard): it asks the writer for the partitions not yet done, again after ``retry_backoff_ms``
-for those that failed with a retriable error, until all are done; then it runs the shard's
+shard): it asks the writer for the partitions not yet done, again for those that failed with a
+retriable error after ``retry_backoff_ms``, doubled at each failed round up to
+``max_backoff_ms`` (a leader that cannot be reached is not asked ten times a second), until all
+are done; then it runs the shard's
 ``complete`` through the runtime (CompleteCommit or CompleteAbort written). It stops, leaving
 the transaction in its Prepare state for the next coordinator, when its ``__transaction_state``
 partition is no longer coordinated here at the epoch the job was given at, or when a partition
@@ -60,10 +62,12 @@ class MarkerSender:
     through ``runtime`` (a ``CoordinatorRuntime`` of ``TransactionShard``s)."""
 
     def __init__(self, runtime, writer: MarkerWriter, retry_backoff_ms: int = 100,
-                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
+                 partition_exists: Callable[[str, int], bool] | None = None,
+                 max_backoff_ms: int = 5_000) -> None:
         self.runtime = runtime
         self.writer = writer
         self.retry_backoff_ms = retry_backoff_ms
+        self.max_backoff_ms = max(max_backoff_ms, retry_backoff_ms)
         self.partition_exists = partition_exists
         self.tasks: dict[tuple, asyncio.Task] = {}
 
@@ -88,6 +92,7 @@ class MarkerSender:
     async def _run(self, job: MarkerJob, partition: int, epoch: int) -> None:
         todo = set(job.partitions)
         what = "COMMIT" if job.commit else "ABORT"
+        backoff = self.retry_backoff_ms
         while todo:
             if not self._coordinating(partition, epoch):
                 return
@@ -111,7 +116,8 @@ class MarkerSender:
                              "taken over", what, job.transactional_id, *tp, code.name)
                     return
             if todo:
-                await asyncio.sleep(self.retry_backoff_ms / 1000)
+                await asyncio.sleep(backoff / 1000)
+                backoff = min(backoff * 2, self.max_backoff_ms)
         if not self._coordinating(partition, epoch):
             return
         try:

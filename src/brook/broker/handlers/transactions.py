@@ -1,0 +1,206 @@
+"""Transaction APIs: InitProducerId with a transactional id, AddPartitionsToTxn (v0-v3, and
+v4's batched form between brokers), AddOffsetsToTxn and EndTxn. Each checks the ACLs
+(TransactionalId Write; topics' Write; the group's Read), runs the transaction coordinator's
+shard (``brook.coordinator.transaction.shard``) through its runtime
+(``broker.txn_coordinator``), and answers with Kafka's error codes for the request's version
+(PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to clients older than KIP-588)."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ...coordinator.common.runtime import CoordinatorError, CoordinatorNotAvailable
+from ...coordinator.group.partitioner import OFFSETS_TOPIC
+from ...coordinator.transaction.shard import NEED_PRODUCER_ID, InitProducerIdAnswer
+from ...protocol.messages import make, response_class, response_module
+from ..auth import authz
+from .api import Api
+from .common import NO_THROTTLE, ms
+
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+
+E = ErrorCode
+
+
+def _fenced_for(code: ErrorCode, version: int, first: int) -> ErrorCode:
+    """PRODUCER_FENCED as a client of ``version`` knows it (from ``first`` on)."""
+    if code == E.producer_fenced and version < first:
+        return E.invalid_producer_epoch
+    return code
+
+
+def _runtime(broker):
+    if broker.txn_coordinator is None or not broker.ensure_transaction_topic():
+        raise CoordinatorNotAvailable("the transaction state topic is not available")
+    return broker.txn_coordinator
+
+
+def _may_write(broker, connection, tid: str) -> bool:
+    return authz.allowed(broker, connection, authz.Op.WRITE, authz.TRANSACTIONAL_ID, tid)
+
+
+async def _run(broker, tid: str, op):
+    """The shard's answer, or the CoordinatorError's code."""
+    try:
+        return await _runtime(broker).run(tid, op)
+    except CoordinatorError as exc:
+        return exc.code
+
+
+# --- InitProducerId -----------------------------------------------------------------------------
+
+
+async def init_producer_id(broker, request, connection):
+    """InitProducerId with a transactional id (called by ``producer_ids.handle``)."""
+    body, version = request.body, request.api_version
+    cls = response_class(22, version)
+
+    def answer(code, pid=-1, epoch=-1):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=_fenced_for(code, version, 4),
+                    producer_id=pid, producer_epoch=epoch)
+
+    tid = body.transactional_id
+    if not _may_write(broker, connection, tid):
+        return answer(E.transactional_id_authorization_failed)
+    timeout = ms(body.transaction_timeout)
+    expected_pid = getattr(body, "producer_id", -1)
+    expected_epoch = getattr(body, "producer_epoch", -1)
+
+    def op(new_pid):
+        return lambda shard, now: shard.init_producer_id(
+            tid, timeout, now, expected_producer_id=expected_pid, expected_epoch=expected_epoch,
+            new_producer_id=new_pid)
+
+    result = await _run(broker, tid, op(None))
+    if result is NEED_PRODUCER_ID:
+        try:
+            pid = await broker.new_producer_id()
+        except Exception:  # ZooKeeper unreachable: the client tries again
+            return answer(E.coordinator_not_available)
+        result = await _run(broker, tid, op(pid))
+        if result is NEED_PRODUCER_ID:  # (cannot happen: the id was given)
+            return answer(E.unknown_server_error)
+    if isinstance(result, InitProducerIdAnswer):
+        return answer(result.error, result.producer_id, result.producer_epoch)
+    return answer(result)
+
+
+# --- AddPartitionsToTxn -----------------------------------------------------------------------
+
+
+async def _add_partitions(broker, connection, tid, pid, epoch, topics, version):
+    """{(topic, partition): error} for one transaction's partitions."""
+    wanted = [(t.name, p) for t in topics for p in t.partitions]
+    if not _may_write(broker, connection, tid):
+        return {tp: E.transactional_id_authorization_failed for tp in wanted}
+    errors = {}
+    names = {t for t, _ in wanted}
+    writable = authz.allowed_names(broker, connection, authz.Op.WRITE, authz.TOPIC, names) \
+        if broker.authorizer is not None else names
+    for t, p in wanted:
+        if t not in writable:
+            errors[(t, p)] = E.topic_authorization_failed
+        elif not 0 <= p < _partitions_of(broker, t):
+            errors[(t, p)] = E.unknown_topic_or_partition
+    if errors:
+        return {tp: errors.get(tp, E.operation_not_attempted) for tp in wanted}
+    code = await _run(broker, tid, lambda shard, now: shard.add_partitions(
+        tid, pid, epoch, wanted, now))
+    return {tp: _fenced_for(code, version, 2) for tp in wanted}
+
+
+def _partitions_of(broker, topic: str) -> int:
+    if broker.replicas is not None:
+        cache = broker.replicas.cache
+        return len(cache.topics.get(topic, ()))
+    return broker.partition_count(topic)
+
+
+def _topic_results(mod, results: dict):
+    by_topic: dict[str, list] = {}
+    for (t, p), code in results.items():
+        by_topic.setdefault(t, []).append(make(mod.AddPartitionsToTxnPartitionResult,
+                                               partition_index=p, partition_error_code=code))
+    return tuple(make(mod.AddPartitionsToTxnTopicResult, name=t, results_by_partition=tuple(rs))
+                 for t, rs in by_topic.items())
+
+
+async def handle_add_partitions(broker, request, connection):
+    body, version = request.body, request.api_version
+    cls = response_class(ADD_PARTITIONS_TO_TXN, version)
+    mod = response_module(ADD_PARTITIONS_TO_TXN, version)
+    if version < 4:
+        results = await _add_partitions(
+            broker, connection, body.v3_and_below_transactional_id,
+            body.v3_and_below_producer_id, body.v3_and_below_producer_epoch,
+            body.v3_and_below_topics, version)
+        return make(cls, throttle_time=NO_THROTTLE,
+                    results_by_topic_v3_and_below=_topic_results(mod, results))
+    # v4: batched, from brokers only (KIP-890)
+    if not authz.cluster_allowed(broker, connection, authz.Op.CLUSTER_ACTION):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=E.cluster_authorization_failed,
+                    results_by_transaction=())
+    out = []
+    for txn in body.transactions:
+        if txn.verify_only:
+            wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+            code = await _run(broker, txn.transactional_id, lambda shard, now, txn=txn, w=wanted:
+                              shard.verify_partitions(txn.transactional_id, txn.producer_id,
+                                                      txn.producer_epoch, w))
+            results = {tp: code for tp in wanted}
+        else:
+            results = await _add_partitions(broker, connection, txn.transactional_id,
+                                             txn.producer_id, txn.producer_epoch, txn.topics,
+                                             version)
+        out.append(make(mod.AddPartitionsToTxnResult, transactional_id=txn.transactional_id,
+                        topic_results=_topic_results(mod, results)))
+    return make(cls, throttle_time=NO_THROTTLE, error_code=E.none,
+                results_by_transaction=tuple(out))
+
+
+# --- AddOffsetsToTxn ----------------------------------------------------------------------------
+
+
+async def handle_add_offsets(broker, request, connection):
+    body, version = request.body, request.api_version
+    cls = response_class(ADD_OFFSETS_TO_TXN, version)
+
+    def answer(code):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=_fenced_for(code, version, 2))
+
+    tid, group = body.transactional_id, body.group_id
+    if not _may_write(broker, connection, tid):
+        return answer(E.transactional_id_authorization_failed)
+    if not authz.allowed(broker, connection, authz.Op.READ, authz.GROUP, group):
+        return answer(E.group_authorization_failed)
+    if broker.coordinator is None or not broker.ensure_offsets_topic():
+        return answer(E.coordinator_not_available)
+    offsets = (OFFSETS_TOPIC, broker.coordinator.partition_for(group))
+    return answer(await _run(broker, tid, lambda shard, now: shard.add_partitions(
+        tid, body.producer_id, body.producer_epoch, [offsets], now)))
+
+
+# --- EndTxn -------------------------------------------------------------------------------------
+
+
+async def handle_end_txn(broker, request, connection):
+    body, version = request.body, request.api_version
+    cls = response_class(END_TXN, version)
+
+    def answer(code):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=_fenced_for(code, version, 2))
+
+    tid = body.transactional_id
+    if not _may_write(broker, connection, tid):
+        return answer(E.transactional_id_authorization_failed)
+    return answer(await _run(broker, tid, lambda shard, now: shard.end_txn(
+        tid, body.producer_id, body.producer_epoch, bool(body.committed), now)))
+
+
+APIS = [
+    Api(ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 4, handle_add_partitions),
+    Api(ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4, handle_add_offsets),
+    Api(END_TXN, "EndTxn", 0, 4, handle_end_txn),
+]
