@@ -5,6 +5,8 @@ end once the partitions write markers (the partition side of issue 29)."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from tests.support.broker_harness import confluent_config
@@ -122,3 +124,115 @@ def test_commit_and_abort_end_to_end(broker):
     finally:
         c.close()
     assert seen == [f"committed-{i}" for i in range(10)] + ["last"]
+
+
+# --- the coordinator over the wire, and across a restart ------------------------------------
+
+
+def _wire_init(w, tid, timeout_s=60, **kw):
+    from datetime import timedelta
+
+    from tests.support.wire_build import request
+
+    return w.request(request(22, 4, transactional_id=tid, transaction_timeout=timedelta(seconds=timeout_s),
+                             producer_id=kw.get("producer_id", -1),
+                             producer_epoch=kw.get("producer_epoch", -1)))
+
+
+def _wire_add(w, tid, pid, epoch, topic, version=3):
+    from tests.support.wire_build import request
+
+    r = w.request(request(24, version, v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                          v3_and_below_producer_epoch=epoch,
+                          v3_and_below_topics=[{"name": topic, "partitions": [0]}]))
+    return {p.partition_error_code for t in r.results_by_topic_v3_and_below
+            for p in t.results_by_partition}
+
+
+def _wire_end(w, tid, pid, epoch, commit=True, version=3):
+    from tests.support.wire_build import request
+
+    return w.request(request(26, version, transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                             committed=commit)).error_code
+
+
+def _coordinator_ready(w, tid):
+    import time
+
+    from kio.schema.errors import ErrorCode as E
+
+    from tests.support.wire_build import request
+
+    for _ in range(100):
+        r = w.request(request(10, 4, key_type=1, coordinator_keys=[tid]))
+        if r.coordinators[0].error_code == E.none:
+            return r.coordinators[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no transaction coordinator: {r}")
+
+
+def test_error_codes_over_the_wire(broker):
+    from kio.schema.errors import ErrorCode as E
+
+    from tests.support.kafka_wire import WireClient
+    from tests.support.wire_requests import create_topic
+
+    with WireClient(broker.bootstrap) as w:
+        create_topic(w, "txn-wire", partitions=1)
+        _coordinator_ready(w, "txn-wire")
+        first = _wire_init(w, "txn-wire")
+        assert first.error_code == E.none and first.producer_epoch == 0
+        assert _wire_init(w, "txn-wire", timeout_s=3600).error_code == E.invalid_transaction_timeout
+        pid = first.producer_id
+        assert _wire_add(w, "txn-wire", pid, 0, "no-such-topic") == {E.unknown_topic_or_partition}
+        assert _wire_add(w, "txn-wire", pid + 1, 0, "txn-wire") == {E.invalid_producer_id_mapping}
+        second = _wire_init(w, "txn-wire")
+        assert (second.producer_id, second.producer_epoch) == (pid, 1)
+        # the first producer is fenced: PRODUCER_FENCED, INVALID_PRODUCER_EPOCH to old versions
+        assert _wire_add(w, "txn-wire", pid, 0, "txn-wire") == {E.producer_fenced}
+        assert _wire_add(w, "txn-wire", pid, 0, "txn-wire", version=1) == {E.invalid_producer_epoch}
+        assert _wire_end(w, "txn-wire", pid, 0, version=1) == E.invalid_producer_epoch
+        assert _wire_end(w, "txn-wire", pid, 1) == E.invalid_txn_state  # nothing to end
+        # KIP-360: the current producer bumps its own epoch
+        bumped = _wire_init(w, "txn-wire", producer_id=pid, producer_epoch=1)
+        assert (bumped.error_code, bumped.producer_epoch) == (E.none, 2)
+        assert _wire_init(w, "txn-wire", producer_id=pid, producer_epoch=0).error_code == E.producer_fenced
+
+
+def test_a_prepared_commit_is_loaded_again_after_a_restart(broker_factory):
+    """EndTxn is answered once PrepareCommit is written; until every marker is written the
+    producer's next transaction waits (CONCURRENT_TRANSACTIONS), and so it does after the
+    broker is killed and started again: its coordinator loads __transaction_state and owes the
+    markers again (once partitions write markers, it writes them and the next transaction
+    begins)."""
+    from kio.schema.errors import ErrorCode as E
+
+    from tests.support.kafka_wire import WireClient
+    from tests.support.wire_requests import create_topic
+
+    broker = broker_factory()
+    with WireClient(broker.bootstrap) as w:
+        create_topic(w, "txn-restart", partitions=1)
+        _coordinator_ready(w, "txn-restart")
+        init = _wire_init(w, "txn-restart")
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert _wire_add(w, "txn-restart", pid, epoch, "txn-restart") == {E.none}
+        assert _wire_end(w, "txn-restart", pid, epoch) == E.none
+        markers = _markers_written(broker.bootstrap)
+        if not markers:
+            assert _wire_add(w, "txn-restart", pid, epoch, "txn-restart") == {E.concurrent_transactions}
+    broker.restart(signal.SIGKILL)  # killed between PrepareCommit and CompleteCommit
+    with WireClient(broker.bootstrap) as w:
+        _coordinator_ready(w, "txn-restart")
+        if markers:  # the markers are written (now, or before the restart): a new transaction
+            import time
+            for _ in range(100):
+                codes = _wire_add(w, "txn-restart", pid, epoch, "txn-restart")
+                if codes != {E.concurrent_transactions}:
+                    break
+                time.sleep(0.1)
+            assert codes == {E.none}
+        else:
+            assert _wire_add(w, "txn-restart", pid, epoch, "txn-restart") == {E.concurrent_transactions}
+            assert _wire_end(w, "txn-restart", pid, epoch) == E.concurrent_transactions
+            assert _wire_init(w, "txn-restart").error_code == E.concurrent_transactions
