@@ -236,3 +236,21 @@ def test_a_prepared_commit_is_loaded_again_after_a_restart(broker_factory):
             assert _wire_add(w, "txn-restart", pid, epoch, "txn-restart") == {E.concurrent_transactions}
             assert _wire_end(w, "txn-restart", pid, epoch) == E.concurrent_transactions
             assert _wire_init(w, "txn-restart").error_code == E.concurrent_transactions
+
+
+def test_metadata_makes_the_transaction_topic_as_the_coordinator_does(broker_factory):
+    """A client asking for __transaction_state by name gets it made as the coordinator makes it
+    (transaction.state.log.num.partitions, compacted), never as a plain auto-created topic."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    broker = broker_factory({"transaction.state.log.num.partitions": 7})
+    admin = AdminClient(confluent_config(broker.bootstrap))
+    md = admin.list_topics("__transaction_state", timeout=10)
+    topic = md.topics["__transaction_state"]
+    if topic.error is not None or not topic.partitions:  # made on the first ask: ask again
+        md = admin.list_topics("__transaction_state", timeout=10)
+        topic = md.topics["__transaction_state"]
+    assert len(topic.partitions) == 7
+    resource = ConfigResource("topic", "__transaction_state")
+    configs = admin.describe_configs([resource])[resource].result(10)
+    assert configs["cleanup.policy"].value == "compact"
