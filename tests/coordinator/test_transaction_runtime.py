@@ -104,18 +104,28 @@ async def settle(sender, rounds=200):
         await asyncio.sleep(0.001)
 
 
+async def ended(markers, commit=True, wait=True):
+    """A running coordinator with transaction "t" of producer 42 on two partitions, ended
+    (commit or abort) and, with ``wait``, its marker tasks settled: (log, runtime, sender,
+    epoch)."""
+    log = MemoryLog()
+    rt, sender = coordinator(log, markers)
+    rt.start()
+    await rt.wait_loaded()
+    epoch = await begin(rt)
+    assert await rt.run("t", lambda s, now: s.end_txn("t", 42, epoch, commit, now)) == E.none
+    if wait:
+        await settle(sender)
+    return log, rt, sender, epoch
+
+
 def test_end_txn_then_markers_then_complete_commit():
     asyncio.run(_test_end_txn_then_markers_then_complete_commit())
 
 
 async def _test_end_txn_then_markers_then_complete_commit():
-    log, markers = MemoryLog(), Markers()
-    rt, sender = coordinator(log, markers)
-    rt.start()
-    await rt.wait_loaded()
-    epoch = await begin(rt)
-    assert await rt.run("t", lambda s, now: s.end_txn("t", 42, epoch, True, now)) == E.none
-    await settle(sender)
+    markers = Markers()
+    log, rt, sender, epoch = await ended(markers)
     [request] = markers.requests
     assert request.commit and request.partitions == {("a", 0), ("b", 1)}
     assert request.producer_id == 42 and request.coordinator_epoch == 0
@@ -131,14 +141,8 @@ def test_failed_partitions_are_tried_again_until_written():
 
 
 async def _test_failed_partitions_are_tried_again_until_written():
-    log = MemoryLog()
     markers = Markers({("b", 1): [E.not_leader_or_follower, E.request_timed_out]})
-    rt, sender = coordinator(log, markers)
-    rt.start()
-    await rt.wait_loaded()
-    epoch = await begin(rt)
-    await rt.run("t", lambda s, now: s.end_txn("t", 42, epoch, False, now))
-    await settle(sender)
+    log, rt, sender, epoch = await ended(markers, commit=False)
     assert [r.partitions for r in markers.requests] == [{("a", 0), ("b", 1)}, {("b", 1)},
                                                        {("b", 1)}]
     assert await state(rt) is S.COMPLETE_ABORT
@@ -150,14 +154,8 @@ def test_a_fenced_coordinator_stops_and_leaves_the_transaction_prepared():
 
 
 async def _test_a_fenced_coordinator_stops_and_leaves_the_transaction_prepared():
-    log = MemoryLog()
     markers = Markers({("a", 0): [E.transaction_coordinator_fenced]})
-    rt, sender = coordinator(log, markers)
-    rt.start()
-    await rt.wait_loaded()
-    epoch = await begin(rt)
-    await rt.run("t", lambda s, now: s.end_txn("t", 42, epoch, True, now))
-    await settle(sender)
+    log, rt, sender, epoch = await ended(markers)
     assert len(markers.requests) == 1
     assert await state(rt) is S.PREPARE_COMMIT
     await rt.stop()
@@ -168,13 +166,8 @@ def test_a_coordinator_killed_before_complete_commit_is_finished_by_its_successo
 
 
 async def _test_a_coordinator_killed_before_complete_commit_is_finished_by_its_successor():
-    log = MemoryLog()
     hung = Markers(hang=True)
-    first, first_sender = coordinator(log, hung)
-    first.start()
-    await first.wait_loaded()
-    epoch = await begin(first)
-    assert await first.run("t", lambda s, now: s.end_txn("t", 42, epoch, True, now)) == E.none
+    log, first, first_sender, epoch = await ended(hung, wait=False)
     await asyncio.sleep(0.01)
     assert len(hung.requests) == 1  # its markers are on their way when it dies
     await first_sender.stop()
@@ -200,13 +193,8 @@ def test_a_sender_whose_partition_was_unloaded_stops():
 
 
 async def _test_a_sender_whose_partition_was_unloaded_stops():
-    log = MemoryLog()
     markers = Markers({("a", 0): [E.not_leader_or_follower] * 1000})
-    rt, sender = coordinator(log, markers)
-    rt.start()
-    await rt.wait_loaded()
-    epoch = await begin(rt)
-    await rt.run("t", lambda s, now: s.end_txn("t", 42, epoch, True, now))
+    log, rt, sender, epoch = await ended(markers, wait=False)
     await asyncio.sleep(0.01)
     rt.unload(partition_for("t", 3))
     await settle(sender)

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.schema_bytes import compact_string, i16, i32, i64, string, uvarint
+
 from brook.coordinator.transaction.partitioner import TRANSACTION_STATE_TOPIC, partition_for
 from brook.coordinator.transaction.schemas import (
     CorruptTransactionRecordError,
@@ -26,39 +28,6 @@ from brook.coordinator.transaction.schemas import (
 
 def i8(n):
     return struct.pack(">b", n)
-
-
-def i16(n):
-    return struct.pack(">h", n)
-
-
-def i32(n):
-    return struct.pack(">i", n)
-
-
-def i64(n):
-    return struct.pack(">q", n)
-
-
-def uvarint(n):
-    out = b""
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out += bytes([b | 0x80])
-        else:
-            return out + bytes([b])
-
-
-def string(s):
-    b = s.encode()
-    return i16(len(b)) + b
-
-
-def compact_string(s):
-    b = s.encode()
-    return uvarint(len(b) + 1) + b
 
 
 def value_bytes(version, v: TransactionLogValue) -> bytes:
