@@ -531,3 +531,29 @@ def test_real_clients_with_the_acls_kafka_documents(broker):
             err = m.error()
     c2.close()
     assert err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, err
+
+
+def test_transactions_are_described_and_listed_with_transactional_id_describe(broker):
+    from datetime import timedelta as td
+
+    with broker.wire("admin") as c:
+        init = c.request(request(22, 4, transactional_id="tx-listed", transaction_timeout=td(seconds=60),
+                                 producer_id=-1, producer_epoch=-1))
+        assert init.error_code == E.none
+
+    def listed(c):
+        r = c.request(request(66, 1, state_filters=[], producer_id_filters=[], duration_filter=-1))
+        return {t.transactional_id for t in r.transaction_states}
+
+    def described(c):  # the error code, read from the bytes (a refusal's start time is -1)
+        c.send(request(65, 0, transactional_ids=["tx-listed"]))
+        frame = c.recv_frame()
+        return int.from_bytes(frame[10:12], "big", signed=True)
+
+    with broker.wire("alice") as c:
+        assert "tx-listed" not in listed(c)
+        assert described(c) == E.transactional_id_authorization_failed
+    broker.grant(acl("TRANSACTIONAL_ID", "tx-listed", "DESCRIBE"))
+    with broker.wire("alice") as c:
+        assert "tx-listed" in listed(c)
+        assert described(c) == E.none

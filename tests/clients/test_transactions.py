@@ -254,3 +254,38 @@ def test_metadata_makes_the_transaction_topic_as_the_coordinator_does(broker_fac
     resource = ConfigResource("topic", "__transaction_state")
     configs = admin.describe_configs([resource])[resource].result(10)
     assert configs["cleanup.policy"].value == "compact"
+
+
+def test_describe_and_list_transactions(broker):
+    from kio.schema.errors import ErrorCode as E
+
+    from tests.support.kafka_wire import WireClient
+    from tests.support.wire_build import request
+    from tests.support.wire_requests import create_topic
+
+    with WireClient(broker.bootstrap) as w:
+        create_topic(w, "txn-listed", partitions=2)
+        _coordinator_ready(w, "txn-listed")
+        init = _wire_init(w, "txn-listed", timeout_s=45)
+        assert _wire_add(w, "txn-listed", init.producer_id, init.producer_epoch, "txn-listed") == {E.none}
+        [d] = w.request(request(65, 0, transactional_ids=["txn-listed"])).transaction_states
+        assert (d.error_code, d.transaction_state, d.producer_id, d.producer_epoch) == \
+            (E.none, "Ongoing", init.producer_id, init.producer_epoch)
+        assert d.transaction_timeout.total_seconds() == 45 and d.transaction_start_time is not None
+        assert [(t.topic, tuple(t.partitions)) for t in d.topics] == [("txn-listed", (0,))]
+        # an unknown id: its start time is -1, as Kafka writes it (which kio's reader refuses to
+        # read: the error code is read from the bytes, after the header's correlation id and
+        # tags, the throttle time and the array's length)
+        w.send(request(65, 0, transactional_ids=["txn-none"]))
+        frame = w.recv_frame()
+        assert frame[4] == 0 and frame[9] == 2
+        assert int.from_bytes(frame[10:12], "big", signed=True) == E.transactional_id_not_found
+        listed = w.request(request(66, 1, state_filters=["Ongoing", "Bogus"], producer_id_filters=[],
+                                   duration_filter=-1))
+        assert listed.error_code == E.none and tuple(listed.unknown_state_filters) == ("Bogus",)
+        assert ("txn-listed", init.producer_id, "Ongoing") in {
+            (t.transactional_id, t.producer_id, t.transaction_state) for t in listed.transaction_states}
+        assert all(t.transaction_state == "Ongoing" for t in listed.transaction_states)
+        long_running = w.request(request(66, 1, state_filters=[], producer_id_filters=[init.producer_id],
+                                         duration_filter=3_600_000))
+        assert not long_running.transaction_states

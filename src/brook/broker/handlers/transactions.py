@@ -1,5 +1,6 @@
 """Transaction APIs: InitProducerId with a transactional id, AddPartitionsToTxn (v0-v3, and
-v4's batched form between brokers), AddOffsetsToTxn and EndTxn. Each checks the ACLs
+v4's batched form between brokers), AddOffsetsToTxn, EndTxn, DescribeTransactions and
+ListTransactions (TransactionalId Describe; those it may not describe are left out). Each checks the ACLs
 (TransactionalId Write; topics' Write; the group's Read), runs the transaction coordinator's
 shard (``brook.coordinator.transaction.shard``) through its runtime
 (``broker.txn_coordinator``), and answers with Kafka's error codes for the request's version
@@ -7,10 +8,13 @@ shard (``brook.coordinator.transaction.shard``) through its runtime
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 from kio.schema.errors import ErrorCode
 
 from ...coordinator.common.runtime import CoordinatorError, CoordinatorNotAvailable
 from ...coordinator.group.partitioner import OFFSETS_TOPIC
+from ...coordinator.transaction.metadata import TransactionState
 from ...coordinator.transaction.shard import NEED_PRODUCER_ID, InitProducerIdAnswer
 from ...protocol.messages import make, response_class, response_module
 from ..auth import authz
@@ -199,8 +203,89 @@ async def handle_end_txn(broker, request, connection):
         tid, body.producer_id, body.producer_epoch, bool(body.committed), now)))
 
 
+# --- DescribeTransactions, ListTransactions -------------------------------------------------------
+
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
+_STATES = {s.display: s for s in TransactionState}
+
+
+#: The instant kio writes as -1 (Kafka's "none" of a timestamp that is not nullable in the schema).
+_NO_TIME = datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc)
+
+
+def _start_time(ms_: int) -> datetime:
+    return _NO_TIME if ms_ < 0 else datetime.fromtimestamp(ms_ / 1000, timezone.utc)
+
+
+async def handle_describe_transactions(broker, request, connection):
+    body, version = request.body, request.api_version
+    mod = response_module(DESCRIBE_TRANSACTIONS, version)
+    out = []
+    for tid in body.transactional_ids:
+        m = None
+        if not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.TRANSACTIONAL_ID, tid):
+            code = E.transactional_id_authorization_failed
+        else:
+            try:
+                m = await _runtime(broker).read(tid, lambda shard, now, tid=tid: shard.describe(tid))
+                code = E.none if m is not None and m.state is not TransactionState.DEAD \
+                    else E.transactional_id_not_found
+            except CoordinatorError as exc:
+                code = exc.code
+        if code != E.none:
+            out.append(make(mod.TransactionState, error_code=code, transactional_id=tid,
+                            transaction_state="", transaction_timeout=timedelta(0),
+                            transaction_start_time=_NO_TIME, producer_id=-1, producer_epoch=-1,
+                            topics=()))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for t, p in sorted(m.partitions):
+            by_topic.setdefault(t, []).append(p)
+        out.append(make(mod.TransactionState, error_code=E.none, transactional_id=tid,
+                        transaction_state=m.state.display,
+                        transaction_timeout=timedelta(milliseconds=m.timeout_ms),
+                        transaction_start_time=_start_time(m.start_ms),
+                        producer_id=m.producer_id, producer_epoch=m.producer_epoch,
+                        topics=tuple(make(mod.TopicData, topic=t, partitions=tuple(ps))
+                                     for t, ps in by_topic.items())))
+    return make(response_class(DESCRIBE_TRANSACTIONS, version), throttle_time=NO_THROTTLE,
+                transaction_states=tuple(out))
+
+
+async def handle_list_transactions(broker, request, connection):
+    body, version = request.body, request.api_version
+    mod = response_module(LIST_TRANSACTIONS, version)
+    cls = response_class(LIST_TRANSACTIONS, version)
+    unknown = tuple(s for s in body.state_filters if s not in _STATES)
+    states = frozenset(_STATES[s] for s in body.state_filters if s in _STATES)
+    if unknown and not states:  # only states that do not exist: nothing can match
+        return make(cls, throttle_time=NO_THROTTLE, error_code=E.none,
+                    unknown_state_filters=unknown, transaction_states=())
+    pids = frozenset(body.producer_id_filters)
+    duration = getattr(body, "duration_filter", -1)
+    runtime = broker.txn_coordinator
+    if runtime is None or runtime.loop is None:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=E.coordinator_not_available,
+                    unknown_state_filters=unknown, transaction_states=())
+    found, loading = await runtime.read_all(
+        lambda shard, now: shard.list_transactions(states, pids, duration, now))
+    listed = [m for ms_ in found for m in ms_]
+    allowed = authz.allowed_names(broker, connection, authz.Op.DESCRIBE, authz.TRANSACTIONAL_ID,
+                                  (m.transactional_id for m in listed), log_denied=False)
+    return make(cls, throttle_time=NO_THROTTLE,
+                error_code=E.coordinator_load_in_progress if loading else E.none,
+                unknown_state_filters=unknown, transaction_states=tuple(
+                    make(mod.TransactionState, transactional_id=m.transactional_id,
+                         producer_id=m.producer_id, transaction_state=m.state.display)
+                    for m in sorted(listed, key=lambda m: m.transactional_id)
+                    if m.transactional_id in allowed))
+
+
 APIS = [
     Api(ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 4, handle_add_partitions),
     Api(ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4, handle_add_offsets),
     Api(END_TXN, "EndTxn", 0, 4, handle_end_txn),
+    Api(DESCRIBE_TRANSACTIONS, "DescribeTransactions", 0, 0, handle_describe_transactions),
+    Api(LIST_TRANSACTIONS, "ListTransactions", 0, 1, handle_list_transactions),
 ]

@@ -376,6 +376,17 @@ class TransactionShard:
     def describe(self, tid: str) -> TransactionMetadata | None:
         return self.transactions.get(tid)
 
+    def list_transactions(self, states: frozenset[TransactionState], producer_ids: frozenset[int],
+                          min_duration_ms: int, now: int) -> list[TransactionMetadata]:
+        """ListTransactions: the ids in one of ``states`` (any when empty), of one of
+        ``producer_ids`` (any when empty), whose transaction has run ``min_duration_ms`` or
+        more (any when negative; KIP-994, as Kafka counts from the start timestamp)."""
+        return [m for m in self.transactions.values()
+                if m.state is not S.DEAD
+                and (not states or m.state in states)
+                and (not producer_ids or m.producer_id in producer_ids)
+                and (min_duration_ms < 0 or now - m.start_ms >= min_duration_ms)]
+
 
 class _Replayer:
     """The loader's ``BatchReplayer``: each record decoded with Kafka's schemas and replayed."""
