@@ -202,3 +202,35 @@ async def _test_a_sender_whose_partition_was_unloaded_stops():
     p = partition_for("t", 3)
     assert log.states(p)[-1] == ("t", S.PREPARE_COMMIT)
     await rt.stop()
+
+
+def test_a_partition_loaded_again_at_a_newer_epoch_sends_the_markers_again():
+    asyncio.run(_test_a_partition_loaded_again_at_a_newer_epoch_sends_the_markers_again())
+
+
+class HangsAtEpoch0(Markers):
+    """Answers nothing to the coordinator of epoch 0 (its requests hang)."""
+
+    async def write_markers(self, request):
+        self.requests.append(request)
+        if request.coordinator_epoch == 0:
+            await asyncio.Event().wait()
+        return {tp: E.none for tp in request.partitions}
+
+
+async def _test_a_partition_loaded_again_at_a_newer_epoch_sends_the_markers_again():
+    markers = HangsAtEpoch0()
+    log, rt, sender, epoch = await ended(markers, wait=False)
+    p = partition_for("t", 3)
+    await asyncio.sleep(0.001)
+    assert markers.requests  # the first job waits for its answer
+    rt.load(p, 1)  # leadership moved away and back meanwhile: the new epoch's job is another
+    await rt.wait_loaded()
+    for _ in range(200):
+        if await state(rt) is S.COMPLETE_COMMIT:
+            break
+        await asyncio.sleep(0.001)
+    assert {r.coordinator_epoch for r in markers.requests} == {0, 1}
+    assert await state(rt) is S.COMPLETE_COMMIT
+    await sender.stop()
+    await rt.stop()

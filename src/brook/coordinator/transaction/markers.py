@@ -74,16 +74,17 @@ class MarkerSender:
     def send(self, job: MarkerJob) -> None:
         """Called by a shard (from the runtime's worker): start the job's task, unless the same
         job runs already."""
-        key = (job.transactional_id, job.producer_id, job.producer_epoch, job.commit)
-        if key in self.tasks:
-            return
         partition = self.runtime.partition_for(job.transactional_id)
         ctx = self.runtime.contexts.get(partition)
         if ctx is None:
             return
+        # (a job of an earlier epoch of the partition may still be stopping: it is another job)
+        key = (job, ctx.epoch)
+        if key in self.tasks:
+            return
         task = asyncio.get_running_loop().create_task(self._run(job, partition, ctx.epoch))
         self.tasks[key] = task
-        task.add_done_callback(lambda _: self.tasks.pop(key, None))
+        task.add_done_callback(lambda t: self.tasks.pop(key) if self.tasks.get(key) is t else None)
 
     def _coordinating(self, partition: int, epoch: int) -> bool:
         ctx = self.runtime.contexts.get(partition)
@@ -127,8 +128,7 @@ class MarkerSender:
             log.warning("completing the transaction of %s failed: %s", job.transactional_id, exc)
             if self._coordinating(partition, epoch):  # the write failed: try again later
                 await asyncio.sleep(self.retry_backoff_ms / 1000)
-                key = (job.transactional_id, job.producer_id, job.producer_epoch, job.commit)
-                self.tasks.pop(key, None)
+                self.tasks.pop((job, epoch), None)
                 self.send(job)
 
     async def stop(self) -> None:
