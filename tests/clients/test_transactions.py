@@ -289,3 +289,35 @@ def test_describe_and_list_transactions(broker):
         long_running = w.request(request(66, 1, state_filters=[], producer_id_filters=[init.producer_id],
                                          duration_filter=3_600_000))
         assert not long_running.transaction_states
+
+
+def test_add_partitions_to_txn_v4_batches_transactions_and_verifies(broker):
+    """v4 (KIP-890, from brokers): several transactions in one request, and verify_only, which
+    adds nothing and says whether the partitions are in the transaction."""
+    from kio.schema.errors import ErrorCode as E
+
+    from tests.support.kafka_wire import WireClient
+    from tests.support.wire_build import request
+    from tests.support.wire_requests import create_topic
+
+    def v4(*transactions):
+        r = w.request(request(24, 4, transactions=[
+            {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+             "verify_only": verify, "topics": [{"name": "txn-v4", "partitions": [p]}]}
+            for tid, pid, epoch, verify, p in transactions]))
+        assert r.error_code == E.none
+        return {res.transactional_id: {pr.partition_error_code for t in res.topic_results
+                                       for pr in t.results_by_partition}
+                for res in r.results_by_transaction}
+
+    with WireClient(broker.bootstrap) as w:
+        create_topic(w, "txn-v4", partitions=2)
+        _coordinator_ready(w, "txn-v4-a")
+        a, b = _wire_init(w, "txn-v4-a"), _wire_init(w, "txn-v4-b")
+        assert v4(("txn-v4-a", a.producer_id, 0, True, 0)) == {"txn-v4-a": {E.invalid_txn_state}}
+        assert v4(("txn-v4-a", a.producer_id, 0, False, 0),
+                  ("txn-v4-b", b.producer_id, 0, False, 1)) == {"txn-v4-a": {E.none},
+                                                                "txn-v4-b": {E.none}}
+        assert v4(("txn-v4-a", a.producer_id, 0, True, 0),
+                  ("txn-v4-b", b.producer_id, 0, True, 0)) == {"txn-v4-a": {E.none},
+                                                               "txn-v4-b": {E.invalid_txn_state}}

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from bisect import bisect_right
 
+from .errors import KafkaStorageError
+
 FILE_NAME = "leader-epoch-checkpoint"
 VERSION = 0
 UNDEFINED_EPOCH = -1
@@ -88,14 +90,19 @@ class LeaderEpochCache:
 
 
 def write_checkpoint(path: str, entries: list[tuple[int, int]]) -> None:
-    """Write-then-rename with fsync, as Kafka's CheckpointFile does."""
+    """Write-then-rename with fsync, as Kafka's CheckpointFile does. A failure of the disk
+    (full, I/O error) is a KafkaStorageError, as a failed append is: the log dir goes
+    offline, whether a leader or a follower's fetcher was writing."""
     text = f"{VERSION}\n{len(entries)}\n" + "".join(f"{e} {o}\n" for e, o in entries)
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise KafkaStorageError(f"cannot write the leader-epoch checkpoint {path}: {exc}") from exc
 
 
 def read_checkpoint(path: str) -> list[tuple[int, int]]:

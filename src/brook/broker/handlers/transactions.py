@@ -45,10 +45,12 @@ def _may_write(broker, connection, tid: str) -> bool:
     return authz.allowed(broker, connection, authz.Op.WRITE, authz.TRANSACTIONAL_ID, tid)
 
 
-async def _run(broker, tid: str, op):
-    """The shard's answer, or the CoordinatorError's code."""
+async def _run(broker, tid: str, op, read: bool = False):
+    """The shard's answer to the operation ``op`` (with ``read``, to the read-only ``op``), or
+    the CoordinatorError's code."""
     try:
-        return await _runtime(broker).run(tid, op)
+        runtime = _runtime(broker)
+        return await (runtime.read(tid, op) if read else runtime.run(tid, op))
     except CoordinatorError as exc:
         return exc.code
 
@@ -152,7 +154,7 @@ async def handle_add_partitions(broker, request, connection):
             wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
             code = await _run(broker, txn.transactional_id, lambda shard, now, txn=txn, w=wanted:
                               shard.verify_partitions(txn.transactional_id, txn.producer_id,
-                                                      txn.producer_epoch, w))
+                                                      txn.producer_epoch, w), read=True)
             results = {tp: code for tp in wanted}
         else:
             results = await _add_partitions(broker, connection, txn.transactional_id,
