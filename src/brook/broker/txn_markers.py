@@ -2,6 +2,11 @@
 to each partition's leader on brook's inter-broker channel (``brook.cluster.channel``), the
 partitions grouped by leader, one request per leader at a time.
 
+Partitions this broker leads may be written in process instead: ``local`` (when given) is an
+async function ``local(request, partitions) -> {partition: error}`` that writes the markers of
+``request`` on those of this broker's partitions, the partition side's entry point; the others
+still go over the wire.
+
 In a cluster the leader is the metadata cache's and the address its endpoint on the
 inter-broker listener, with the cluster's inter-broker login. On a single node the leader is
 this broker, reached on its inter-broker listener (``inter.broker.listener.name``, else the
@@ -29,8 +34,9 @@ VERSION = 1
 
 
 class ChannelMarkerWriter:
-    def __init__(self, broker) -> None:
+    def __init__(self, broker, local=None) -> None:
         self.broker = broker
+        self.local = local
         self.channels: dict[int, BrokerChannel] = {}
 
     def _leader(self, topic: str, partition: int) -> tuple[int, tuple[str, int]] | None:
@@ -72,12 +78,24 @@ class ChannelMarkerWriter:
                 answers[tp] = ErrorCode.not_leader_or_follower
                 continue
             by_leader.setdefault(leader[0], (leader[1], []))[1].append(tp)
-        results = await asyncio.gather(*(
-            self._send(broker_id, address, request, tps)
-            for broker_id, (address, tps) in by_leader.items()))
+        sends = []
+        for broker_id, (address, tps) in by_leader.items():
+            if self.local is not None and broker_id == self.broker.broker_id:
+                sends.append(self._write_here(request, tps))
+            else:
+                sends.append(self._send(broker_id, address, request, tps))
+        results = await asyncio.gather(*sends)
         for r in results:
             answers.update(r)
         return answers
+
+    async def _write_here(self, request: MarkerRequest, tps: list[tuple[str, int]]):
+        failed = {tp: ErrorCode.not_leader_or_follower for tp in tps}
+        try:
+            return {**failed, **await self.local(request, tps)}
+        except Exception as exc:  # noqa: BLE001 - tried again by the sender
+            log.warning("writing markers here failed: %s", exc)
+            return failed
 
     async def _send(self, broker_id: int, address, request: MarkerRequest,
                     tps: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
