@@ -310,9 +310,10 @@ ops = st.one_of(
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(ops, max_size=60))
+@given(st.lists(ops, min_size=10, max_size=80))
 def test_random_operations_keep_kafkas_rules_and_replay_to_the_same_state(steps):
     h = Harness(TransactionConfig(max_timeout_ms=60_000, id_expiration_ms=20_000))
+    h.init(IDS[0])  # (one id known from the start: the others are made by the steps)
     epochs: dict[str, tuple[int, int]] = {}
     for kind, tid, arg in steps:
         before = dict(h.shard.transactions)
@@ -379,3 +380,80 @@ def test_random_operations_keep_kafkas_rules_and_replay_to_the_same_state(steps)
     assert {j.transactional_id for j in fresh.outbox} == {
         t for t, m in h.shard.transactions.items()
         if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)}
+
+
+class PendingHarness(Harness):
+    """Writes wait to be committed (as in a cluster): each is replayed with its end offset, and
+    then either committed, or rolled back with every later one, the old values written back."""
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        self.offset = 0
+        self.waiting: list[tuple[int, object]] = []  # (end, result)
+
+    def run(self, result):
+        if result.records:
+            self.written.append(list(result.records))
+            self.offset += len(result.records)
+            self.shard.replay_records(result.records, self.now, self.offset)
+            self.waiting.append((self.offset, result))
+        return result.response
+
+    def commit_all(self) -> None:
+        if self.waiting:
+            self.shard.committed(self.waiting[-1][0])
+            for _, result in self.waiting:
+                if result.on_success is not None:
+                    result.on_success(self.now)
+            self.waiting = []
+
+    def fail_from(self, i: int) -> None:
+        if i >= len(self.waiting):
+            return
+        restore = self.shard.roll_back(self.waiting[i][0])
+        self.waiting = self.waiting[:i]
+        if restore:
+            self.shard.replay_records(restore, self.now)
+            self.written.append(restore)
+            self.offset += len(restore)
+
+
+pending_ops = st.one_of(ops, st.tuples(st.just("commit"), st.just(None), st.just(None)),
+                        st.tuples(st.just("fail"), st.just(None), st.integers(0, 5)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(pending_ops, min_size=10, max_size=80))
+def test_writes_rolled_back_leave_the_state_their_log_says(steps):
+    """Whatever is rolled back, the state served is what the log, loaded again, gives."""
+    h = PendingHarness(TransactionConfig(max_timeout_ms=60_000, id_expiration_ms=20_000))
+    h.init(IDS[0])
+    h.commit_all()
+    committed: dict[str, TransactionMetadata] = dict(h.shard.transactions)
+    for kind, tid, arg in steps:
+        m = h.state(tid) if tid else None
+        if kind == "init":
+            h.init(tid, arg)
+        elif kind == "init360" and m is not None:
+            h.init(tid, 5_000, expected_producer_id=m.producer_id, expected_epoch=m.producer_epoch + arg)
+        elif kind == "add" and m is not None:
+            h.add(tid, m.producer_id, m.producer_epoch, *arg)
+        elif kind == "end" and m is not None:
+            h.end(tid, m.producer_id, m.producer_epoch, arg)
+        elif kind == "markers":
+            h.deliver_markers()
+        elif kind == "advance":
+            h.advance(arg)
+        elif kind == "commit":
+            h.commit_all()
+            committed = dict(h.shard.transactions)
+        elif kind == "fail":
+            h.fail_from(arg)
+            if not h.waiting:  # everything after the last commit undone: the committed state
+                assert set(h.shard.transactions) == set(committed)
+                for t, cm in committed.items():
+                    assert metadata_equal(h.shard.transactions[t], cm)
+    fresh = h.reloaded()
+    assert set(fresh.transactions) == set(h.shard.transactions)
+    for t, m in h.shard.transactions.items():
+        assert metadata_equal(fresh.transactions[t], m), t
