@@ -23,11 +23,11 @@ from ..coordinator.group.classic import GroupConfig
 from ..coordinator.group.offsets import OffsetsConfig
 from ..coordinator.group.partitioner import OFFSETS_TOPIC, partition_for
 from ..coordinator.group.shard import CoordinatorShard
-from .fetch_session import FetchSessionCache
-from .group_commit import GroupCommitter
 from ..coordinator.transaction.markers import MarkerSender
 from ..coordinator.transaction.partitioner import TRANSACTION_STATE_TOPIC
 from ..coordinator.transaction.shard import TransactionConfig, TransactionShard
+from .fetch_session import FetchSessionCache
+from .group_commit import GroupCommitter
 from .offsets_log import PartitionOffsetsLog, transaction_state_log
 from .txn_markers import ChannelMarkerWriter
 from .handlers import registry
@@ -188,10 +188,10 @@ class Broker:
                                         partition_exists=self._partition_exists)
 
     def _may_coordinate(self) -> bool:
-        """Whether this broker may answer group coordinator requests now: always on a single
-        node; in a cluster, while its ZooKeeper session is known to be alive (a broker that
-        was paused past it answers NOT_COORDINATOR until ZooKeeper answers it again, or until
-        it finds the session expired and gives up its leaderships)."""
+        """Whether this broker may answer coordinator requests (groups, transactions) now:
+        always on a single node; in a cluster, while its ZooKeeper session is known to be alive
+        (a broker that was paused past it answers NOT_COORDINATOR until ZooKeeper answers it
+        again, or until it finds the session expired and gives up its leaderships)."""
         return self.cluster is None or self.cluster.lease_holds()
 
     def _new_coordinator_shard(self) -> CoordinatorShard:

@@ -1,8 +1,8 @@
 """Transaction APIs: InitProducerId with a transactional id, AddPartitionsToTxn (v0-v3, and
 v4's batched form between brokers), AddOffsetsToTxn, EndTxn, DescribeTransactions and
-ListTransactions (TransactionalId Describe; those it may not describe are left out). Each checks the ACLs
-(TransactionalId Write; topics' Write; the group's Read), runs the transaction coordinator's
-shard (``brook.coordinator.transaction.shard``) through its runtime
+ListTransactions (TransactionalId Describe; those it may not describe are left out). Each
+checks the ACLs (TransactionalId Write; topics' Write; the group's Read), runs the transaction
+coordinator's shard (``brook.coordinator.transaction.shard``) through its runtime
 (``broker.txn_coordinator``), and answers with Kafka's error codes for the request's version
 (PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to clients older than KIP-588)."""
 
@@ -230,7 +230,8 @@ async def handle_describe_transactions(broker, request, connection):
             code = E.transactional_id_authorization_failed
         else:
             try:
-                m = await _runtime(broker).read(tid, lambda shard, now, tid=tid: shard.describe(tid))
+                m = await _runtime(broker).read(
+                    tid, lambda shard, now, tid=tid: shard.describe(tid))
                 code = E.none if m is not None and m.state is not TransactionState.DEAD \
                     else E.transactional_id_not_found
             except CoordinatorError as exc:

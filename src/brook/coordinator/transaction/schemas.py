@@ -104,7 +104,8 @@ def encode_key(key: TransactionLogKey) -> bytes:
     return _pack_h(KEY_VERSION) + _string(key.transactional_id, False)
 
 
-def encode_value(value: TransactionLogValue | None, version: int = VALUE_WRITE_VERSION) -> bytes | None:
+def encode_value(value: TransactionLogValue | None,
+                 version: int = VALUE_WRITE_VERSION) -> bytes | None:
     """The value's bytes (None for a tombstone), as ``version`` 0 or 1 (the default)."""
     if value is None:
         return None
@@ -115,7 +116,8 @@ def encode_value(value: TransactionLogValue | None, version: int = VALUE_WRITE_V
     flexible = version >= _FLEXIBLE
     v = value
     try:
-        out = [_pack_h(version), _pack_qhib(v.producer_id, v.producer_epoch, v.timeout_ms, v.status)]
+        out = [_pack_h(version),
+               _pack_qhib(v.producer_id, v.producer_epoch, v.timeout_ms, v.status)]
         if v.partitions is None:
             out.append(b"\x00" if flexible else _pack_i(-1))
         else:

@@ -210,8 +210,8 @@ class TransactionShard:
                          expected_epoch: int = NO_PRODUCER_EPOCH,
                          new_producer_id: int | None = None) -> CoordinatorResult:
         """InitProducerId with a transactional id; answers ``NEED_PRODUCER_ID`` (writing
-        nothing) when it needs a new producer id and ``new_producer_id`` is None. ``expected_*``: KIP-360's current
-        producer id and epoch (-1: none given)."""
+        nothing) when it needs a new producer id and ``new_producer_id`` is None.
+        ``expected_*``: KIP-360's current producer id and epoch (-1: none given)."""
         def fail(error):
             return CoordinatorResult(response=InitProducerIdAnswer(error))
 
@@ -271,7 +271,8 @@ class TransactionShard:
 
     # --- AddPartitionsToTxn, AddOffsetsToTxn ---------------------------------------------------
 
-    def _check_producer(self, tid: str, producer_id: int, epoch: int) -> ErrorCode | TransactionMetadata:
+    def _check_producer(self, tid: str, producer_id: int,
+                        epoch: int) -> ErrorCode | TransactionMetadata:
         m = self.transactions.get(tid)
         if m is None or m.producer_id != producer_id:
             return E.invalid_producer_id_mapping
