@@ -29,7 +29,7 @@ from ..coordinator.transaction.shard import TransactionConfig, TransactionShard
 from .fetch_session import FetchSessionCache
 from .group_commit import GroupCommitter
 from .offsets_log import PartitionOffsetsLog, transaction_state_log
-from .txn_markers import ChannelMarkerWriter
+from .marker_channel import ChannelMarkerWriter
 from .handlers import registry
 from .metadata import (
     INTERNAL_TOPICS,
@@ -91,7 +91,7 @@ class Broker:
         #: The transaction coordinator: the runtime of the __transaction_state shards, and what
         #: writes their transactions' markers.
         self.txn_coordinator: CoordinatorRuntime[TransactionShard] | None = None
-        self.txn_markers: MarkerSender | None = None
+        self.txn_marker_sender: MarkerSender | None = None
         self.metrics = None  # a brook.broker.metrics.BrokerMetrics when metrics.port is set
         self.dir_locks = LogDirLocks(config.log_dirs)
         #: The cluster on ZooKeeper (a brook.cluster.zk_cluster.ZkCluster) when zookeeper.connect
@@ -184,8 +184,8 @@ class Broker:
             tm.partitions if tm else self.config.transaction_state_log_num_partitions,
             transaction_state_log(self), self.timeout_clock, self._new_transaction_shard,
             topic=TRANSACTION_STATE_TOPIC, partitioner=partition_for, lease=self._may_coordinate)
-        self.txn_markers = MarkerSender(self.txn_coordinator, ChannelMarkerWriter(self),
-                                        partition_exists=self._partition_exists)
+        self.txn_marker_sender = MarkerSender(self.txn_coordinator, ChannelMarkerWriter(self),
+                                              partition_exists=self._partition_exists)
 
     def _may_coordinate(self) -> bool:
         """Whether this broker may answer coordinator requests (groups, transactions) now:
@@ -207,7 +207,7 @@ class Broker:
         c = self.config
         return TransactionShard(TransactionConfig(c.transaction_max_timeout_ms,
                                                   c.transactional_id_expiration_ms),
-                                markers=self.txn_markers.send)
+                                markers=self.txn_marker_sender.send)
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         """Whether a partition exists (a transaction's markers are owed to existing ones only)."""

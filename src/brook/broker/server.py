@@ -269,9 +269,9 @@ class BrokerServer:
         log.warning("Proceeding to do an unclean shutdown as all the controlled shutdown attempts failed")
 
     async def _stop_transactions(self) -> None:
-        await self.broker.txn_markers.stop()
+        await self.broker.txn_marker_sender.stop()
         await self.broker.txn_coordinator.stop()
-        self.broker.txn_markers.writer.close()
+        self.broker.txn_marker_sender.writer.close()
 
     def _use_bound_ports(self) -> None:
         """A listener on port 0 was given a port by the system: from now on the configuration

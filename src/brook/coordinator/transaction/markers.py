@@ -3,7 +3,7 @@
 The coordinator talks to the partitions through one narrow interface, ``MarkerWriter``: "write
 COMMIT (or ABORT) for this producer id and epoch on these partitions, with this coordinator
 epoch, and tell me how each partition did". The broker gives one that sends WriteTxnMarkers to
-each partition's leader (``brook.broker.txn_markers``); an in-process one can write to local
+each partition's leader (``brook.broker.marker_channel``); an in-process one can write to local
 partitions directly.
 
 ``MarkerSender`` runs one task per transaction whose markers are owed (a ``MarkerJob`` from the

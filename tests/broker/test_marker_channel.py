@@ -1,4 +1,4 @@
-"""The broker's MarkerWriter (brook.broker.txn_markers) without sockets: partitions grouped by
+"""The broker's MarkerWriter (brook.broker.marker_channel) without sockets: partitions grouped by
 leader, those of this broker written in process when the partition side gives its entry point,
 the others sent over the wire, a partition without a leader answered NOT_LEADER_OR_FOLLOWER."""
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode as E
 
-from brook.broker.txn_markers import ChannelMarkerWriter
+from brook.broker.marker_channel import ChannelMarkerWriter
 from brook.coordinator.transaction.markers import MarkerRequest
 
 
