@@ -26,6 +26,7 @@ G = "acl-group"  # has a committed offset of T, made by admin
 ZERO = uuid.UUID(int=0)
 SEC = timedelta(seconds=5)
 TAF, GAF, CAF = E.topic_authorization_failed, E.group_authorization_failed, E.cluster_authorization_failed
+TXAF = E.transactional_id_authorization_failed
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +116,13 @@ def _alter_configs(c, rtype, name, key, incremental=False):
     resource = {"resource_type": rtype, "resource_name": name, "configs": [config]}
     r = c.request(request(key, version, resources=[resource], validate_only=True))
     return _codes(r, "responses", "error_code")
+
+
+def _add_partitions(c, tid):
+    r = c.request(request(24, 3, v3_and_below_transactional_id=tid, v3_and_below_producer_id=1,
+                          v3_and_below_producer_epoch=0,
+                          v3_and_below_topics=[{"name": T, "partitions": [0]}]))
+    return _codes(r, "results_by_topic_v3_and_below", "results_by_partition", "partition_error_code")
 
 
 def _epochs(c, replica_id=-1):
@@ -255,6 +263,33 @@ ROWS = [
     Row("ListPartitionReassignments", [acl("CLUSTER", "kafka-cluster", "DESCRIBE")],
         lambda c: _codes(c.request(request(46, 0, timeout=SEC, topics=None)), "error_code"),
         CAF, frozenset({E.invalid_request})),
+    Row("FindCoordinator (transaction)", [acl("TRANSACTIONAL_ID", "tx", "DESCRIBE")],
+        lambda c: _codes(c.request(request(10, 4, key_type=1, coordinator_keys=["tx"])),
+                         "coordinators", "error_code"), TXAF),
+    Row("InitProducerId (transactional)", [acl("TRANSACTIONAL_ID", "tx-init", "WRITE")],
+        lambda c: _codes(c.request(request(22, 4, transactional_id="tx-init",
+                                           transaction_timeout=timedelta(seconds=60),
+                                           producer_id=-1, producer_epoch=-1)), "error_code"),
+        TXAF),
+    Row("AddPartitionsToTxn (transactional id)", [acl("TRANSACTIONAL_ID", "tx-add", "WRITE")],
+        lambda c: _add_partitions(c, "tx-add"), TXAF,
+        frozenset({E.invalid_producer_id_mapping}), given=(acl("TOPIC", T, "WRITE"),)),
+    Row("AddPartitionsToTxn (topic)", [acl("TOPIC", T, "WRITE")],
+        lambda c: _add_partitions(c, "tx-add"), TAF,
+        frozenset({E.invalid_producer_id_mapping}), given=(acl("TRANSACTIONAL_ID", "tx-add", "WRITE"),)),
+    Row("AddOffsetsToTxn (transactional id)", [acl("TRANSACTIONAL_ID", "tx-off", "WRITE")],
+        lambda c: _codes(c.request(request(25, 3, transactional_id="tx-off", producer_id=1,
+                                           producer_epoch=0, group_id=G)), "error_code"),
+        TXAF, frozenset({E.invalid_producer_id_mapping}), given=(acl("GROUP", G, "READ"),)),
+    Row("AddOffsetsToTxn (group)", [acl("GROUP", G, "READ")],
+        lambda c: _codes(c.request(request(25, 3, transactional_id="tx-off", producer_id=1,
+                                           producer_epoch=0, group_id=G)), "error_code"),
+        GAF, frozenset({E.invalid_producer_id_mapping}),
+        given=(acl("TRANSACTIONAL_ID", "tx-off", "WRITE"),)),
+    Row("EndTxn", [acl("TRANSACTIONAL_ID", "tx-end", "WRITE")],
+        lambda c: _codes(c.request(request(26, 3, transactional_id="tx-end", producer_id=1,
+                                           producer_epoch=0, committed=True)), "error_code"),
+        TXAF, frozenset({E.invalid_producer_id_mapping})),
 ]
 
 # The inter-broker APIs need Cluster ClusterAction; granted, a single node answers as it does
@@ -525,3 +560,29 @@ def test_real_clients_with_the_acls_kafka_documents(broker):
             err = m.error()
     c2.close()
     assert err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, err
+
+
+def test_transactions_are_described_and_listed_with_transactional_id_describe(broker):
+    from datetime import timedelta as td
+
+    with broker.wire("admin") as c:
+        init = c.request(request(22, 4, transactional_id="tx-listed", transaction_timeout=td(seconds=60),
+                                 producer_id=-1, producer_epoch=-1))
+        assert init.error_code == E.none
+
+    def listed(c):
+        r = c.request(request(66, 1, state_filters=[], producer_id_filters=[], duration_filter=-1))
+        return {t.transactional_id for t in r.transaction_states}
+
+    def described(c):  # the error code, read from the bytes (a refusal's start time is -1)
+        c.send(request(65, 0, transactional_ids=["tx-listed"]))
+        frame = c.recv_frame()
+        return int.from_bytes(frame[10:12], "big", signed=True)
+
+    with broker.wire("alice") as c:
+        assert "tx-listed" not in listed(c)
+        assert described(c) == E.transactional_id_authorization_failed
+    broker.grant(acl("TRANSACTIONAL_ID", "tx-listed", "DESCRIBE"))
+    with broker.wire("alice") as c:
+        assert "tx-listed" in listed(c)
+        assert described(c) == E.none

@@ -430,39 +430,3 @@ def test_fetch_long_poll_aiokafka(broker):
 
     acked, received_at = asyncio.run(run())
     _assert_woken(acked, received_at, "aiokafka")
-
-
-# --- transactions: refused at once, as a fatal error -----------------------------------------
-
-def test_a_transactional_producer_fails_at_once_confluent(broker):
-    """No transactions yet: librdkafka's init_transactions fails within seconds with a fatal
-    error (it used to retry FindCoordinator until its timeout, then ask to be called again)."""
-    from confluent_kafka import KafkaException, Producer
-
-    producer = Producer(confluent_config(broker.bootstrap, **{"transactional.id": "tx-1"}))
-    start = time.monotonic()
-    with pytest.raises(KafkaException) as failed:
-        producer.init_transactions(30)
-    error = failed.value.args[0]
-    assert error.fatal() and not error.retriable()
-    assert "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in error.name() or \
-        "authoriz" in error.str().lower()
-    assert time.monotonic() - start < 10
-
-
-def test_a_transactional_producer_fails_at_once_aiokafka(broker):
-    from aiokafka import AIOKafkaProducer
-    from aiokafka.errors import KafkaError
-
-    async def main():
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="tx-2")
-        start = time.monotonic()
-        try:
-            with pytest.raises(KafkaError) as failed:
-                await asyncio.wait_for(producer.start(), 30)
-        finally:
-            await producer.stop()
-        assert "TransactionalIdAuthorizationFailed" in type(failed.value).__name__
-        assert time.monotonic() - start < 10
-
-    asyncio.run(main())

@@ -23,9 +23,14 @@ from ..coordinator.group.classic import GroupConfig
 from ..coordinator.group.offsets import OffsetsConfig
 from ..coordinator.group.partitioner import OFFSETS_TOPIC, partition_for
 from ..coordinator.group.shard import CoordinatorShard
+from ..coordinator.transaction.markers import MarkerSender
+from ..coordinator.transaction.partitioner import TRANSACTION_STATE_TOPIC
+from ..coordinator.transaction.shard import TransactionConfig, TransactionShard
 from .fetch_session import FetchSessionCache
 from .group_commit import GroupCommitter
-from .offsets_log import PartitionOffsetsLog
+from .offsets_log import PartitionOffsetsLog, transaction_state_log
+from .marker_channel import ChannelMarkerWriter
+from .txn_markers import TxnMarker, write_txn_markers
 from .handlers import registry
 from .metadata import (
     INTERNAL_TOPICS,
@@ -84,6 +89,10 @@ class Broker:
                                                 self.timeout_clock)
         #: The group coordinator: the runtime of the __consumer_offsets shards.
         self.coordinator: CoordinatorRuntime[CoordinatorShard] | None = None
+        #: The transaction coordinator: the runtime of the __transaction_state shards, and what
+        #: writes their transactions' markers.
+        self.txn_coordinator: CoordinatorRuntime[TransactionShard] | None = None
+        self.txn_marker_sender: MarkerSender | None = None
         self.metrics = None  # a brook.broker.metrics.BrokerMetrics when metrics.port is set
         self.dir_locks = LogDirLocks(config.log_dirs)
         #: The cluster on ZooKeeper (a brook.cluster.zk_cluster.ZkCluster) when zookeeper.connect
@@ -101,7 +110,8 @@ class Broker:
         self._creating: dict[str, int] = {}  # topic -> partitions being created (in slices)
         self._producer_ids = (0, -1)  # in a cluster: the next id and the end of this broker's block
         self._producer_id_lock = asyncio.Lock()
-        self._creating_offsets: asyncio.Task | None = None
+        #: Creations of coordinators' topics under way in a cluster, by topic.
+        self._creating_internal: dict[str, asyncio.Task] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -170,12 +180,20 @@ class Broker:
             tm.partitions if tm else self.config.offsets_topic_num_partitions,
             PartitionOffsetsLog(self), self.timeout_clock, self._new_coordinator_shard,
             topic=OFFSETS_TOPIC, partitioner=partition_for, lease=self._may_coordinate)
+        tm = self.metadata.get(TRANSACTION_STATE_TOPIC)
+        self.txn_coordinator = CoordinatorRuntime(
+            tm.partitions if tm else self.config.transaction_state_log_num_partitions,
+            transaction_state_log(self), self.timeout_clock, self._new_transaction_shard,
+            topic=TRANSACTION_STATE_TOPIC, partitioner=partition_for, lease=self._may_coordinate)
+        self.txn_marker_sender = MarkerSender(self.txn_coordinator,
+                                              ChannelMarkerWriter(self, local=self._write_markers_here),
+                                              partition_exists=self._partition_exists)
 
     def _may_coordinate(self) -> bool:
-        """Whether this broker may answer group coordinator requests now: always on a single
-        node; in a cluster, while its ZooKeeper session is known to be alive (a broker that
-        was paused past it answers NOT_COORDINATOR until ZooKeeper answers it again, or until
-        it finds the session expired and gives up its leaderships)."""
+        """Whether this broker may answer coordinator requests (groups, transactions) now:
+        always on a single node; in a cluster, while its ZooKeeper session is known to be alive
+        (a broker that was paused past it answers NOT_COORDINATOR until ZooKeeper answers it
+        again, or until it finds the session expired and gives up its leaderships)."""
         return self.cluster is None or self.cluster.lease_holds()
 
     def _new_coordinator_shard(self) -> CoordinatorShard:
@@ -187,6 +205,27 @@ class Broker:
                         initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms),
             OffsetsConfig.from_broker(c))
 
+    def _new_transaction_shard(self) -> TransactionShard:
+        c = self.config
+        return TransactionShard(TransactionConfig(c.transaction_max_timeout_ms,
+                                                  c.transactional_id_expiration_ms),
+                                markers=self.txn_marker_sender.send)
+
+    async def _write_markers_here(self, request, partitions):
+        """The coordinator's markers on partitions this broker leads, written in process (a
+        single node whose listeners all need SASL or TLS could not send them to itself)."""
+        marker = TxnMarker(request.producer_id, request.producer_epoch, request.coordinator_epoch,
+                           request.commit, tuple(partitions))
+        results = await write_txn_markers(self, [marker])
+        return {(topic, index): code for (_, topic, index), code in results.items()}
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        """Whether a partition exists (a transaction's markers are owed to existing ones only)."""
+        if self.replicas is not None:
+            cache = self.replicas.cache
+            return topic in cache.topics and cache.partition(topic, partition) is not None
+        return 0 <= partition < self.partition_count(topic)
+
     def partition_count(self, topic: str) -> int:
         """How many partitions ``topic`` has (0: no such topic)."""
         tm = self.metadata.get(topic)
@@ -196,48 +235,73 @@ class Broker:
         """Create `__consumer_offsets` on first use (FindCoordinator or a group request), as
         Kafka does: internal, compacted, offsets.topic.* partitions and segment size. False if
         it cannot be created."""
-        if self.replicas is not None:
-            return self._ensure_replicated_offsets_topic()
-        if self.metadata.get(OFFSETS_TOPIC) is not None:
-            return True
-        try:
-            self.create_topic(OFFSETS_TOPIC, self.coordinator.num_partitions,
-                              self.offsets_topic_configs(), internal=True)
-        except Exception:
-            log.exception("cannot create %s", OFFSETS_TOPIC)
-            return False
-        return True
+        return self._ensure_coordinator_topic(OFFSETS_TOPIC, self.coordinator.num_partitions,
+                                              self.offsets_topic_configs(),
+                                              self.config.offsets_topic_replication_factor)
 
     def offsets_topic_configs(self) -> dict[str, str]:
         return {"cleanup.policy": "compact",
                 "segment.bytes": str(self.config.offsets_topic_segment_bytes),
                 "compression.type": "producer"}
 
-    def _ensure_replicated_offsets_topic(self) -> bool:
-        """In a cluster: whether __consumer_offsets exists; if not, its creation is started
-        (once at a time) and the caller answers COORDINATOR_NOT_AVAILABLE meanwhile, as Kafka
-        does until enough brokers are alive for offsets.topic.replication.factor."""
-        if OFFSETS_TOPIC in self.replicas.cache.topics:
+    def ensure_transaction_topic(self) -> bool:
+        """Create `__transaction_state` on first use (FindCoordinator for a transactional id,
+        a transactional request), as Kafka does: internal, compacted,
+        transaction.state.log.* partitions, replication, min.insync.replicas and segment
+        size. False while it does not exist."""
+        return self._ensure_coordinator_topic(
+            TRANSACTION_STATE_TOPIC, self.txn_coordinator.num_partitions,
+            self.transaction_topic_configs(), self.config.transaction_state_log_replication_factor)
+
+    def transaction_topic_configs(self) -> dict[str, str]:
+        c = self.config
+        configs = {"cleanup.policy": "compact",
+                   "segment.bytes": str(c.transaction_state_log_segment_bytes),
+                   "compression.type": "uncompressed",
+                   "unclean.leader.election.enable": "false"}
+        if self.replicas is not None:  # (a single node has one replica: the default of 1)
+            configs["min.insync.replicas"] = str(c.transaction_state_log_min_isr)
+        return configs
+
+    def _ensure_coordinator_topic(self, name: str, partitions: int, configs: dict[str, str],
+                                  replication_factor: int) -> bool:
+        if self.replicas is not None:
+            return self._ensure_replicated_topic(name, partitions, configs, replication_factor)
+        if self.metadata.get(name) is not None:
             return True
-        if self._creating_offsets is None or self._creating_offsets.done():
-            self._creating_offsets = asyncio.get_running_loop().create_task(
-                self._create_replicated_offsets_topic())
+        try:
+            self.create_topic(name, partitions, configs, internal=True)
+        except Exception:
+            log.exception("cannot create %s", name)
+            return False
+        return True
+
+    def _ensure_replicated_topic(self, name: str, partitions: int, configs: dict[str, str],
+                                 replication_factor: int) -> bool:
+        """In a cluster: whether a coordinator's topic exists; if not, its creation is started
+        (once at a time) and the caller answers COORDINATOR_NOT_AVAILABLE meanwhile, as Kafka
+        does until enough brokers are alive for its replication factor."""
+        if name in self.replicas.cache.topics:
+            return True
+        task = self._creating_internal.get(name)
+        if task is None or task.done():
+            self._creating_internal[name] = asyncio.get_running_loop().create_task(
+                self._create_replicated_topic(name, partitions, configs, replication_factor))
         return False
 
-    async def _create_replicated_offsets_topic(self) -> None:
+    async def _create_replicated_topic(self, name: str, partitions: int, configs: dict[str, str],
+                                       rf: int) -> None:
         from .cluster_topics import TopicRefused, create_topic
-        rf = self.config.offsets_topic_replication_factor
         live = len(self.cluster.view.brokers)
         if live < rf:
-            log.warning("%s needs %d live brokers (offsets.topic.replication.factor), %d are "
-                        "alive: group coordination waits", OFFSETS_TOPIC, rf, live)
+            log.warning("%s needs %d live brokers (its replication factor), %d are alive: its "
+                        "coordinator waits", name, rf, live)
             return
         try:
-            await create_topic(self, OFFSETS_TOPIC, self.coordinator.num_partitions, rf,
-                               self.offsets_topic_configs(), internal=True)
+            await create_topic(self, name, partitions, rf, configs, internal=True)
         except TopicRefused as exc:
             if exc.code != 36:  # TOPIC_ALREADY_EXISTS: another broker made it
-                log.warning("cannot create %s: %s", OFFSETS_TOPIC, exc)
+                log.warning("cannot create %s: %s", name, exc)
 
     def checkpoint_high_watermarks(self) -> None:
         """In a cluster: the replicas' high watermarks, for the next start."""
@@ -445,6 +509,14 @@ class Broker:
                 p._notify()  # wake waiting fetches; they answer UNKNOWN_TOPIC_OR_PARTITION
             self.log_manager.delete_log(name, i)
         log.info("deleted topic %s", name)
+
+    async def new_producer_id(self) -> int:
+        """A producer id never handed out before, for an idempotent producer or a transactional
+        id: on a single node from the metadata's blocks, in a cluster from the blocks this
+        broker claims in ZooKeeper."""
+        if self.cluster is not None:
+            return await self.allocate_cluster_producer_id()
+        return self.metadata.allocate_producer_id()
 
     async def allocate_cluster_producer_id(self) -> int:
         """A producer id no broker of the cluster hands out twice: from a block this broker

@@ -181,6 +181,13 @@ class BrokerConfig:
     #: How long a coordinator's write waits for the offsets partition's in-sync replicas
     #: before answering COORDINATOR_NOT_AVAILABLE (Kafka's offsets.commit.timeout.ms).
     offsets_commit_timeout_ms: int = 5_000
+    # The transaction coordinator and __transaction_state (Kafka's keys and defaults).
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 104_857_600
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 604_800_000
     replica_lag_time_max_ms: int = 30_000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_min_bytes: int = 1
@@ -300,6 +307,12 @@ class BrokerConfig:
             default_replication_factor=get("default.replication.factor", 1),
             offsets_topic_replication_factor=get("offsets.topic.replication.factor", 3),
             offsets_commit_timeout_ms=get("offsets.commit.timeout.ms", 5_000),
+            transaction_state_log_num_partitions=get("transaction.state.log.num.partitions", 50),
+            transaction_state_log_replication_factor=get("transaction.state.log.replication.factor", 3),
+            transaction_state_log_min_isr=get("transaction.state.log.min.isr", 2),
+            transaction_state_log_segment_bytes=get("transaction.state.log.segment.bytes", 104_857_600),
+            transaction_max_timeout_ms=get("transaction.max.timeout.ms", 900_000),
+            transactional_id_expiration_ms=get("transactional.id.expiration.ms", 604_800_000),
             replica_lag_time_max_ms=get("replica.lag.time.max.ms", 30_000),
             replica_fetch_wait_max_ms=get("replica.fetch.wait.max.ms", 500),
             replica_fetch_min_bytes=get("replica.fetch.min.bytes", 1),
@@ -343,6 +356,11 @@ class BrokerConfig:
             raise ConfigError("quota.window.num and quota.window.size.seconds must be at least 1")
         if cfg.offsets_topic_num_partitions < 1:
             raise ConfigError("offsets.topic.num.partitions must be at least 1")
+        if cfg.transaction_state_log_num_partitions < 1:
+            raise ConfigError("transaction.state.log.num.partitions must be at least 1")
+        if cfg.transaction_max_timeout_ms < 1 or cfg.transactional_id_expiration_ms < 1:
+            raise ConfigError("transaction.max.timeout.ms and transactional.id.expiration.ms "
+                              "must be at least 1")
         if cfg.offsets_retention_check_interval_ms < 1:
             raise ConfigError("offsets.retention.check.interval.ms must be at least 1")
         if cfg.group_min_session_timeout_ms > cfg.group_max_session_timeout_ms:

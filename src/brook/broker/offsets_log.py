@@ -1,5 +1,8 @@
-"""The broker's side of the group coordinator: its ``__consumer_offsets`` partitions as the
-runtime's ``PartitionWriter`` (``brook.coordinator.common.runtime``).
+"""The broker's side of a coordinator: the partitions of its topic as the runtime's
+``PartitionWriter`` (``brook.coordinator.common.runtime``). The group coordinator's is
+``PartitionOffsetsLog`` (``__consumer_offsets``), the transaction coordinator's
+``transaction_state_log`` (``__transaction_state``); only the topic, the encoder of the records,
+whether tombstones alone may be split into several batches and the replication timeout differ.
 
 Appends are written with the coordinator origin (clients never write the offsets topic) and a
 failure is reported as the Kafka error of the exception the partition raised. A restoring
@@ -11,7 +14,7 @@ partition's batches as stored, in buffers of whole batches for the loader.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from kio.schema.errors import ErrorCode
 
@@ -19,6 +22,8 @@ from ..coordinator.common.result import CoordinatorRecord
 from ..coordinator.common.runtime import AppendError
 from ..coordinator.group.batch_writer import encode_records
 from ..coordinator.group.partitioner import OFFSETS_TOPIC
+from ..coordinator.transaction.batch_writer import encode_records as encode_txn_records
+from ..coordinator.transaction.partitioner import TRANSACTION_STATE_TOPIC
 from ..records.batch import HEADER_SIZE, HEADER_STRUCT, LOG_OVERHEAD
 from ..storage.producer_state import AppendOrigin
 from .errors import error_code_for
@@ -31,30 +36,39 @@ LOAD_BUFFER_SIZE = 1024 * 1024
 _read_header = HEADER_STRUCT.unpack_from
 
 
-class PartitionOffsetsLog:
-    """The broker's ``__consumer_offsets`` partitions, written with the coordinator origin."""
+class PartitionCoordinatorLog:
+    """The broker's partitions of a coordinator's ``topic``, written with the coordinator origin:
+    records serialized by ``encode(records, now, max_batch_bytes=...)``; with
+    ``split_tombstones``, a write of tombstones alone may take several batches (see
+    ``_split_limit``); a write waits ``timeout_ms()`` at most for its replicas."""
 
-    def __init__(self, broker) -> None:
+    def __init__(self, broker, topic: str, encode, split_tombstones: bool,
+                 timeout_ms: Callable[[], int]) -> None:
         self.broker = broker
+        self.topic = topic
+        self.encode = encode
+        self.split_tombstones = split_tombstones
+        self.timeout_ms = timeout_ms
 
     def append(self, partition: int, epoch: int, records: list, now: int,
                restoring: bool = False) -> int:
-        p = self.broker.partition(OFFSETS_TOPIC, partition)
+        p = self.broker.partition(self.topic, partition)
         if p is None:
             raise AppendError(ErrorCode.unknown_topic_or_partition,
-                              f"{OFFSETS_TOPIC}-{partition} does not exist")
+                              f"{self.topic}-{partition} does not exist")
         if self.broker.replicas is not None:
             # A cluster: only the leader at the coordinator's epoch writes (a deposed
             # coordinator's late write is refused), with enough replicas in sync.
             if p.tracker is None or p.leader_epoch != epoch:
                 raise AppendError(ErrorCode.not_leader_or_follower,
-                                  f"{OFFSETS_TOPIC}-{partition} is not led here at epoch {epoch}")
-            if not restoring and len(p.isr) < self.broker.min_insync_replicas(OFFSETS_TOPIC):
+                                  f"{self.topic}-{partition} is not led here at epoch {epoch}")
+            if not restoring and len(p.isr) < self.broker.min_insync_replicas(self.topic):
                 raise AppendError(ErrorCode.not_enough_replicas,
-                                  f"{OFFSETS_TOPIC}-{partition} has {len(p.isr)} in-sync replicas")
+                                  f"{self.topic}-{partition} has {len(p.isr)} in-sync replicas")
         try:
-            limit = p.log.config.max_message_bytes if restoring else _split_limit(p, records)
-            p.append(encode_records(records, now, max_batch_bytes=limit),
+            limit = (p.log.config.max_message_bytes if restoring
+                     else _split_limit(p, records) if self.split_tombstones else None)
+            p.append(self.encode(records, now, max_batch_bytes=limit),
                      origin=AppendOrigin.COORDINATOR)
         except Exception as exc:
             code = error_code_for(exc)
@@ -67,14 +81,14 @@ class PartitionOffsetsLog:
         """What must happen before answering: in a cluster, every in-sync replica has the
         records (the high watermark passed them, as acks=all); with log.flush.before.ack, the
         fsync (shared with others)."""
-        p = self.broker.partition(OFFSETS_TOPIC, partition)
+        p = self.broker.partition(self.topic, partition)
         if p is None:
             return None
         waits = []
         if p.tracker is not None and p.high_watermark < offset:
-            min_isr = self.broker.min_insync_replicas(OFFSETS_TOPIC)
+            min_isr = self.broker.min_insync_replicas(self.topic)
             waits.append(_as_append_error(p.wait_for_high_watermark(offset, min_isr),
-                                          self.broker.config.offsets_commit_timeout_ms / 1000))
+                                          self.timeout_ms() / 1000))
         committer = self.broker.group_commit
         if committer is not None:
             waits.append(committer.durable((p.log,)))
@@ -83,17 +97,30 @@ class PartitionOffsetsLog:
         return waits[0] if len(waits) == 1 else asyncio.ensure_future(_all(waits))
 
     def high_watermark(self, partition: int) -> int:
-        p = self.broker.partition(OFFSETS_TOPIC, partition)
+        p = self.broker.partition(self.topic, partition)
         return 0 if p is None else p.high_watermark
 
     def log_end_offset(self, partition: int) -> int:
-        p = self.broker.partition(OFFSETS_TOPIC, partition)
+        p = self.broker.partition(self.topic, partition)
         return 0 if p is None else p.log_end_offset
 
     def read(self, partition: int) -> Iterator[bytes]:
-        p = self.broker.partition(OFFSETS_TOPIC, partition)
+        p = self.broker.partition(self.topic, partition)
         if p is not None:
             yield from read_batches(p.log)
+
+
+def PartitionOffsetsLog(broker) -> PartitionCoordinatorLog:
+    """The group coordinator's ``__consumer_offsets`` partitions."""
+    return PartitionCoordinatorLog(broker, OFFSETS_TOPIC, encode_records, True,
+                                   lambda: broker.config.offsets_commit_timeout_ms)
+
+
+def transaction_state_log(broker) -> PartitionCoordinatorLog:
+    """The transaction coordinator's ``__transaction_state`` partitions (a write waits for its
+    replicas as long as Kafka's: request.timeout.ms)."""
+    return PartitionCoordinatorLog(broker, TRANSACTION_STATE_TOPIC, encode_txn_records, False,
+                                   lambda: broker.config.request_timeout_ms)
 
 
 def _split_limit(p, records: list) -> int | None:

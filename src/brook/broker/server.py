@@ -144,6 +144,7 @@ class BrokerServer:
                 return
         # A single node coordinates every offsets partition; in a cluster, those it leads.
         self.broker.coordinator.start(load_all=cluster is None)
+        self.broker.txn_coordinator.start(load_all=cluster is None)
         started = False
         heap.freeze_survivors_of_full_collections()  # logs loaded: out of the collector's passes
         try:
@@ -203,6 +204,7 @@ class BrokerServer:
             await _bounded("the connections", asyncio.gather(
                 *accepting, ticker, sweeper, finishing, *self.tasks, return_exceptions=True))
             await _bounded("the group coordinator", self.broker.coordinator.stop())
+            await _bounded("the transaction coordinator", self._stop_transactions())
         finally:
             for s, _ in self.sockets:
                 s.close()
@@ -210,6 +212,7 @@ class BrokerServer:
                 self.broker.metrics.stop()
             if not started:  # a listener or the metrics port failed: the groups never served
                 await self.broker.coordinator.stop()
+                await self._stop_transactions()
             if self.broker.replicas is not None:
                 await _bounded("replication", self.broker.replicas.stop())
             if cluster is not None:  # deregistered before the log dirs are let go
@@ -264,6 +267,11 @@ class BrokerServer:
             log.info("controlled shutdown attempt %d: %d partition(s) still led here", attempt, len(remaining))
             await asyncio.sleep(cfg.controlled_shutdown_retry_backoff_ms / 1000)
         log.warning("Proceeding to do an unclean shutdown as all the controlled shutdown attempts failed")
+
+    async def _stop_transactions(self) -> None:
+        await self.broker.txn_marker_sender.stop()
+        await self.broker.txn_coordinator.stop()
+        self.broker.txn_marker_sender.writer.close()
 
     def _use_bound_ports(self) -> None:
         """A listener on port 0 was given a port by the system: from now on the configuration

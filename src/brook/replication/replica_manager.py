@@ -19,6 +19,7 @@ from ..protocol import inter_broker as ib
 from ..protocol.messages import make, request_class
 from ..coordinator.group.partitioner import OFFSETS_TOPIC
 from ..storage.errors import KafkaStorageError
+from ..coordinator.transaction.partitioner import TRANSACTION_STATE_TOPIC
 from .partition import Partition
 from .replica_fetcher import ReplicaFetcher
 
@@ -117,8 +118,9 @@ class ReplicaManager:
                 return self._storage_failed(tp, p, exc)
             log.info("%s-%d: leader at epoch %d from offset %d (high watermark %d, ISR %s)", *tp,
                      ps.leader_epoch, p.log_end_offset, p.high_watermark, list(isr))
-            if topic == OFFSETS_TOPIC:  # its groups are coordinated here from now on
-                self.broker.coordinator.load(ps.partition_index, ps.leader_epoch)
+            runtime = self._coordinator_of(topic)
+            if runtime is not None:  # its groups (transactions) are coordinated here from now on
+                runtime.load(ps.partition_index, ps.leader_epoch)
         else:
             if same_epoch and p.tracker is None and (ps.leader < 0 or tp in self._following):
                 p.update_leadership(isr, replicas, ps.partition_epoch)
@@ -126,8 +128,9 @@ class ReplicaManager:
             p.become_follower(ps.leader, ps.leader_epoch, isr, replicas, ps.partition_epoch)
             self._altering.pop(tp, None)
             self._stop_following(tp)
-            if topic == OFFSETS_TOPIC:
-                self.broker.coordinator.unload(ps.partition_index)
+            runtime = self._coordinator_of(topic)
+            if runtime is not None:
+                runtime.unload(ps.partition_index)
             if ps.leader >= 0:
                 self._follow(tp, ps.leader, ps.leader_epoch, leaders)
             log.info("%s-%d: follower of %d at epoch %d", *tp, ps.leader, ps.leader_epoch)
@@ -181,6 +184,16 @@ class ReplicaManager:
         ep = live.registration.endpoint(self.listener) if live is not None else None
         return None if ep is None else (ep.host, ep.port)
 
+    def _coordinator_of(self, topic: str):
+        """The coordinator runtime whose shards follow the leadership of ``topic``'s partitions
+        (the group coordinator's __consumer_offsets, the transaction coordinator's
+        __transaction_state), else None."""
+        if topic == OFFSETS_TOPIC:
+            return self.broker.coordinator
+        if topic == TRANSACTION_STATE_TOPIC:
+            return self.broker.txn_coordinator
+        return None
+
     def fence(self, why: str) -> None:
         """Stop leading anything at once (this broker lost its ZooKeeper session: another may
         lead its partitions already). Clients get NOT_LEADER_OR_FOLLOWER until the controller
@@ -189,8 +202,9 @@ class ReplicaManager:
         for p in self.broker.partitions.values():
             if p.tracker is not None:
                 p.become_follower(-1, p.leader_epoch, p.isr, p.replicas, p.zk_version)
-                if p.topic == OFFSETS_TOPIC:
-                    self.broker.coordinator.unload(p.index)
+                runtime = self._coordinator_of(p.topic)
+                if runtime is not None:
+                    runtime.unload(p.index)
                 fenced += 1
         if fenced:
             log.warning("fenced %d partition leadership(s): %s", fenced, why)
@@ -205,8 +219,9 @@ class ReplicaManager:
             return ErrorCode.none
         if p.tracker is not None:
             p.become_follower(-1, p.leader_epoch, p.isr, p.replicas, p.zk_version)
-        if topic == OFFSETS_TOPIC:
-            self.broker.coordinator.unload(index)
+        runtime = self._coordinator_of(topic)
+        if runtime is not None:
+            runtime.unload(index)
         if delete:
             self.broker.delete_replica(topic, index)
         return ErrorCode.none

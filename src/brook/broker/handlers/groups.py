@@ -9,7 +9,6 @@ from kio.schema.errors import ErrorCode
 
 from ...coordinator.common.runtime import CoordinatorError, CoordinatorNotAvailable
 from ...coordinator.group import classic
-from ...coordinator.group.partitioner import OFFSETS_TOPIC
 from ...protocol.group_responses import heartbeat_response
 from ...protocol.messages import make, response_class, response_module
 from ..auth import authz
@@ -60,30 +59,34 @@ def _coordinator(broker, connection, key: str, key_type: int):
     if key_type == GROUP_KEY_TYPE and not authz.allowed(broker, connection, authz.Op.DESCRIBE,
                                                          authz.GROUP, key):
         return ErrorCode.group_authorization_failed, None, None
+    if key_type == TRANSACTION_KEY_TYPE and not authz.allowed(
+            broker, connection, authz.Op.DESCRIBE, authz.TRANSACTIONAL_ID, key):
+        return ErrorCode.transactional_id_authorization_failed, None, None
     code, detail = _coordinator_error(broker, key, key_type)
     if code != ErrorCode.none:
         return code, detail, None
     if broker.replicas is None:
         listener = broker.advertised_listener(connection)
         return code, None, (broker.broker_id, listener.host, listener.port)
-    # A cluster: the leader of the group's __consumer_offsets partition coordinates it.
+    # A cluster: the leader of the key's partition of the coordinator's topic coordinates it.
+    runtime = broker.coordinator if key_type == GROUP_KEY_TYPE else broker.txn_coordinator
     cache = broker.replicas.cache
-    partition = broker.coordinator.partition_for(key)
-    info = cache.partition(OFFSETS_TOPIC, partition)
+    partition = runtime.partition_for(key)
+    info = cache.partition(runtime.topic, partition)
     listener = broker.advertised_listener(connection)
     address = cache.endpoint(info.leader, listener.name) if info is not None and info.leader >= 0 else None
     if address is None:
         return (ErrorCode.coordinator_not_available,
-                f"{OFFSETS_TOPIC}-{partition} has no leader reachable on {listener.name}", None)
+                f"{runtime.topic}-{partition} has no leader reachable on {listener.name}", None)
     return ErrorCode.none, None, (info.leader, *address)
 
 
 def _coordinator_error(broker, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
     if key_type == TRANSACTION_KEY_TYPE:
-        # What Kafka answers for a transactional id the client may not use: clients fail at
-        # once with a fatal error (COORDINATOR_NOT_AVAILABLE made them retry for ever).
-        return (ErrorCode.transactional_id_authorization_failed,
-                "transactions are not supported by this broker")
+        if broker.txn_coordinator is None or not broker.ensure_transaction_topic():
+            return (ErrorCode.coordinator_not_available,
+                    "the transaction state topic is not available")
+        return ErrorCode.none, None
     if key_type != GROUP_KEY_TYPE:
         return ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}"
     if broker.coordinator is None or not broker.ensure_offsets_topic():

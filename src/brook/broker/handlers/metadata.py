@@ -16,6 +16,7 @@ from ...protocol.messages import encode_response, make, response_class, response
 from ..auth import authz
 from ..errors import error_code_for
 from ...coordinator.group.partitioner import OFFSETS_TOPIC
+from ...coordinator.transaction.partitioner import TRANSACTION_STATE_TOPIC
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from .api import Api, RawResponse
 from .common import INT32_MIN, NO_THROTTLE, InvalidRequest
@@ -152,6 +153,9 @@ def _build(broker, request, connection):
                     continue
                 if name == OFFSETS_TOPIC:  # made as the coordinator makes it, never as a plain topic
                     if not broker.ensure_offsets_topic():
+                        error = ErrorCode.unknown_topic_or_partition
+                elif name == TRANSACTION_STATE_TOPIC:  # likewise, the transaction coordinator's
+                    if not broker.ensure_transaction_topic():
                         error = ErrorCode.unknown_topic_or_partition
                 elif allow:
                     try:

@@ -1,9 +1,8 @@
 """InitProducerId for idempotent producers: a producer id never handed out before, epoch 0,
 at `producer.ids.rate` per client (over it, the answer is throttled: `brook.broker.quotas.producer_id_quota`).
 
-Transactional ids are refused (transactions are not implemented yet) with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report as a fatal error rather than
-retrying forever.
+With a transactional id it is the transaction coordinator's (`transactions.init_producer_id`).
+Producer ids come from one source either way (`Broker.new_producer_id`).
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class
 from ..auth import authz
+from . import transactions
 from .api import Api
 from .common import NO_THROTTLE
 
@@ -24,8 +24,7 @@ API_KEY = 22
 async def handle(broker, request, connection):
     cls = response_class(API_KEY, request.api_version)
     if request.body.transactional_id is not None:
-        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed,
-                    producer_id=-1, producer_epoch=-1)
+        return await transactions.init_producer_id(broker, request, connection)
     if broker.authorizer is not None and not (
             authz.cluster_allowed(broker, connection, authz.Op.IDEMPOTENT_WRITE, log_denied=False)
             or authz.any_allowed(broker, connection, authz.Op.WRITE, authz.TOPIC)):
@@ -35,10 +34,7 @@ async def handle(broker, request, connection):
     delay = broker.producer_id_quota.record(request.client_id, connection.peer.rpartition(":")[0])
     if delay > 0:
         await asyncio.sleep(delay)  # held back as Kafka mutes a throttled channel
-    if broker.cluster is not None:  # ids unique across the cluster: blocks from ZooKeeper
-        producer_id = await broker.allocate_cluster_producer_id()
-    else:
-        producer_id = broker.metadata.allocate_producer_id()
+    producer_id = await broker.new_producer_id()
     return make(cls, throttle_time=timedelta(seconds=delay), error_code=ErrorCode.none,
                 producer_id=producer_id, producer_epoch=0)
 
