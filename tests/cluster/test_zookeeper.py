@@ -344,3 +344,35 @@ def test_topic_writes_made_again_after_a_lost_answer_find_their_own_work_done(zk
         assert client.read_topic("t") == grown
     finally:
         client.close()
+
+
+def test_init_producer_id_while_zookeeper_is_away_is_answered_and_served_once_it_is_back(
+        own_zookeeper, tmp_path):
+    # Found by the nemesis: a new block of producer ids is claimed in ZooKeeper; with ZooKeeper
+    # away the claim raised out of the handler, which closed the client's connection. Now the
+    # answer is COORDINATOR_NOT_AVAILABLE (retriable), the connection stays, and an id is given
+    # once ZooKeeper is back.
+    import datetime
+
+    from kio.schema.errors import ErrorCode
+
+    from brook.protocol.messages import make
+    from tests.support.kafka_wire import WireClient, request_class
+    server = own_zookeeper.start()
+    cluster = ClusterBrokers(tmp_path, lambda: server.connect)
+    try:
+        b1 = cluster(1)
+        init = make(request_class(22, 4), transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60),
+                    producer_id=-1, producer_epoch=-1)
+        with WireClient(b1.bootstrap, 30) as w:
+            server.stop()
+            answer = w.request(init)  # the broker's first id: a block is claimed first
+            assert answer.error_code == ErrorCode.coordinator_not_available, answer
+            assert answer.producer_id == -1
+            server.start()
+            answer = wait_for(lambda: (a := w.request(init)).error_code == ErrorCode.none and a, 30,
+                              "a producer id once ZooKeeper is back", cluster)
+            assert answer.producer_id >= 0 and answer.producer_epoch == 0
+        assert "Traceback" not in b1.stderr_path.read_text()
+    finally:
+        cluster.close()

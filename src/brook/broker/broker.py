@@ -524,8 +524,8 @@ class Broker:
         async with self._producer_id_lock:
             nxt, end = self._producer_ids
             if nxt > end:
-                nxt, end = await asyncio.to_thread(self.cluster.client.allocate_producer_id_block,
-                                                   self.broker_id)
+                client = self.cluster.client
+                nxt, end = await in_zookeeper(client, client.allocate_producer_id_block, self.broker_id)
                 log.info("claimed producer ids %d to %d", nxt, end)
             self._producer_ids = (nxt + 1, end)
             return nxt

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.messages import make, response_class
 from ..auth import authz
+from ..zookeeper_calls import ZooKeeperUnavailable
 from . import transactions
 from .api import Api
 from .common import NO_THROTTLE
@@ -34,7 +35,11 @@ async def handle(broker, request, connection):
     delay = broker.producer_id_quota.record(request.client_id, connection.peer.rpartition(":")[0])
     if delay > 0:
         await asyncio.sleep(delay)  # held back as Kafka mutes a throttled channel
-    producer_id = await broker.new_producer_id()
+    try:
+        producer_id = await broker.new_producer_id()
+    except ZooKeeperUnavailable:  # a new block of ids cannot be claimed now: the client asks again
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.coordinator_not_available,
+                    producer_id=-1, producer_epoch=-1)
     return make(cls, throttle_time=timedelta(seconds=delay), error_code=ErrorCode.none,
                 producer_id=producer_id, producer_epoch=0)
 

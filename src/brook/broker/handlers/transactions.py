@@ -17,6 +17,7 @@ from ...coordinator.group.partitioner import OFFSETS_TOPIC
 from ...coordinator.transaction.metadata import TransactionState
 from ...coordinator.transaction.shard import NEED_PRODUCER_ID, InitProducerIdAnswer
 from ...protocol.messages import make, response_class, response_module
+from ..zookeeper_calls import ZooKeeperUnavailable
 from ..auth import authz
 from .api import Api
 from .common import NO_THROTTLE, ms
@@ -83,7 +84,7 @@ async def init_producer_id(broker, request, connection):
     if result is NEED_PRODUCER_ID:
         try:
             pid = await broker.new_producer_id()
-        except Exception:  # ZooKeeper unreachable: the client tries again
+        except ZooKeeperUnavailable:  # a new block of ids cannot be claimed now: asked again
             return answer(E.coordinator_not_available)
         result = await _run(broker, tid, op(pid))
         if result is NEED_PRODUCER_ID:  # (cannot happen: the id was given)
