@@ -335,6 +335,29 @@ def test_a_leader_whose_disk_is_full_steps_down_and_another_in_sync_replica_lead
     assert _consume_all(_bootstrap(procs[1:]), "full", len(values)) == values
 
 
+def _broker_1_on_a_small_disk(zk, brokers, small_disk, topic: str, replicas: list[int]):
+    """Three brokers, broker 1's log dir on `small_disk`, and a one-partition topic with
+    `replicas` in that order: broker 1's process and the bootstrap servers."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    b1 = brokers(1, {**FAST, "log.dirs": str(small_disk / "logs")})
+    procs = [b1] + [brokers(i, FAST) for i in (2, 3)]
+    brokers.wait_ready(zk, [1, 2, 3])
+    bootstrap = _bootstrap(procs)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fs = admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[replicas])],
+                             operation_timeout=20)
+    fs[topic].result(timeout=40)
+    return b1, bootstrap
+
+
+def _fill_to_the_last_byte(disk) -> None:
+    with open(disk / "ballast", "wb") as ballast:
+        with contextlib.suppress(OSError):
+            while True:
+                ballast.write(b"\0" * 65536)
+                ballast.flush()
+
+
 def test_a_follower_whose_disk_is_full_elected_leader_steps_down(zk, brokers, small_disk):
     # Found by the nemesis (a disk-full broker, the last in the ISR, elected leader): taking
     # the leadership writes the leader-epoch checkpoint, which fails on a full disk. The
@@ -342,24 +365,12 @@ def test_a_follower_whose_disk_is_full_elected_leader_steps_down(zk, brokers, sm
     # leaderships away and stops. Before, the error ended the whole LeaderAndIsr (closing the
     # controller's connection), the controller sent it again and again, and the broker held
     # the leadership in ZooKeeper without ever serving it.
-    from confluent_kafka.admin import AdminClient, NewTopic
-    b1 = brokers(1, {**FAST, "log.dirs": str(small_disk / "logs")})
-    procs = [b1] + [brokers(i, FAST) for i in (2, 3)]
-    brokers.wait_ready(zk, [1, 2, 3])
-    bootstrap = _bootstrap(procs)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    fs = admin.create_topics([NewTopic("after-full", num_partitions=1, replica_assignment=[[2, 1, 3]])],
-                             operation_timeout=20)
-    fs["after-full"].result(timeout=40)
+    b1, bootstrap = _broker_1_on_a_small_disk(zk, brokers, small_disk, "after-full", [2, 1, 3])
     wait_for(lambda: _state(zk, "after-full")["isr"] == [2, 1, 3], 30, "all in sync", brokers)
     values = [f"v{i}".encode() for i in range(100)]
     assert _produce(bootstrap, "after-full", values)[1] == []
     wait_for(lambda: 1 in _state(zk, "after-full")["isr"], 30, "broker 1 in sync", brokers)
-    with open(small_disk / "ballast", "wb") as ballast:  # the disk full to its last byte
-        with contextlib.suppress(OSError):
-            while True:
-                ballast.write(b"\0" * 65536)
-                ballast.flush()
+    _fill_to_the_last_byte(small_disk)
     brokers[2].kill()  # the preferred order makes broker 1 the next leader
     assert b1.proc.wait(60) == 1
     assert "cannot take the leadership" in b1.stderr_tail(400)
@@ -372,22 +383,10 @@ def test_a_follower_whose_disk_is_full_goes_offline_at_a_new_leader_epoch(zk, br
     # epoch fails to write its leader-epoch checkpoint. That failure was an OSError the fetcher
     # only logged, again at every fetch, the log dir never taken offline; now it is a storage
     # error like a failed append: the broker stops, as Kafka's does with its log dirs offline.
-    from confluent_kafka.admin import AdminClient, NewTopic
-    b1 = brokers(1, {**FAST, "log.dirs": str(small_disk / "logs")})
-    procs = [b1] + [brokers(i, FAST) for i in (2, 3)]
-    brokers.wait_ready(zk, [1, 2, 3])
-    bootstrap = _bootstrap(procs)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    fs = admin.create_topics([NewTopic("epoch-full", num_partitions=1, replica_assignment=[[2, 3, 1]])],
-                             operation_timeout=20)
-    fs["epoch-full"].result(timeout=40)
+    b1, bootstrap = _broker_1_on_a_small_disk(zk, brokers, small_disk, "epoch-full", [2, 3, 1])
     assert _produce(bootstrap, "epoch-full", [b"before"])[1] == []
     wait_for(lambda: _state(zk, "epoch-full")["isr"] == [2, 3, 1], 30, "all in sync", brokers)
-    with open(small_disk / "ballast", "wb") as ballast:  # the disk full to its last byte
-        with contextlib.suppress(OSError):
-            while True:
-                ballast.write(b"\0" * 65536)
-                ballast.flush()
+    _fill_to_the_last_byte(small_disk)
     brokers[2].kill()
     wait_for(lambda: _state(zk, "epoch-full")["leader"] == 3, 30, "broker 3 leading", brokers)
     assert _produce(brokers[3].bootstrap, "epoch-full", [b"after"])[1] == []
