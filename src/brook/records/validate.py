@@ -11,9 +11,11 @@ timestamp INVALID_TIMESTAMP (which the whole answer carries if any record has on
 
 A compressed batch is inflated first, bounded by `Rules.inflate_limit`
 (`brook.records.compression`). Batches of a few records are walked record by record
-(`_walk`, nothing copied); larger ones with numpy, a column at a time (`brook.records.columns`),
-in slices so that the arrays stay small whatever the batch holds. A batch's cost is mostly
-numpy's cost per call (some microseconds each), so the columns take few calls.
+(`_walk`, nothing copied). Larger ones are checked with numpy: runs of records of one layout,
+as producers write them, a run at a time (`brook.records.runs`), as far as the batch is of
+that shape; the rest a column at a time (`brook.records.columns`), in slices so that the
+arrays stay small whatever the batch holds. A batch's cost is mostly numpy's cost per call
+(a microsecond or more each), so both take few calls.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .batch import HEADER_SIZE
 from .columns import PAD, fields, headers, record_starts, zigzag
 from .compression import CODEC_MASK, codec_of, decompress
 from .errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError
+from .runs import RUN, sound_prefix
 
 MIN_RECORD_SIZE = 7  # length, attributes, timestamp and offset deltas, key, value, header count
 SMALL = 48  # fewer records than this are walked one by one: numpy's cost per call is larger
@@ -167,11 +170,21 @@ def _check_many(body, count: int, base_ts: int, rules: Rules, earliest, latest) 
 
 def _check_columns(buf, size: int, count: int, base_ts: int, rules: Rules, earliest, latest) -> int:
     arr = np.frombuffer(buf, np.uint8)
-    begins = record_starts(buf, arr, (0,), (count,), size)  # every byte used, or it raises
-    max_delta = None
+    # The common shape a run at a time, as far as it goes; the general walk from there on.
+    first, max_delta = 0, None
+    p = 0
+    if count >= RUN:
+        p, first, max_delta = sound_prefix(
+            buf, arr, size, count, rules.keys_required,
+            None if earliest is None else earliest - base_ts,
+            None if latest is None else latest - base_ts)
+        if first == count and p == size:
+            return base_ts + max_delta
+    begins = record_starts(buf, arr, (p,), (count - first,), size)  # every byte used, or it raises
     problems: tuple[list, list, list, list, list] = ([], [], [], [], [])
-    for start in range(0, count, SLICE):
+    for start in range(0, len(begins), SLICE):
         f = fields(arr, begins[start : start + SLICE], size)
+        start += first  # the index of the slice's first record in the batch
         if f.n_headers.any():  # (each numpy call counts: the common case skips what it can)
             for i in np.flatnonzero(f.n_headers).tolist():
                 headers(buf, int(f.headers_at[i]), int(f.n_headers[i]), int(f.rec_end[i]))
