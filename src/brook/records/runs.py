@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .columns import zigzag
+from .columns import zigzag_short
 from .errors import CorruptRecordError
 
 RUN = 16  # records of one layout checked as a run (fewer cost less one by one)
@@ -125,39 +125,27 @@ def _offset_width(i: int) -> tuple[int, int]:
     return i, 0  # no run past 2^20 records
 
 
-def _varint(buf, p: int) -> tuple[int, int]:
-    """The zigzag varint at `p` and the position after it (one and two bytes inline)."""
-    b = buf[p]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), p + 1
-    c = buf[p + 1]
-    if c < 0x80:
-        raw = b & 0x7F | c << 7
-        return (raw >> 1) ^ -(raw & 1), p + 2
-    return zigzag(buf, p)
-
-
 def _layout(buf, p: int, i: int, keys_required: bool):
     """The layout of record `i` at `p`, if it is of the common shape and sound by itself:
     (its size, its timestamp delta, where that begins in the record and how wide it is, the
     words that check a run of records of its layout). None otherwise."""
-    length, q = _varint(buf, p)
+    length, q = zigzag_short(buf, p)
     if length < 1 or q - p > 2:
         return None
     size = q - p + length
     ts_at = q + 1  # after the attributes byte
-    delta, o = _varint(buf, ts_at)
+    delta, o = zigzag_short(buf, ts_at)
     if delta < 0 or o - ts_at > 2:
         return None
     offset_width = _offset_width(i)[1]
-    offset, key_at = _varint(buf, o)
+    offset, key_at = zigzag_short(buf, o)
     if offset != i or key_at - o != offset_width:
         return None
-    key, v = _varint(buf, key_at)
+    key, v = zigzag_short(buf, key_at)
     if key < -1 or (key == -1 and keys_required):
         return None
     value_at = v + max(key, 0)
-    value, h = _varint(buf, value_at)
+    value, h = zigzag_short(buf, value_at)
     if value < -1 or h + max(value, 0) != p + size - 1 or buf[p + size - 1]:
         return None
     words = _words(size, q - p, o - ts_at, offset_width, key_at - p, key, v - key_at,
