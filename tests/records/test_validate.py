@@ -252,6 +252,17 @@ def test_compressed_garbage_with_a_valid_header_is_refused(codec):
                     100, h.base_timestamp, RULES, NOW)
 
 
+@pytest.mark.parametrize("codec", list(Codec))
+def test_a_batch_inflates_quickly_when_its_headers_bound_it_to_a_mebibyte(codec):
+    """Produce inflates such a batch on the event loop (a worker thread's hop costs more)."""
+    small = encode_batch(_records(100), codec=codec)
+    large = encode_batch(_records(1000, value=bytes(1100)), codec=codec)  # ~1.1 MB inflated
+    assert validate.inflates_quickly(small) is (codec != Codec.GZIP)
+    assert validate.inflates_quickly(large) is False
+    if codec in (Codec.ZSTD, Codec.LZ4):  # not a frame: the check answers, in a worker thread
+        assert validate.inflates_quickly(small[:HEADER_SIZE] + b"\x17" * 40) is False
+
+
 def test_a_zstd_bomb_is_refused_without_inflating():
     good = encode_batch(_records(1), codec=Codec.ZSTD)
     h = read_header(good)

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .batch import HEADER_SIZE
+from .batch import ATTRIBUTES_OFFSET, HEADER_SIZE
 from .columns import PAD, fields, headers, record_starts, zigzag, zigzag_short
-from .compression import CODEC_MASK, codec_of, decompress
+from .compression import CODEC_MASK, codec_of, decompress, inflated_bound
 from .errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError
 from .runs import RUN, sound_prefix
 
@@ -37,6 +37,7 @@ SLICE = 1 << 16  # records whose columns are decoded at once
 SHOWN = 3  # record errors quoted in the answer's error message
 UNBOUNDED = 1 << 62  # a timestamp bound this far or farther is no bound
 INFLATION = 8  # a batch may inflate to this many times max.message.bytes
+QUICK_INFLATE = 1 << 20  # bytes a batch that inflates_quickly() inflates to at most
 
 
 def inflate_limit(max_message_bytes: int) -> int:
@@ -66,9 +67,24 @@ def check_batch(buf, pos: int, size: int, attributes: int, count: int, base_ts: 
     already); return the largest record timestamp. Raises InvalidRecordError,
     InvalidTimestampError, InflationLimitError or CorruptRecordError (does not inflate)."""
     body = memoryview(buf)[pos + HEADER_SIZE : pos + size]
-    if attributes & CODEC_MASK:
-        body = decompress(codec_of(attributes), body, rules.inflate_limit)
+    if attributes & CODEC_MASK:  # (only read: the buffer inflated into, not a copy)
+        body = decompress(codec_of(attributes), body, rules.inflate_limit, readonly=True)
     return check_records(body, count, base_ts, rules, now)
+
+
+def inflates_quickly(batch) -> bool:
+    """Whether the compressed batch `batch` says, in its frame and block headers, that it
+    inflates to QUICK_INFLATE bytes or fewer (zstd, LZ4, snappy; never gzip, which does not
+    say): inflating and checking it takes about as long as an uncompressed batch of that size
+    takes to check and write, less than a worker thread's hop costs for a small one."""
+    if len(batch) <= HEADER_SIZE:
+        return False
+    try:
+        codec = codec_of(batch[ATTRIBUTES_OFFSET + 1])
+        bound = inflated_bound(codec, memoryview(batch)[HEADER_SIZE:])
+    except CorruptRecordError:  # (an unknown codec included)
+        return False  # refused where it is checked
+    return bound is not None and bound <= QUICK_INFLATE
 
 
 def check_records(body, count: int, base_ts: int, rules: Rules, now: int) -> int:
