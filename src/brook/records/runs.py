@@ -73,8 +73,9 @@ def sound_prefix(buf, arr: np.ndarray, size: int, count: int, keys_required: boo
             for start, mask, expected, offset_shift in words:
                 word = np.ndarray((rows,), "<u8", arr, p + length + start, stride)
                 x = np.bitwise_and(word, mask)
-                x ^= expected if offset_shift is None else \
-                    _expected(i + 1, rows, offset_shift, expected)
+                x ^= expected
+                if offset_shift is not None:
+                    x ^= _offsets(i + 1, rows, offset_shift)
                 if bad is None:
                     bad = x
                 else:
@@ -205,7 +206,7 @@ def _word(start: int, checked: dict[int, tuple[int, int]], offsets: range) -> tu
     for k in range(_WORD):
         bits, byte = checked.get(start + k, (0, 0))
         if shift is not None and start + k in offsets:
-            bits = 0xFF  # what they must be: the record's own offset delta (`_expected`)
+            bits = 0xFF  # what they must be: the record's own offset delta (`_offsets`)
         mask |= bits << 8 * k
         expected |= byte << 8 * k
     return start, np.uint64(mask), np.uint64(expected), shift
@@ -223,22 +224,21 @@ def _zigzag_bytes(value: int, width: int) -> bytes:
             return bytes(out)
 
 
-def _expected(i: int, m: int, shift: int, expected: np.uint64) -> np.ndarray:
-    """What the word holding the offset delta must be for records i to i + m - 1: `expected`
-    with each record's offset delta (its varint bytes, one width: a run does not cross one)
-    shifted left by `shift` bits."""
+def _offsets(i: int, m: int, shift: int) -> np.ndarray:
+    """The offset deltas of records i to i + m - 1 as their varint bytes, each in a word
+    shifted left by `shift` bits (of one width: a run does not cross one)."""
     if i + m <= _TABLE:
-        return _expected_table(shift, int(expected))[i : i + m]
+        return _offset_table(shift)[i : i + m]
     raw = np.arange(2 * i, 2 * (i + m), 2, dtype=np.uint64)
     words = ((raw & np.uint64(0x7F)) | np.uint64(0x80)) \
         | (((raw >> np.uint64(7)) & np.uint64(0x7F)) | np.uint64(0x80)) << np.uint64(8) \
         | (raw >> np.uint64(14)) << np.uint64(16)
-    return (words << np.uint64(shift)) | expected
+    return words << np.uint64(shift)
 
 
-@lru_cache(maxsize=64)
-def _expected_table(shift: int, expected: int) -> np.ndarray:
-    """`_expected` for offset deltas 0 to 8,191 (one byte below 64, two from 64)."""
+@lru_cache(maxsize=8)
+def _offset_table(shift: int) -> np.ndarray:
+    """`_offsets` for offset deltas 0 to 8,191 (one byte below 64, two from 64)."""
     raw = np.arange(0, 2 * _TABLE, 2, dtype=np.uint64)
     two = ((raw & np.uint64(0x7F)) | np.uint64(0x80)) | (raw >> np.uint64(7)) << np.uint64(8)
-    return (np.where(raw < 128, raw, two) << np.uint64(shift)) | np.uint64(expected)
+    return np.where(raw < 128, raw, two) << np.uint64(shift)
