@@ -28,7 +28,7 @@ from .columns import zigzag_short
 from .errors import CorruptRecordError
 
 RUN = 16  # records of one layout checked as a run (fewer cost less one by one)
-SINGLES = 8  # records taken one by one before the general walk takes over
+SINGLES = 4  # records taken one by one before the general walk takes over
 _WORD = 8  # bytes of a record checked in one step
 _MAX_WORDS = 8  # a layout whose checked fields spread wider is left to the general walk
 # The offset delta of record i is the zigzag varint 2i: one byte below 64, two below 8,192,
@@ -52,7 +52,7 @@ def sound_prefix(buf, arr: np.ndarray, size: int, count: int, keys_required: boo
             layout = _layout(buf, p, i, keys_required)
             if layout is None:
                 break
-            length, delta, ts_at, ts_width, words = layout
+            length, delta, ts_at, ts_width, shape = layout
             m = min(count - i, (size - p) // length, _width_end(i) - i)
             if m < 1:  # it runs past the body
                 break
@@ -65,6 +65,9 @@ def sound_prefix(buf, arr: np.ndarray, size: int, count: int, keys_required: boo
                 p += length
                 i += 1
                 continue
+            words = _words(*shape)
+            if words is None:
+                break
             # Rows: records 1 to m-1, each word read from `start` bytes after its record's
             # start (a negative start reads the end of the record before).
             rows = m - 1
@@ -128,8 +131,8 @@ def _offset_width(i: int) -> tuple[int, int]:
 
 def _layout(buf, p: int, i: int, keys_required: bool):
     """The layout of record `i` at `p`, if it is of the common shape and sound by itself:
-    (its size, its timestamp delta, where that begins in the record and how wide it is, the
-    words that check a run of records of its layout). None otherwise."""
+    (its size, its timestamp delta, where that begins in the record and how wide it is, what
+    `_words` makes the words that check a run of its layout of). None otherwise."""
     length, q = zigzag_short(buf, p)
     if length < 1 or q - p > 2:
         return None
@@ -149,11 +152,9 @@ def _layout(buf, p: int, i: int, keys_required: bool):
     value, h = zigzag_short(buf, value_at)
     if value < -1 or h + max(value, 0) != p + size - 1 or buf[p + size - 1]:
         return None
-    words = _words(size, q - p, o - ts_at, offset_width, key_at - p, key, v - key_at,
-                   value_at - p, value, h - value_at)
-    if words is None:
-        return None
-    return size, delta, ts_at - p, o - ts_at, words
+    shape = (size, q - p, o - ts_at, offset_width, key_at - p, key, v - key_at, value_at - p,
+             value, h - value_at)
+    return size, delta, ts_at - p, o - ts_at, shape
 
 
 @lru_cache(maxsize=256)
