@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.support.examples import examples
 
 from brook.records import Codec, CorruptRecordError, UnsupportedCompressionError
-from brook.records.compression import codec_of, compress, decompress
+from brook.records.compression import codec_of, compress, decompress, inflated_bound
 from brook.records.errors import InflationLimitError
 
 SOME = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -39,6 +39,18 @@ def test_round_trip(codec, data):
 def test_round_trip_large_and_from_memoryview(codec):
     data = _payload(300_000)
     assert decompress(codec, memoryview(compress(codec, data))) == data
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+@pytest.mark.parametrize("size", [0, 1000, 300_000])
+def test_what_the_headers_bound_holds_the_data_and_a_reader_may_keep_the_buffer(codec, size):
+    """inflated_bound() is what decompress() holds data to, from the headers alone (gzip says
+    nothing); a reader that only reads gets the buffer inflated into, the same bytes."""
+    data = _payload(size, seed=size)
+    packed = compress(codec, data)
+    bound = inflated_bound(codec, packed)
+    assert bound is None if codec == Codec.GZIP else bound >= len(data)
+    assert bytes(decompress(codec, memoryview(packed), readonly=True)) == data
 
 
 def test_codec_of_masks_attributes_and_rejects_unknown():

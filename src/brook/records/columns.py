@@ -252,3 +252,16 @@ def zigzag(buf: bytes, pos: int) -> tuple[int, int]:
     """The zigzag varint at `pos`, and the position after it."""
     raw, pos = _uvarint(buf, pos)
     return (raw >> 1) ^ -(raw & 1), pos
+
+
+def zigzag_short(buf: bytes, pos: int) -> tuple[int, int]:
+    """zigzag(), with varints of one and two bytes (nearly all) read in place: a call costs
+    more than their decoding."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    c = buf[pos + 1]
+    if c < 0x80:
+        raw = b & 0x7F | c << 7
+        return (raw >> 1) ^ -(raw & 1), pos + 2
+    return zigzag(buf, pos)

@@ -64,9 +64,12 @@ def compress(codec: Codec, data: bytes) -> bytes:
 DEFAULT_LIMIT = 64 << 20  # for callers without a configured limit (tools, clients)
 
 
-def decompress(codec: Codec, data: bytes | memoryview, limit: int = DEFAULT_LIMIT) -> bytes:
+def decompress(codec: Codec, data: bytes | memoryview, limit: int = DEFAULT_LIMIT, *,
+               readonly: bool = False) -> bytes:
     """`data` inflated. Raises InflationLimitError when it would inflate past `limit` bytes
-    (before inflating it, where the format tells), CorruptRecordError when it is damaged."""
+    (before inflating it, where the format tells), CorruptRecordError when it is damaged.
+    `readonly`: the caller only reads the result, which may then be the buffer inflated into
+    (a bytearray or a memoryview of one) instead of a copy of it as bytes."""
     try:
         if codec == Codec.NONE:
             return bytes(data)
@@ -78,12 +81,32 @@ def decompress(codec: Codec, data: bytes | memoryview, limit: int = DEFAULT_LIMI
             _check_size(codec, cramjam.snappy.decompress_raw_len(data), limit)
             return bytes(cramjam.snappy.decompress_raw(data))
         if codec == Codec.LZ4:
-            return _into(cramjam.lz4, data, _check_size(codec, lz4_bound(data), limit))
+            return _into(cramjam.lz4, data, _check_size(codec, lz4_bound(data), limit), readonly)
         if codec == Codec.ZSTD:
-            return _into(cramjam.zstd, data, _check_size(codec, zstd_bound(data), limit))
+            return _into(cramjam.zstd, data, _check_size(codec, zstd_bound(data), limit), readonly)
     except (cramjam.DecompressionError, ValueError, OSError, zlib.error) as exc:
         raise CorruptRecordError(f"cannot decompress {codec.name} data: {exc}") from None
     raise UnsupportedCompressionError(f"unknown compression codec {codec}")
+
+
+def inflated_bound(codec: Codec, data: bytes | memoryview) -> int | None:
+    """The most `data` can inflate to, from its frame and block headers or length preambles,
+    without inflating it (what decompress() holds it to); None for gzip, whose size is known
+    only once it is inflated. Raises CorruptRecordError when the headers are damaged."""
+    try:
+        if codec == Codec.NONE:
+            return len(data)
+        if codec == Codec.SNAPPY:
+            if bytes(data[:8]) == _XERIAL_MAGIC:
+                return sum(cramjam.snappy.decompress_raw_len(b) for b in _xerial_blocks(data))
+            return cramjam.snappy.decompress_raw_len(data)
+        if codec == Codec.LZ4:
+            return lz4_bound(data)
+        if codec == Codec.ZSTD:
+            return zstd_bound(data)
+    except (cramjam.DecompressionError, ValueError) as exc:
+        raise CorruptRecordError(f"cannot decompress {codec.name} data: {exc}") from None
+    return None
 
 
 def _check_size(codec: Codec, size: int, limit: int) -> int:
@@ -93,11 +116,13 @@ def _check_size(codec: Codec, size: int, limit: int) -> int:
     return size
 
 
-def _into(module, data, bound: int) -> bytes:
+def _into(module, data, bound: int, readonly: bool = False) -> bytes:
     """Decompress into a buffer of `bound` bytes: a stream that says less than it holds
     fails there instead of growing."""
     out = bytearray(bound)
     n = module.decompress_into(data, out)
+    if readonly:
+        return out if n == bound else memoryview(out)[:n]
     return bytes(memoryview(out)[:n]) if n != bound else bytes(out)
 
 
@@ -109,7 +134,7 @@ def _gunzip(data, limit: int) -> bytes:
     of at most 1 MiB until the limit."""
     out = []
     size = 0
-    rest = bytes(data)
+    rest = data  # (a memoryview is read in place)
     while True:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         chunk = d.decompress(rest, min(_GZIP_STEP, limit - size + 1))
@@ -256,13 +281,12 @@ def _xerial_compress(data: bytes) -> bytes:
     return b"".join(out)
 
 
-def _xerial_decompress(data: bytes | memoryview, limit: int) -> bytes:
+def _xerial_blocks(data: bytes | memoryview):
+    """The snappy blocks of xerial-framed data, each checked to lie within it."""
     view = memoryview(data)
     pos = len(_XERIAL_HEADER)
     if len(view) < pos:
         raise CorruptRecordError("truncated xerial snappy header")
-    blocks = []
-    size = 0
     while pos < len(view):
         if pos + 4 > len(view):
             raise CorruptRecordError("truncated xerial snappy block length")
@@ -270,8 +294,14 @@ def _xerial_decompress(data: bytes | memoryview, limit: int) -> bytes:
         pos += 4
         if length < 0 or pos + length > len(view):
             raise CorruptRecordError("xerial snappy block overruns its data")
-        block = view[pos : pos + length]
+        yield view[pos : pos + length]
+        pos += length
+
+
+def _xerial_decompress(data: bytes | memoryview, limit: int) -> bytes:
+    blocks = []
+    size = 0
+    for block in _xerial_blocks(data):
         size = _check_size(Codec.SNAPPY, size + cramjam.snappy.decompress_raw_len(block), limit)
         blocks.append(block)
-        pos += length
     return b"".join(bytes(cramjam.snappy.decompress_raw(b)) for b in blocks)

@@ -11,9 +11,11 @@ timestamp INVALID_TIMESTAMP (which the whole answer carries if any record has on
 
 A compressed batch is inflated first, bounded by `Rules.inflate_limit`
 (`brook.records.compression`). Batches of a few records are walked record by record
-(`_walk`, nothing copied); larger ones with numpy, a column at a time (`brook.records.columns`),
-in slices so that the arrays stay small whatever the batch holds. A batch's cost is mostly
-numpy's cost per call (some microseconds each), so the columns take few calls.
+(`_walk`, nothing copied). Larger ones are checked with numpy: runs of records of one layout,
+as producers write them, a run at a time (`brook.records.runs`), as far as the batch is of
+that shape; the rest a column at a time (`brook.records.columns`), in slices so that the
+arrays stay small whatever the batch holds. A batch's cost is mostly numpy's cost per call
+(a microsecond or more each), so both take few calls.
 """
 
 from __future__ import annotations
@@ -22,17 +24,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .batch import HEADER_SIZE
-from .columns import PAD, fields, headers, record_starts, zigzag
-from .compression import CODEC_MASK, codec_of, decompress
+from .batch import ATTRIBUTES_OFFSET, HEADER_SIZE
+from .columns import PAD, fields, headers, record_starts, zigzag, zigzag_short
+from .compression import CODEC_MASK, codec_of, decompress, inflated_bound
 from .errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError
+from .runs import RUN, sound_prefix
 
 MIN_RECORD_SIZE = 7  # length, attributes, timestamp and offset deltas, key, value, header count
-SMALL = 48  # fewer records than this are walked one by one: numpy's cost per call is larger
+SMALL = 48  # fewer records than this (left after the runs) are walked one by one: numpy's
+# cost per call is larger
 SLICE = 1 << 16  # records whose columns are decoded at once
 SHOWN = 3  # record errors quoted in the answer's error message
 UNBOUNDED = 1 << 62  # a timestamp bound this far or farther is no bound
 INFLATION = 8  # a batch may inflate to this many times max.message.bytes
+QUICK_INFLATE = 1 << 20  # bytes a batch that inflates_quickly() inflates to at most
 
 
 def inflate_limit(max_message_bytes: int) -> int:
@@ -62,9 +67,24 @@ def check_batch(buf, pos: int, size: int, attributes: int, count: int, base_ts: 
     already); return the largest record timestamp. Raises InvalidRecordError,
     InvalidTimestampError, InflationLimitError or CorruptRecordError (does not inflate)."""
     body = memoryview(buf)[pos + HEADER_SIZE : pos + size]
-    if attributes & CODEC_MASK:
-        body = decompress(codec_of(attributes), body, rules.inflate_limit)
+    if attributes & CODEC_MASK:  # (only read: the buffer inflated into, not a copy)
+        body = decompress(codec_of(attributes), body, rules.inflate_limit, readonly=True)
     return check_records(body, count, base_ts, rules, now)
+
+
+def inflates_quickly(batch) -> bool:
+    """Whether the compressed batch `batch` says, in its frame and block headers, that it
+    inflates to QUICK_INFLATE bytes or fewer (zstd, LZ4, snappy; never gzip, which does not
+    say): inflating and checking it takes about as long as an uncompressed batch of that size
+    takes to check and write, less than a worker thread's hop costs for a small one."""
+    if len(batch) <= HEADER_SIZE:
+        return False
+    try:
+        codec = codec_of(batch[ATTRIBUTES_OFFSET + 1])
+        bound = inflated_bound(codec, memoryview(batch)[HEADER_SIZE:])
+    except CorruptRecordError:  # (an unknown codec included)
+        return False  # refused where it is checked
+    return bound is not None and bound <= QUICK_INFLATE
 
 
 def check_records(body, count: int, base_ts: int, rules: Rules, now: int) -> int:
@@ -79,47 +99,59 @@ def check_records(body, count: int, base_ts: int, rules: Rules, now: int) -> int
         if rules.after_max_ms < UNBOUNDED:
             latest = now + rules.after_max_ms
     try:
-        if count < SMALL:
-            return _check_few(body, count, base_ts, rules, earliest, latest)
-        return _check_many(body, count, base_ts, rules, earliest, latest)
+        p = first = 0
+        top = None
+        if count >= RUN:  # runs of one layout first, as far as the batch is of that shape
+            p, first, top = sound_prefix(
+                body, np.frombuffer(body, np.uint8), len(body), count, rules.keys_required,
+                None if earliest is None else earliest - base_ts,
+                None if latest is None else latest - base_ts)
+            if first == count and p == len(body):
+                return base_ts + top
+        if count - first < SMALL:
+            high = _check_few(body, p, first, count, base_ts, rules, earliest, latest)
+        else:
+            high = _check_many(body, p, first, count, base_ts, rules, earliest, latest)
+        return high if top is None else max(high, base_ts + top)
     except CorruptRecordError as exc:
         raise InvalidRecordError(f"records do not decode: {exc}") from None
 
 
-def _check_few(body, count: int, base_ts: int, rules: Rules, earliest, latest) -> int:
-    deltas, offsets, no_key = _walk(body, count, rules.keys_required)
-    bad_offsets = [i for i, delta in enumerate(offsets) if delta != i]
+def _check_few(body, p: int, first: int, count: int, base_ts: int, rules: Rules, earliest,
+               latest) -> int:
+    """Records `first` to `count` - 1, from `p` on, one by one."""
+    deltas, offsets, no_key = _walk(body, p, first, count, rules.keys_required)
+    bad_offsets = [first + k for k, delta in enumerate(offsets) if delta != first + k]
     stamps = [base_ts + delta for delta in deltas]
-    bad_times = [i for i, t in enumerate(stamps) if (earliest is not None and t < earliest)
-                 or (latest is not None and t > latest)]
+    bad_times = [first + k for k, t in enumerate(stamps)
+                 if (earliest is not None and t < earliest) or (latest is not None and t > latest)]
     if bad_offsets or no_key or bad_times:
-        _refuse(bad_offsets, [offsets[i] for i in bad_offsets], no_key, bad_times,
-                [stamps[i] for i in bad_times], count, rules, earliest, latest)
+        _refuse(bad_offsets, [offsets[i - first] for i in bad_offsets], no_key, bad_times,
+                [stamps[i - first] for i in bad_times], count, rules, earliest, latest)
     return max(stamps)
 
 
-def _walk(buf, count: int, keys_required: bool) -> tuple[list[int], list[int], list[int]]:
-    """Timestamp and offset deltas of `count` records, and the records without a key (when
-    asked): record by record, nothing copied (the columns' checks, for few records). A
-    one-byte varint is read in place: the call costs more than the decoding."""
+def _walk(buf, p: int, first: int, count: int, keys_required: bool
+          ) -> tuple[list[int], list[int], list[int]]:
+    """Timestamp and offset deltas of records `first` to `count` - 1 (the first at `p`), and
+    the records without a key (when asked): record by record, nothing copied (the columns'
+    checks, for few records). Varints of one and two bytes are read in place: a call costs
+    more than the decoding."""
     deltas: list[int] = []
     offsets: list[int] = []
     no_key: list[int] = []
     end = len(buf)
-    p = 0
     try:
-        for i in range(count):
-            b = buf[p]
-            length, p = ((b >> 1) ^ -(b & 1), p + 1) if b < 0x80 else zigzag(buf, p)
+        for i in range(first, count):
+            length, p = zigzag_short(buf, p)
             stop = p + length
             if length < 1 or stop > end:
                 raise CorruptRecordError("a record has an invalid length")
-            b = buf[p + 1]  # after the attributes byte
-            delta, p = ((b >> 1) ^ -(b & 1), p + 2) if b < 0x80 else zigzag(buf, p + 1)
+            delta, p = zigzag_short(buf, p + 1)  # after the attributes byte
             b = buf[p]
-            offset, p = ((b >> 1) ^ -(b & 1), p + 1) if b < 0x80 else zigzag(buf, p)
+            offset, p = ((b >> 1) ^ -(b & 1), p + 1) if b < 0x80 else zigzag_short(buf, p)
             b = buf[p]
-            key, p = ((b >> 1) ^ -(b & 1), p + 1) if b < 0x80 else zigzag(buf, p)
+            key, p = ((b >> 1) ^ -(b & 1), p + 1) if b < 0x80 else zigzag_short(buf, p)
             if key > 0:
                 p += key
             elif key < 0:
@@ -127,8 +159,7 @@ def _walk(buf, count: int, keys_required: bool) -> tuple[list[int], list[int], l
                     raise CorruptRecordError("a record has a key length below -1")
                 if keys_required:
                     no_key.append(i)
-            b = buf[p]
-            value, p = ((b >> 1) ^ -(b & 1), p + 1) if b < 0x80 else zigzag(buf, p)
+            value, p = zigzag_short(buf, p)
             if value > 0:
                 p += value
             elif value < -1:
@@ -151,27 +182,31 @@ def _walk(buf, count: int, keys_required: bool) -> tuple[list[int], list[int], l
     return deltas, offsets, no_key
 
 
-def _check_many(body, count: int, base_ts: int, rules: Rules, earliest, latest) -> int:
-    """The columns are read in place, without copying the batch: a read past its end (a
-    varint near the end, or damage) starts again on a copy padded as the columns expect."""
+def _check_many(body, p: int, first: int, count: int, base_ts: int, rules: Rules, earliest,
+                latest) -> int:
+    """Records `first` to `count` - 1, from `p` on, a column at a time. The columns are read
+    in place, without copying the batch: a read past its end (a varint near the end, or
+    damage) starts again on a copy padded as the columns expect."""
     try:
-        return _check_columns(body, len(body), count, base_ts, rules, earliest, latest)
+        return _check_columns(body, len(body), p, first, count, base_ts, rules, earliest, latest)
     except IndexError:
         pass
     try:
-        return _check_columns(b"".join((body, PAD)), len(body), count, base_ts, rules, earliest,
-                              latest)
+        return _check_columns(b"".join((body, PAD)), len(body), p, first, count, base_ts, rules,
+                              earliest, latest)
     except IndexError:  # padded, the columns stay inside it: should it not, it is damage
         raise CorruptRecordError("a record runs past the end of its batch") from None
 
 
-def _check_columns(buf, size: int, count: int, base_ts: int, rules: Rules, earliest, latest) -> int:
+def _check_columns(buf, size: int, p: int, first: int, count: int, base_ts: int, rules: Rules,
+                   earliest, latest) -> int:
     arr = np.frombuffer(buf, np.uint8)
-    begins = record_starts(buf, arr, (0,), (count,), size)  # every byte used, or it raises
     max_delta = None
+    begins = record_starts(buf, arr, (p,), (count - first,), size)  # every byte used, or it raises
     problems: tuple[list, list, list, list, list] = ([], [], [], [], [])
-    for start in range(0, count, SLICE):
+    for start in range(0, len(begins), SLICE):
         f = fields(arr, begins[start : start + SLICE], size)
+        start += first  # the index of the slice's first record in the batch
         if f.n_headers.any():  # (each numpy call counts: the common case skips what it can)
             for i in np.flatnonzero(f.n_headers).tolist():
                 headers(buf, int(f.headers_at[i]), int(f.n_headers[i]), int(f.rec_end[i]))
