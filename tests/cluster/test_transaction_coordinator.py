@@ -76,8 +76,9 @@ def test_transactions_are_coordinated_by_their_partitions_leader_and_survive_its
     assert len(zk.json("/brokers/topics/__transaction_state")["partitions"]) == 5
     configs = zk.json("/config/topics/__transaction_state")["config"]
     assert configs["min.insync.replicas"] == "2" and configs["cleanup.policy"] == "compact"
-    for i in (1, 2, 3):
-        assert _coordinator(brokers[i].bootstrap, tid) == (0, node)
+    for i in (1, 2, 3):  # each broker names it once its metadata has the partition's leader
+        wait_for(lambda: _coordinator(brokers[i].bootstrap, tid) == (0, node), 30,
+                 f"broker {i} naming the coordinator", brokers)
 
     # Real clients: init_transactions on the coordinator, fencing on the second producer.
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "txn-client"})
@@ -98,8 +99,8 @@ def test_transactions_are_coordinated_by_their_partitions_leader_and_survive_its
     block = zk.json("/latest_producer_id_block")
     assert int(block["block_end"]) >= max(ids)
 
-    # A transaction prepared to commit, then its coordinator dies before the markers are done
-    # (on this branch no partition writes them, so the transaction stays prepared).
+    # A transaction prepared to commit, then its coordinator dies, before or after its markers
+    # are written: the next coordinator loads it prepared (and sends them) or complete.
     leader = brokers[node].bootstrap
     init = _init(leader, tid)
     assert init.error_code == E.none
