@@ -855,7 +855,7 @@ def test_acks_all_keeps_flowing_through_a_zookeeper_restart_after_a_paused_leade
     conf = {**FAST, "zookeeper.session.timeout.ms": 6000, "zookeeper.connection.timeout.ms": 6000}
     try:
         procs = [cluster(i, conf) for i in (1, 2, 3)]
-        wait_for(lambda: view.broker_ids() == [1, 2, 3], 30, "three registered", cluster)
+        cluster.wait_ready(view, [1, 2, 3])  # each names the controller: admin requests find it
         bootstrap = _bootstrap(procs)
         if paused == "leader":
             _create(bootstrap, "restarts", rf=3, configs={"min.insync.replicas": "2"})
