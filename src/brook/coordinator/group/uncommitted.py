@@ -91,6 +91,17 @@ class Uncommitted:
                         restore[key] = saved_value(value, partition)
         return restore
 
+    def forget(self, keys: list[tuple[str, str, int]], journal: Journal | None = None) -> None:
+        """``keys`` (group, topic, partition) were set for good (a transaction marker committed
+        them): no undo record gives them back, nor does ``journal``, the write being replayed."""
+        if not keys:
+            return
+        for saved in [w[1] for w in self.writes] + ([journal] if journal else []):
+            for group, topic, partition in keys:
+                partitions = saved.get((group, topic))
+                if partitions is not None:
+                    partitions.pop(partition, None)
+
     def changes(self, group: str) -> bool:
         """Whether an uncommitted write changed an offset of ``group``."""
         return group in self._groups
