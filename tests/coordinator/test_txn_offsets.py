@@ -465,3 +465,75 @@ def test_a_compacted_log_loads_to_the_same_offsets(tmp_path_factory, ops):
         assert load() == (whole[0], {})
     finally:
         lg.close()
+
+
+# --- through the runtime ---------------------------------------------------------------------------
+
+
+def test_through_the_runtime_a_transactional_batch_then_a_marker_and_a_reload():
+    """The batches the runtime appends: the TxnOffsetCommit's records as one transactional batch
+    of the producer (its id and epoch, no sequence), the marker as its control batch on the
+    partition it is submitted to; a runtime loading that log serves the same offsets, and a
+    marker that comes after the reload commits what was pending."""
+    import asyncio
+
+    from brook.coordinator.common.runtime import CoordinatorRuntime
+    from brook.coordinator.group.partitioner import OFFSETS_TOPIC, partition_for
+    from brook.records import decode_batch
+    from brook.records.control import read_marker
+    from tests.coordinator.test_runtime import MemoryLog
+
+    def txn_op(pid, offset):
+        request = TxnOffsetCommit("tid", "g", pid, 3, (CommitTopic("t", (
+            CommitPartition(0, offset, 2, "meta"),)),))
+        return lambda shard, now: shard.commit_transactional_offsets(request, now)
+
+    def marker_op(pid, committed):
+        return lambda shard, now: shard.complete_transaction(EndTxnMarker(pid, 3, 5, committed),
+                                                             now)
+
+    async def fetched(rt, stable=True):
+        got = await rt.read("g", lambda shard, now: shard.fetch_offsets("g", [("t", [0])], stable))
+        return [(f.offset, f.error) for f in got]
+
+    async def started(log):
+        rt = CoordinatorRuntime(1, log, FakeClock(), CoordinatorShard, topic=OFFSETS_TOPIC,
+                                partitioner=partition_for)
+        rt.start()
+        await rt.wait_loaded()
+        return rt
+
+    async def main():
+        log = MemoryLog()
+        rt = await started(log)
+        try:
+            assert await rt.run("g", txn_op(7, 40)) == [("t", 0, E.none)]
+            [batch] = log.partitions[0]
+            header = read_header(batch)
+            assert (header.is_transactional, header.is_control, header.producer_id,
+                    header.producer_epoch, header.base_sequence) == (True, False, 7, 3, -1)
+            [record] = decode_batch(batch).records
+            assert record.key == b"\x00\x01\x00\x01g\x00\x01t\x00\x00\x00\x00"  # OffsetCommitKey
+            assert await fetched(rt) == [(-1, E.unstable_offset_commit)]
+            assert await rt.run("g", txn_op(8, 50)) == [("t", 0, E.none)]
+        finally:
+            await rt.stop()
+        rt = await started(log)  # reloaded: both pending
+        try:
+            assert await fetched(rt) == [(-1, E.unstable_offset_commit)]
+            assert await rt.answer(rt.submit_at(0, marker_op(8, False))) == E.none
+            assert await fetched(rt) == [(-1, E.unstable_offset_commit)]  # 7's still pending
+            assert await rt.answer(rt.submit_at(0, marker_op(7, True))) == E.none
+            assert await fetched(rt) == [(40, E.none)]
+            marker = log.partitions[0][-1]
+            assert read_header(marker).is_control and read_header(marker).producer_id == 7
+            assert read_marker(marker) == (1, 5)  # COMMIT, coordinator epoch 5
+        finally:
+            await rt.stop()
+        rt = await started(log)
+        try:
+            assert await fetched(rt) == [(40, E.none)]
+        finally:
+            await rt.stop()
+
+    asyncio.run(main())

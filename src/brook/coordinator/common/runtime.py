@@ -11,9 +11,11 @@ shard's operations one at a time, in arrival order. For every operation the work
    ``CoordinatorResult``;
 2. appends the result's records to the partition as one batch, through the narrow
    ``PartitionWriter`` interface (the broker's partitions in production, a list in tests),
-   which says where the batch landed or raises ``AppendError`` with the append's Kafka error;
+   which says where the batch landed or raises ``AppendError`` with the append's Kafka error
+   (a transactional write, ``result.producer``, as that producer's batch; a transaction
+   marker, ``EndTxnMarker``, as its control batch);
 3. replays the records into the shard (unless the operation applied them itself), the same
-   replay that loads a partition;
+   replay that loads a partition (with the producer id of a transactional write);
 4. once the records are committed (at once on one broker; in a cluster when the high watermark
    passes them, ``PartitionWriter.written``), runs the result's ``on_success``, answers the
    request and delivers the completions of parked replies.

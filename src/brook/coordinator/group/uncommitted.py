@@ -23,7 +23,9 @@ records (``end``) and, for every offset it changed, what the offset held before 
 
 Kafka's group coordinator keeps its state in timeline structures with a snapshot per write for
 the same purpose; brook keeps only the replaced values of the offsets, which is what its reads
-need. Group membership is not kept this way: see docs/offsets-topic.md.
+need. Group membership is not kept this way: see docs/offsets-topic.md. Nor are transactions:
+the offsets a transaction marker commits are set for good, and ``forget`` drops them from the
+undo records (docs/transactions.md).
 """
 
 from __future__ import annotations
