@@ -290,7 +290,7 @@ def _join(w, group: str, instance_id: str | None = None):
         r = w.request(request(11, 5, group_id=group, session_timeout=timedelta(seconds=30),
                               rebalance_timeout=timedelta(seconds=30), member_id=member,
                               group_instance_id=instance_id, protocol_type="consumer",
-                              protocols=[{"name": "range", "metadata": b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"}]))
+                              protocols=[{"name": "range", "metadata": bytes(10)}]))
         if r.error_code == E.member_id_required:
             member = r.member_id
             continue

@@ -112,7 +112,7 @@ class Coordinator:
         return fresh
 
 
-# --- by hand -------------------------------------------------------------------------------------
+# --- by hand --------------------------------------------------------------------------------------
 
 
 def test_pending_offsets_are_invisible_until_committed():
@@ -282,7 +282,7 @@ def test_metadata_too_large_and_unknown_partitions():
     assert result.producer == (1, 0)
 
 
-# --- the property ----------------------------------------------------------------------------------
+# --- the property ---------------------------------------------------------------------------------
 
 GROUPS = ("g1", "g2")
 TOPICS = ("t", "u")
@@ -368,7 +368,8 @@ def state(shard: CoordinatorShard) -> tuple:
     """What a load must give back: the committed offsets, the pending ones by producer (with
     whether they are outdated), the groups."""
     offsets = shard.offsets
-    committed = {(g, t, p): v for g in offsets.cache.groups() for t, p, v in offsets.group_offsets(g)}
+    committed = {(g, t, p): v for g in offsets.cache.groups()
+                 for t, p, v in offsets.group_offsets(g)}
     return committed, offsets.pending.state(), {g: str(s.state) for g, s in shard.groups.items()}
 
 
@@ -414,7 +415,7 @@ def test_live_handling_follows_kafka_and_a_load_gives_the_same_state(ops):
     assert state(c.loaded()) == state(c.shard)
 
 
-# --- compaction ------------------------------------------------------------------------------------
+# --- compaction -----------------------------------------------------------------------------------
 
 COMPACTED = LogConfig(segment_bytes=2048, index_interval_bytes=100, cleanup_policy="compact",
                       delete_retention_ms=1000, min_cleanable_dirty_ratio=0.0)
@@ -467,7 +468,7 @@ def test_a_compacted_log_loads_to_the_same_offsets(tmp_path_factory, ops):
         lg.close()
 
 
-# --- through the runtime ---------------------------------------------------------------------------
+# --- through the runtime --------------------------------------------------------------------------
 
 
 def test_through_the_runtime_a_transactional_batch_then_a_marker_and_a_reload():

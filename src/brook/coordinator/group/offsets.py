@@ -603,10 +603,6 @@ class OffsetsManager:
     def has_offsets(self, group_id: str) -> bool:
         return self.cache.has_group(group_id)
 
-    def has_pending(self, group_id: str) -> bool:
-        """Whether an open transaction committed offsets of the group."""
-        return self.pending.has_open_transactions(group_id)
-
     def get(self, group_id: str, topic: str, partition: int) -> OffsetCommitValue | None:
         """The committed value of one partition, or None."""
         return self.cache.get(group_id, topic, partition)

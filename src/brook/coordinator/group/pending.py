@@ -128,7 +128,8 @@ class PendingOffsets:
         """(topic, partition) of every pending offset of ``group``."""
         found: set[tuple[str, int]] = set()
         for producer_id in self._by_group.get(group, ()):
-            found.update((t, p) for g, t, p in self._transactions[producer_id].offsets if g == group)
+            offsets = self._transactions[producer_id].offsets
+            found.update((t, p) for g, t, p in offsets if g == group)
         return found
 
     def keys(self) -> set[Key]:

@@ -15,10 +15,10 @@ functions that load the partition. Transactions take the same path: a TxnOffsetC
 are the producer's transactional batch, replayed with its producer id (pending offsets), and a
 transaction marker for the partition is an operation of the shard too
 (``complete_transaction``), appended and replayed in turn with the shard's other writes by
-``replay_marker``, which the loader calls for the markers it reads. A write replayed before it is committed (a cluster's, until
-the high watermark passes it) keeps what it replaced of the committed offsets until the runtime
-calls ``committed`` or ``roll_back`` (``brook.coordinator.group.uncommitted``); OffsetFetch answers
-the committed offsets meanwhile.
+``replay_marker``, which the loader calls for the markers it reads. A write replayed before it
+is committed (a cluster's, until the high watermark passes it) keeps what it replaced of the
+committed offsets until the runtime calls ``committed`` or ``roll_back``
+(``brook.coordinator.group.uncommitted``); OffsetFetch answers the committed offsets meanwhile.
 """
 
 from __future__ import annotations
