@@ -3,7 +3,8 @@ coordinator's part): confluent-kafka's consume-transform-produce with
 ``send_offsets_to_transaction``, committed and aborted; UNSTABLE_OFFSET_COMMIT to a
 read_committed consumer (KIP-447's ``require_stable``) until the transaction's marker lands;
 pending offsets loaded after a restart and committed by a marker that comes after it; the
-group's fencing of a zombie's TxnOffsetCommit; kafka-python's transactional producer."""
+group's fencing of a zombie's TxnOffsetCommit; kafka-python's and aiokafka's transactional
+producers."""
 
 from __future__ import annotations
 
@@ -402,3 +403,34 @@ def test_kafka_python_sends_offsets_to_its_transaction(broker):
     finally:
         producer.close()
     assert _committed(broker.bootstrap, group, topic, 1) == {0: 5}
+
+
+def test_aiokafka_sends_offsets_to_its_transaction(broker):
+    """aiokafka's transactional producer (TxnOffsetCommit v0, without the group's generation)."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.structs import OffsetAndMetadata, TopicPartition
+
+    topic, group = "aio-txn-in", "aio-txn-group"
+    with WireClient(broker.bootstrap) as w:
+        create_topic(w, topic, partitions=1)
+
+    async def main():
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap,
+                                    transactional_id="aio-txn")
+        await asyncio.wait_for(producer.start(), 30)
+        try:
+            async with producer.transaction():
+                await producer.send_and_wait(topic, b"out", partition=0)
+                await producer.send_offsets_to_transaction(
+                    {TopicPartition(topic, 0): OffsetAndMetadata(3, "")}, group)
+            await producer.begin_transaction()
+            await producer.send_offsets_to_transaction(
+                {TopicPartition(topic, 0): OffsetAndMetadata(9, "")}, group)
+            await producer.abort_transaction()
+        finally:
+            await producer.stop()
+
+    asyncio.run(main())
+    assert _committed(broker.bootstrap, group, topic, 1) == {0: 3}
