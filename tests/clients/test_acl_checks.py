@@ -371,13 +371,15 @@ def test_a_transactional_produce_is_refused_for_its_transactional_id_first(broke
         assert produce(c, "tx", txn) == {TAF}
         assert produce(c, None, txn) == {E.transactional_id_authorization_failed}
         broker.grant(acl("TOPIC", T, "WRITE"))
-        assert produce(c, "tx", txn) == {E.none}
+        # past the checks, the leader verifies the transaction with its coordinator (KIP-890),
+        # which knows no producer 9000 for "tx"
+        assert produce(c, "tx", txn) == {E.invalid_producer_id_mapping}
 
     # WriteTxnMarkers: Cluster ClusterAction (a broker) or Alter (KIP-664's abort), as Kafka
     with broker.wire("alice") as c:
         assert _txn_markers(c, 9000) == {CAF}
         broker.grant(acl("CLUSTER", "kafka-cluster", "ALTER"))
-        assert _txn_markers(c, 9000) == {E.none}  # (the transaction left open above ends here)
+        assert _txn_markers(c, 9000) == {E.none}  # (a marker without a transaction open)
 
 
 def test_fetch_sessions_are_checked_too(broker):

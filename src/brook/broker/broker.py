@@ -30,6 +30,7 @@ from .fetch_session import FetchSessionCache
 from .group_commit import GroupCommitter
 from .offsets_log import PartitionOffsetsLog, transaction_state_log
 from .marker_channel import ChannelMarkerWriter
+from .txn_verification import TransactionVerifier
 from .txn_markers import TxnMarker, write_txn_markers
 from .handlers import registry
 from .metadata import (
@@ -93,6 +94,8 @@ class Broker:
         #: writes their transactions' markers.
         self.txn_coordinator: CoordinatorRuntime[TransactionShard] | None = None
         self.txn_marker_sender: MarkerSender | None = None
+        #: KIP-890: asks transaction coordinators whether a partition is in a transaction
+        self.txn_verifier = TransactionVerifier(self)
         self.metrics = None  # a brook.broker.metrics.BrokerMetrics when metrics.port is set
         self.dir_locks = LogDirLocks(config.log_dirs)
         #: The cluster on ZooKeeper (a brook.cluster.zk_cluster.ZkCluster) when zookeeper.connect

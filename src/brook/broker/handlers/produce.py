@@ -12,8 +12,9 @@ Transactional batches (KIP-98) need the request's transactional id, which the pr
 Write: else every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is
 written, as Kafka refuses the request first (a flag of each partition's batch header is all
 it reads). The producer's first transactional batch on a partition begins its transaction
-there (storage.producer_state); brook has no transaction coordinator yet to verify that
-the transaction is open (docs/transactions.md).
+there (storage.producer_state), once the transaction coordinator confirmed the partition is
+in the transaction (KIP-890, `brook.broker.txn_verification`, with
+`transaction.partition.verification.enable`).
 
 Records are checked as Kafka's LogValidator checks them (`brook.records.validate`, from
 `Log.append`); when only some records of a batch break a rule, the answer names them in
@@ -35,8 +36,8 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.log_text import loggable
 from ...protocol.messages import make, response_class, response_module
-from ...records.batch import (ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
-                              TRANSACTIONAL_BIT)
+from ...records.batch import (ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET,
+                              MAGIC_V2, TRANSACTIONAL_BIT)
 from ...records.compression import CODEC_MASK, Codec
 from ...records.legacy import produced_to_v2
 from ...records.validate import inflates_quickly
@@ -45,6 +46,8 @@ from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from ...replication.partition import NotEnoughReplicasAfterAppend
 from ..quotas.throttling import produce_throttle
+from ..txn_verification import produce_error
+from ...storage.producer_state import UNVERIFIED
 from .api import Api, Deferred
 from .common import NO_THROTTLE, CloseConnection, ms
 
@@ -55,6 +58,8 @@ _FIRST_ZSTD_VERSION = 7
 _FIRST_BATCH_ONLY_VERSION = 3  # before it, legacy message sets (magic 0 and 1) too
 _LEGACY_MAGICS = (0, 1)
 _LENGTH = struct.Struct(">i")
+_PRODUCER = struct.Struct(">qhi")  # a v2 batch's producer id, producer epoch, base sequence
+_PRODUCER_ID_OFFSET = 43
 _CODEC_BYTE = ATTRIBUTES_OFFSET + 1  # the low byte of a batch's attributes
 # Refusals logged with their reason: a client only sees the code (and librdkafka drops the
 # message), so the broker's log is where a wrongly refused batch can be told from a bad one.
@@ -68,6 +73,10 @@ async def handle(broker, request, connection):
     mod = response_module(API_KEY, version)
     acks = body.acks
     refused = _transactions_refused(broker, connection, body)
+    verified = {}  # (topic, partition) -> the verification's guard, or its error
+    if not refused and broker.config.transaction_partition_verification_enable \
+            and getattr(body, "transactional_id", None):
+        verified = await _verify_transactions(broker, body)
     any_error = False
     topics = []
     appended = []  # the logs written, when they must be on disk before the answer
@@ -121,6 +130,9 @@ async def handle(broker, request, connection):
                 code = ErrorCode.invalid_record
             elif (refusal := refuse_records(pd.records, version)) is not None:
                 code, detail = refusal
+            elif type(guard := verified.get((name, pd.index), UNVERIFIED)) is ErrorCode:
+                code, guard = guard, UNVERIFIED
+                detail = "the partition is not verified to be in the transaction"
             else:
                 try:
                     records, converted = pd.records, 0
@@ -134,7 +146,7 @@ async def handle(broker, request, connection):
                         # worker thread, so that other connections are served meanwhile,
                         # unless its headers say it inflates to little (append inflates it).
                         checked = await asyncio.to_thread(partition.log.check_records, records)
-                    info = partition.append(records, checked=checked)
+                    info = partition.append(records, checked=checked, guard=guard)
                     base_offset, append_time = info.first_offset, info.log_append_time
                 except Exception as exc:
                     code = error_code_for(exc)
@@ -200,6 +212,39 @@ def _transactions_refused(broker, connection, body) -> bool:
         return False
     return transactional_id is None or not authz.allowed(broker, connection, authz.Op.WRITE,
                                                          authz.TRANSACTIONAL_ID, transactional_id)
+
+
+async def _verify_transactions(broker, body) -> dict[tuple[str, int], object]:
+    """KIP-890: for each partition this broker leads whose batch is transactional, the guard
+    its append needs (None where the producer's transaction is open there already), or the
+    coordinator's error, translated for a Produce, where it said the partition is not in the
+    transaction."""
+    out: dict[tuple[str, int], object] = {}
+    producers = set()
+    now = broker.clock.milliseconds()
+    for td in body.topic_data:
+        for pd in td.partition_data:
+            r = pd.records
+            if r is None or len(r) < HEADER_SIZE or r[MAGIC_OFFSET] != MAGIC_V2 \
+                    or not r[_CODEC_BYTE] & TRANSACTIONAL_BIT:
+                continue
+            partition = broker.partition(td.name, pd.index)
+            if partition is None or (broker.replicas is not None and partition.tracker is None):
+                continue  # not led here: answered as such
+            pid, epoch, sequence = _PRODUCER.unpack_from(r, _PRODUCER_ID_OFFSET)
+            producers.add((pid, epoch))
+            out[(td.name, pd.index)] = partition.log.producer_state.start_verification(
+                pid, epoch, sequence, now)
+    if len(producers) > 1:  # Kafka refuses such a request as a whole
+        return dict.fromkeys(out, ErrorCode.invalid_producer_id_mapping)
+    wanted = [tp for tp, guard in out.items() if guard is not None]
+    if wanted:
+        (pid, epoch), = producers
+        answers = await broker.txn_verifier.verify(body.transactional_id, pid, epoch, wanted)
+        for tp, code in answers.items():
+            if code != ErrorCode.none:
+                out[tp] = produce_error(code)
+    return out
 
 
 def _record_errors(mod, errors) -> tuple:
