@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -202,6 +203,21 @@ def _consumer_protocol(cls, value) -> bytes:
     return buf.getvalue()
 
 
+def segment_of(log: Log, records: list[tuple[bytes | None, bytes | None]]):
+    """The first segment of `log` holding one batch of (key, value) records, closed."""
+    log.append(encode_batch([Record(i, T0, k, v) for i, (k, v) in enumerate(records)]))
+    log.close()
+    return Path(log.directory) / "00000000000000000000.log"
+
+
+def decoded_lines(path, *flags) -> list[str]:
+    """What dump-log prints of each record after its sizes and headers."""
+    result = dump(path, *flags)
+    assert result.exit_code == 0, result.output
+    return [line.split(" headerKeys: [] ", 1)[1] for line in result.stdout.splitlines()
+            if line.startswith("| offset:")]
+
+
 def test_offsets_decoder(tmp_path):
     log = Log(str(tmp_path / "__consumer_offsets-3"), CONFIG, clock=FakeClock(T0))
     subscription = _consumer_protocol(ConsumerProtocolSubscription,
@@ -220,13 +236,8 @@ def test_offsets_decoder(tmp_path):
         (struct.pack(">h", 5) + b"future", b"\x00\x00"),
         (struct.pack(">h", 1) + b"\x00", b""),
     ]
-    log.append(encode_batch([Record(i, T0, k, v) for i, (k, v) in enumerate(records)]))
-    log.close()
-    path = tmp_path / "__consumer_offsets-3" / "00000000000000000000.log"
-    result = dump(path, "--offsets-decoder")
-    assert result.exit_code == 0, result.output
-    lines = [line.split(" headerKeys: [] ", 1)[1] for line in result.stdout.splitlines()
-             if line.startswith("| offset:")]
+    path = segment_of(log, records)
+    lines = decoded_lines(path, "--offsets-decoder")
     assert lines == [
         "group_metadata group=billing protocol_type=consumer generation=1 protocol=range "
         f"leader=m-1 current_state_timestamp={T0} members=[m-1 client_id=client-a "
@@ -264,13 +275,8 @@ def test_transaction_log_decoder(tmp_path):
         (struct.pack(">h", 4) + b"later", b"\x00\x01"),
         (key, b"\x00\x01\x00"),
     ]
-    log.append(encode_batch([Record(i, T0, k, v) for i, (k, v) in enumerate(records)]))
-    log.close()
-    path = tmp_path / "__transaction_state-1" / "00000000000000000000.log"
-    result = dump(path, "--transaction-log-decoder")
-    assert result.exit_code == 0, result.output
-    lines = [line.split(" headerKeys: [] ", 1)[1] for line in result.stdout.splitlines()
-             if line.startswith("| offset:")]
+    path = segment_of(log, records)
+    lines = decoded_lines(path, "--transaction-log-decoder")
     head = "transaction_metadata transactional_id=app producer_id=7"
     assert lines == [
         f"{head} producer_epoch=0 state=Empty partitions=null timeout_ms=60000 "
@@ -391,7 +397,6 @@ def test_transaction_log_of_a_brokers_transaction(broker_factory):
     confluent-kafka's transaction: its states from Empty to CompleteCommit."""
     import subprocess
     import sys
-    from pathlib import Path
 
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic

@@ -11,6 +11,7 @@ from typing import Any
 from ..coordinator.transaction.metadata import TransactionState
 from ..coordinator.transaction.schemas import (CorruptTransactionRecordError, UnknownKey,
                                                decode_key, decode_value)
+from .offsets_decoder import unreadable
 
 
 def _state_name(status: int) -> str:
@@ -46,11 +47,9 @@ def decode(key: bytes | None, value: bytes | None) -> dict[str, Any]:
 
 def describe(d: dict[str, Any]) -> str:
     """One line of text for a decoded record."""
-    kind = d["type"]
-    if kind == "unknown":
-        return f"unknown record type {d['record_type']}"
-    if kind == "corrupt":  # the coordinator's loader skips it, and logs its offset
-        return f"corrupt (skipped when the coordinator loads): {d['error']}"
+    text = unreadable(d)
+    if text is not None:
+        return text
     head = f"transaction_metadata transactional_id={d['transactional_id']}"
     if d.get("tombstone"):
         return f"{head} tombstone"
