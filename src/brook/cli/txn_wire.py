@@ -27,7 +27,7 @@ TP = tuple[str, int]
 T = TypeVar("T")
 
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
-WRITE_TXN_MARKERS = 27
+WRITE_TXN_MARKERS, API_VERSIONS = 27, 18
 E = ErrorCode
 #: Answers that change once a coordinator has loaded or moved, or a leader was elected.
 RETRIABLE = frozenset({E.coordinator_load_in_progress, E.coordinator_not_available,
@@ -97,7 +97,21 @@ class Brokers:
             known = ", ".join(map(str, sorted(self.nodes))) or "none"
             raise CliError(f"no broker {node} in the cluster (brokers: {known})")
         host, port = self.nodes[node]
-        return wire.request(host, port, body, self.timeout, self.security, response_cls)
+        try:
+            return wire.request(host, port, body, self.timeout, self.security, response_cls)
+        except CliError:
+            # a broker closes the connection on an API it does not serve: say which
+            key = int(type(body).__api_key__)
+            if key not in self._api_keys(host, port):
+                raise CliError(f"broker {node} ({host}:{port}) does not serve "
+                               f"{type(body).__name__.removesuffix('Request')} (API key {key})"
+                               ) from None
+            raise
+
+    def _api_keys(self, host: str, port: int) -> set[int]:
+        response = wire.request(host, port, request_class(API_VERSIONS, 0)(), self.timeout,
+                                self.security)
+        return {int(k.api_key) for k in response.api_keys}
 
     def any_node(self) -> int:
         return min(self.nodes)
