@@ -131,6 +131,11 @@ def _epochs(c, replica_id=-1):
     return _codes(r, "topics", "partitions", "error_code")
 
 
+def _describe_producers(c, topic):
+    r = c.request(request(61, 0, topics=[{"name": topic, "partition_indexes": [0]}]))
+    return _codes(r, "topics", "partitions", "error_code")
+
+
 def _txn_markers(c, producer_id=9001):
     """An ABORT marker of a producer with no transaction open: written, and changes nothing."""
     r = c.request(request(27, 1, markers=[{
@@ -237,6 +242,9 @@ ROWS = [
     Row("InitProducerId (a topic's Write)", [acl("TOPIC", "some-", "WRITE", pattern="PREFIXED")],
         lambda c: _codes(c.request(request(22, 4, transactional_id=None, transaction_timeout=SEC,
                                            producer_id=-1, producer_epoch=-1)), "error_code"), CAF),
+    Row("DescribeProducers", [acl("TOPIC", T, "READ")], lambda c: _describe_producers(c, T), TAF),
+    Row("DescribeProducers (a topic that does not exist)", [acl("TOPIC", "absent", "READ")],
+        lambda c: _describe_producers(c, "absent"), TAF, frozenset({E.unknown_topic_or_partition})),
     Row("DescribeUserScramCredentials", [acl("CLUSTER", "kafka-cluster", "DESCRIBE")],
         lambda c: _codes(c.request(request(50, 0, users=None)), "error_code"), CAF),
     Row("AlterUserScramCredentials", [acl("CLUSTER", "kafka-cluster", "ALTER")],

@@ -190,7 +190,7 @@ class Broker:
             topic=TRANSACTION_STATE_TOPIC, partitioner=partition_for, lease=self._may_coordinate)
         self.txn_marker_sender = MarkerSender(self.txn_coordinator,
                                               ChannelMarkerWriter(self, local=self._write_markers_here),
-                                              partition_exists=self._partition_exists)
+                                              partition_exists=self.partition_exists)
 
     def _may_coordinate(self) -> bool:
         """Whether this broker may answer coordinator requests (groups, transactions) now:
@@ -222,7 +222,7 @@ class Broker:
         results = await write_txn_markers(self, [marker])
         return {(topic, index): code for (_, topic, index), code in results.items()}
 
-    def _partition_exists(self, topic: str, partition: int) -> bool:
+    def partition_exists(self, topic: str, partition: int) -> bool:
         """Whether a partition exists (a transaction's markers are owed to existing ones only)."""
         if self.replicas is not None:
             cache = self.replicas.cache
