@@ -314,13 +314,17 @@ def test_add_partitions_to_txn_v4_batches_transactions_and_verifies(broker):
         create_topic(w, "txn-v4", partitions=2)
         _coordinator_ready(w, "txn-v4-a")
         a, b = _wire_init(w, "txn-v4-a"), _wire_init(w, "txn-v4-b")
-        assert v4(("txn-v4-a", a.producer_id, 0, True, 0)) == {"txn-v4-a": {E.invalid_txn_state}}
+        # not in the transaction: TRANSACTION_ABORTABLE, as Kafka 3.9's coordinator answers
+        assert v4(("txn-v4-a", a.producer_id, 0, True, 0)) == {"txn-v4-a": {E.transaction_abortable}}
+        assert v4(("txn-v4-a", a.producer_id + 1, 0, True, 0)) == {
+            "txn-v4-a": {E.invalid_producer_id_mapping}}
+        assert v4(("txn-v4-a", a.producer_id, 1, True, 0)) == {"txn-v4-a": {E.producer_fenced}}
         assert v4(("txn-v4-a", a.producer_id, 0, False, 0),
                   ("txn-v4-b", b.producer_id, 0, False, 1)) == {"txn-v4-a": {E.none},
                                                                 "txn-v4-b": {E.none}}
         assert v4(("txn-v4-a", a.producer_id, 0, True, 0),
                   ("txn-v4-b", b.producer_id, 0, True, 0)) == {"txn-v4-a": {E.none},
-                                                               "txn-v4-b": {E.invalid_txn_state}}
+                                                               "txn-v4-b": {E.transaction_abortable}}
 
 
 def _wire_produce(w, tid, pid, epoch, seq, topic):
@@ -363,8 +367,10 @@ def test_a_produce_arriving_after_its_transaction_ended_begins_no_transaction(br
         _coordinator_ready(w, tid)
         init = _wire_init(w, tid)
         pid, epoch = init.producer_id, init.producer_epoch
-        # never added to the transaction: refused, nothing written
+        # never added to the transaction: refused, nothing written (the coordinator's
+        # TRANSACTION_ABORTABLE, and PRODUCER_FENCED, as Kafka passes them to Produce v0-v10)
         assert _wire_produce(w, tid, pid, epoch, 0, topic) == E.invalid_txn_state
+        assert _wire_produce(w, tid, pid, epoch + 1, 0, topic) == E.invalid_producer_epoch
         assert _wire_add(w, tid, pid, epoch, topic) == {E.none}
         assert _wire_produce(w, tid, pid, epoch, 0, topic) == E.none  # verified, begins it
         assert _wire_produce(w, tid, pid, epoch, 1, topic) == E.none  # open: no asking

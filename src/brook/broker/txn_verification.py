@@ -9,10 +9,12 @@ written) would begin a transaction on the partition that no coordinator knows an
 ever end: the last stable offset stuck there, every read_committed consumer with it (Kafka's
 "hanging transactions", KAFKA-14402).
 
-The coordinator's errors reach the producer as Kafka 3.9 passes them on: INVALID_TXN_STATE
-as itself; those a producer should just retry (the coordinator moving, loading, or busy with
-the previous transaction's markers) as NOT_ENOUGH_REPLICAS, which every client retries
-without refreshing its metadata; others (a fenced epoch, an unknown producer id) as they are.
+The coordinator's answers reach the producer as Kafka 3.9 passes them on to Produce v0-v10:
+TRANSACTION_ABORTABLE (the partition is not in the transaction) as INVALID_TXN_STATE,
+PRODUCER_FENCED as INVALID_PRODUCER_EPOCH (what producers expect there); those a producer
+should just retry (the coordinator moving, loading, or busy with the previous transaction's
+markers) as NOT_ENOUGH_REPLICAS, which every client retries without refreshing its metadata;
+others (an unknown producer id) as they are.
 """
 
 from __future__ import annotations
@@ -43,9 +45,13 @@ _RETRIED = frozenset({E.concurrent_transactions, E.network_exception,
 TopicPartition = tuple[str, int]
 
 
+_FOR_PRODUCE = {E.transaction_abortable: E.invalid_txn_state,
+                E.producer_fenced: E.invalid_producer_epoch}
+
+
 def produce_error(code: ErrorCode) -> ErrorCode:
-    """What a Produce answers for a partition whose verification ended with ``code``."""
-    return E.not_enough_replicas if code in _RETRIED else code
+    """What a Produce (v0-v10) answers for a partition whose verification ended with ``code``."""
+    return E.not_enough_replicas if code in _RETRIED else _FOR_PRODUCE.get(code, code)
 
 
 class TransactionVerifier:
@@ -61,9 +67,8 @@ class TransactionVerifier:
             return dict.fromkeys(partitions, E.coordinator_not_available)
         wanted = tuple(partitions)
         try:
-            code = await runtime.read(transactional_id, lambda shard, now: shard.verify_partitions(
+            return await runtime.read(transactional_id, lambda shard, now: shard.verify_partitions(
                 transactional_id, producer_id, producer_epoch, wanted))
-            return dict.fromkeys(wanted, code)
         except CoordinatorError as exc:
             if exc.code != E.not_coordinator or self.broker.replicas is None:
                 return dict.fromkeys(wanted, exc.code)

@@ -153,10 +153,12 @@ async def handle_add_partitions(broker, request, connection):
     for txn in body.transactions:
         if txn.verify_only:
             wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
-            code = await _run(broker, txn.transactional_id, lambda shard, now, txn=txn, w=wanted:
-                              shard.verify_partitions(txn.transactional_id, txn.producer_id,
-                                                      txn.producer_epoch, w), read=True)
-            results = {tp: code for tp in wanted}
+            results = await _run(broker, txn.transactional_id, lambda shard, now, txn=txn,
+                                 w=wanted: shard.verify_partitions(
+                                     txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                                     w), read=True)
+            if type(results) is ErrorCode:  # the coordinator's own error
+                results = dict.fromkeys(wanted, results)
         else:
             results = await _add_partitions(broker, connection, txn.transactional_id,
                                              txn.producer_id, txn.producer_epoch, txn.topics,
