@@ -327,7 +327,7 @@ def test_add_partitions_to_txn_v4_batches_transactions_and_verifies(broker):
                                                                "txn-v4-b": {E.transaction_abortable}}
 
 
-def _wire_produce(w, tid, pid, epoch, seq, topic):
+def _wire_produce(w, tid, pid, epoch, seq, topic, version=9):
     import time
     from datetime import timedelta
 
@@ -336,7 +336,7 @@ def _wire_produce(w, tid, pid, epoch, seq, topic):
 
     records = encode_batch([Record(0, int(time.time() * 1000), None, b"late")], producer_id=pid,
                            producer_epoch=epoch, base_sequence=seq, transactional=True)
-    r = w.request(request(0, 9, transactional_id=tid, acks=-1, timeout=timedelta(seconds=30), topic_data=[
+    r = w.request(request(0, version, transactional_id=tid, acks=-1, timeout=timedelta(seconds=30), topic_data=[
         {"name": topic, "partition_data": [{"index": 0, "records": records}]}]))
     return r.responses[0].partition_responses[0].error_code
 
@@ -371,6 +371,8 @@ def test_a_produce_arriving_after_its_transaction_ended_begins_no_transaction(br
         # TRANSACTION_ABORTABLE, and PRODUCER_FENCED, as Kafka passes them to Produce v0-v10)
         assert _wire_produce(w, tid, pid, epoch, 0, topic) == E.invalid_txn_state
         assert _wire_produce(w, tid, pid, epoch + 1, 0, topic) == E.invalid_producer_epoch
+        # Produce v11 (KIP-890) is told TRANSACTION_ABORTABLE itself
+        assert _wire_produce(w, tid, pid, epoch, 0, topic, version=11) == E.transaction_abortable
         assert _wire_add(w, tid, pid, epoch, topic) == {E.none}
         assert _wire_produce(w, tid, pid, epoch, 0, topic) == E.none  # verified, begins it
         assert _wire_produce(w, tid, pid, epoch, 1, topic) == E.none  # open: no asking

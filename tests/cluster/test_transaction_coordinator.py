@@ -7,6 +7,7 @@ prepared."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
 from kio.schema.errors import ErrorCode as E
@@ -156,6 +157,24 @@ def test_leaders_verify_with_the_coordinator_on_another_broker(zk, brokers):
         assert _add(brokers[node].bootstrap, tid, pid, epoch, "spread") == {E.none}
         assert _wire_produce(w, tid, pid, epoch, 0, "spread") == E.none
     assert _end(brokers[node].bootstrap, tid, pid, epoch) == E.none
+
+    # KIP-951 (Produce v10+): a broker that does not lead the partition names its leader
+    from brook.records import Record, encode_batch
+    from tests.support.wire_build import request
+
+    state = zk.json("/brokers/topics/spread/partitions/0/state")
+    other = next(i for i in (1, 2, 3) if i != state["leader"])
+    with WireClient(brokers[other].bootstrap) as w:
+        r = w.request(request(0, 10, acks=1, timeout=timedelta(seconds=10), topic_data=[
+            {"name": "spread", "partition_data": [
+                {"index": 0, "records": encode_batch([Record(0, 0, None, b"x")])}]}]))
+    part = r.responses[0].partition_responses[0]
+    assert part.error_code == E.not_leader_or_follower
+    assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (
+        state["leader"], state["leader_epoch"])
+    [endpoint] = r.node_endpoints
+    assert (endpoint.node_id, f"{endpoint.host}:{endpoint.port}") == (
+        state["leader"], brokers[state["leader"]].bootstrap)
 
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "verify-client"})
     p.init_transactions(30)

@@ -9,8 +9,9 @@ written) would begin a transaction on the partition that no coordinator knows an
 ever end: the last stable offset stuck there, every read_committed consumer with it (Kafka's
 "hanging transactions", KAFKA-14402).
 
-The coordinator's answers reach the producer as Kafka 3.9 passes them on to Produce v0-v10:
-TRANSACTION_ABORTABLE (the partition is not in the transaction) as INVALID_TXN_STATE,
+The coordinator's answers reach the producer as Kafka 3.9 passes them on: TRANSACTION_ABORTABLE
+(the partition is not in the transaction) as itself to Produce v11+ and as INVALID_TXN_STATE
+before,
 PRODUCER_FENCED as INVALID_PRODUCER_EPOCH (what producers expect there); those a producer
 should just retry (the coordinator moving, loading, or busy with the previous transaction's
 markers) as NOT_ENOUGH_REPLICAS, which every client retries without refreshing its metadata;
@@ -49,9 +50,14 @@ _FOR_PRODUCE = {E.transaction_abortable: E.invalid_txn_state,
                 E.producer_fenced: E.invalid_producer_epoch}
 
 
-def produce_error(code: ErrorCode) -> ErrorCode:
-    """What a Produce (v0-v10) answers for a partition whose verification ended with ``code``."""
-    return E.not_enough_replicas if code in _RETRIED else _FOR_PRODUCE.get(code, code)
+def produce_error(code: ErrorCode, version: int) -> ErrorCode:
+    """What a Produce of ``version`` answers for a partition whose verification ended with
+    ``code``: from v11 (KIP-890) TRANSACTION_ABORTABLE is itself."""
+    if code in _RETRIED:
+        return E.not_enough_replicas
+    if code == E.transaction_abortable and version >= 11:
+        return code
+    return _FOR_PRODUCE.get(code, code)
 
 
 class TransactionVerifier:

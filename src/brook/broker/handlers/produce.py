@@ -46,6 +46,7 @@ from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from ...replication.partition import NotEnoughReplicasAfterAppend
 from ..quotas.throttling import produce_throttle
+from ..leader_hints import LeaderHints
 from ..txn_verification import produce_error
 from ...storage.producer_state import UNVERIFIED
 from .api import Api, Deferred
@@ -60,6 +61,7 @@ _LEGACY_MAGICS = (0, 1)
 _LENGTH = struct.Struct(">i")
 _PRODUCER = struct.Struct(">qhi")  # a v2 batch's producer id, producer epoch, base sequence
 _PRODUCER_ID_OFFSET = 43
+_FIRST_HINTED_VERSION = 10  # KIP-951: the leader's id, epoch and endpoint with NOT_LEADER...
 _CODEC_BYTE = ATTRIBUTES_OFFSET + 1  # the low byte of a batch's attributes
 # Refusals logged with their reason: a client only sees the code (and librdkafka drops the
 # message), so the broker's log is where a wrongly refused batch can be told from a bad one.
@@ -76,7 +78,8 @@ async def handle(broker, request, connection):
     verified = {}  # (topic, partition) -> the verification's guard, or its error
     if not refused and broker.config.transaction_partition_verification_enable \
             and getattr(body, "transactional_id", None):
-        verified = await _verify_transactions(broker, body)
+        verified = await _verify_transactions(broker, body, version)
+    hints = LeaderHints(broker, connection) if version >= _FIRST_HINTED_VERSION else None
     any_error = False
     topics = []
     appended = []  # the logs written, when they must be on disk before the answer
@@ -170,24 +173,34 @@ async def handle(broker, request, connection):
                     log.warning("produce to %s-%d from %s failed: %s: %s", loggable(name, 100),
                                 pd.index, connection.peer, code.name.upper(),
                                 loggable(detail if detail else "no records"))
+            leader = None  # (v10+ only: `make` leaves it out before)
+            if hints is not None:
+                leader_id, leader_epoch = hints.current_leader(code, name, pd.index)
+                leader = make(mod.LeaderIdAndEpoch, leader_id=leader_id, leader_epoch=leader_epoch)
             parts.append(make(mod.PartitionProduceResponse, index=pd.index, error_code=code,
                               base_offset=base_offset,
                               log_append_time=None if append_time < 0 else
                               datetime.fromtimestamp(append_time / 1000, timezone.utc),
                               log_start_offset=start, record_errors=record_errors,
-                              error_message=detail))
+                              error_message=detail, current_leader=leader))
         topics.append(make(mod.TopicProduceResponse, name=name, partition_responses=tuple(parts)))
     if acks == 0:
         if any_error:
             raise CloseConnection("acks=0 produce failed")
         return None
+    endpoints = () if hints is None else tuple(
+        make(mod.NodeEndpoint, node_id=n, host=h, port=port, rack=rack)
+        for n, h, port, rack in hints.node_endpoints())
     if waiting:  # acks=all in a cluster: answered once every in-sync replica has the records
         return Deferred(_replicated(broker, waiting, ms(body.timeout)),
-                        lambda done: _replicated_answer(done, version, topics, waiting, throttle))
+                        lambda done: _replicated_answer(done, version, topics, waiting, throttle,
+                                                        endpoints))
     if appended:  # log.flush.before.ack: answered once fsynced, with the fsyncs of others
         written = broker.group_commit.durable(lg for _, _, lg in appended)
-        return Deferred(written, lambda done: _durable_answer(done, version, topics, appended, throttle))
-    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle)
+        return Deferred(written, lambda done: _durable_answer(done, version, topics, appended,
+                                                              throttle, endpoints))
+    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle,
+                node_endpoints=endpoints)
 
 
 def _transactions_refused(broker, connection, body) -> bool:
@@ -214,7 +227,7 @@ def _transactions_refused(broker, connection, body) -> bool:
                                                          authz.TRANSACTIONAL_ID, transactional_id)
 
 
-async def _verify_transactions(broker, body) -> dict[tuple[str, int], object]:
+async def _verify_transactions(broker, body, version: int) -> dict[tuple[str, int], object]:
     """KIP-890: for each partition this broker leads whose batch is transactional, the guard
     its append needs (None where the producer's transaction is open there already), or the
     coordinator's error, translated for a Produce, where it said the partition is not in the
@@ -243,7 +256,7 @@ async def _verify_transactions(broker, body) -> dict[tuple[str, int], object]:
         answers = await broker.txn_verifier.verify(body.transactional_id, pid, epoch, wanted)
         for tp, code in answers.items():
             if code != ErrorCode.none:
-                out[tp] = produce_error(code)
+                out[tp] = produce_error(code, version)
     return out
 
 
@@ -256,12 +269,14 @@ def _record_errors(mod, errors) -> tuple:
                  for i, message in errors)
 
 
-def _durable_answer(written, version: int, topics: list, appended: list, throttle=NO_THROTTLE):
+def _durable_answer(written, version: int, topics: list, appended: list, throttle=NO_THROTTLE,
+                    endpoints=()):
     """The answer once the fsync of what the request appended has ended."""
     exc = written.exception()
     if exc is not None:
         topics = _failed(topics, appended, str(exc))
-    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle)
+    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle,
+                node_endpoints=endpoints)
 
 
 def _failed(topics: list, appended: list, detail: str) -> list:
@@ -309,7 +324,8 @@ def _replicated(broker, waiting: list, timeout_ms: int):
     return done
 
 
-def _replicated_answer(done, version: int, topics: list, waiting: list, throttle=NO_THROTTLE):
+def _replicated_answer(done, version: int, topics: list, waiting: list, throttle=NO_THROTTLE,
+                       endpoints=()):
     """The answer once replicated, or REQUEST_TIMED_OUT / NOT_LEADER_OR_FOLLOWER for the
     partitions whose records did not reach the ISR in time (they may still: Kafka's answer
     says the same), and NOT_ENOUGH_REPLICAS_AFTER_APPEND where the high watermark reached
@@ -329,7 +345,8 @@ def _replicated_answer(done, version: int, topics: list, waiting: list, throttle
         parts = list(topics[t].partition_responses)
         parts[p] = dataclasses.replace(parts[p], error_code=code, base_offset=-1)
         topics[t] = dataclasses.replace(topics[t], partition_responses=tuple(parts))
-    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle)
+    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle,
+                node_endpoints=endpoints)
 
 
 def refuse_records(records: bytes, version: int) -> tuple[ErrorCode, str] | None:
@@ -353,4 +370,4 @@ def refuse_records(records: bytes, version: int) -> tuple[ErrorCode, str] | None
     return None
 
 
-APIS = [Api(API_KEY, "Produce", 0, 9, handle)]
+APIS = [Api(API_KEY, "Produce", 0, 11, handle)]

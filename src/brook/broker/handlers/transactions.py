@@ -289,7 +289,7 @@ async def handle_list_transactions(broker, request, connection):
 
 
 APIS = [
-    Api(ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 4, handle_add_partitions),
+    Api(ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 5, handle_add_partitions),
     Api(ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4, handle_add_offsets),
     Api(END_TXN, "EndTxn", 0, 4, handle_end_txn),
     Api(DESCRIBE_TRANSACTIONS, "DescribeTransactions", 0, 0, handle_describe_transactions),
