@@ -73,7 +73,7 @@ def test_the_request_sent_is_write_txn_markers_v1():
             bodies.append(body)
             raise __import__("brook.cluster.channel", fromlist=["x"]).ChannelError("unreachable")
 
-    writer._channel = lambda broker_id, address: Channel()
+    writer.leaders.channel = lambda broker_id, address: Channel()
     request = MarkerRequest(7, 4, True, 3, frozenset({("a", 0), ("a", 1), ("b", 3)}))
     answers = asyncio.run(writer.write_markers(request))
     assert set(answers.values()) == {E.not_leader_or_follower}  # unreachable: tried again

@@ -33,7 +33,7 @@ def test_api_versions_at_an_unknown_version_is_answered_in_v0(client):
     resp = client.recv(18, 0, 77)
     assert resp.error_code == ErrorCode.unsupported_version
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    assert keys[0] == (0, 9) and keys[1][0] == 0 and 18 in keys
+    assert keys[0] == (0, 11) and keys[1][0] == 0 and 18 in keys
 
 
 def test_api_versions_lists_every_api(client):

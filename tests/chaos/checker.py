@@ -24,6 +24,19 @@ commit-regressed      an acknowledged commit of a lower offset than one acknowle
 commit-lost           the group's final committed offset lower than an acknowledged commit
 final-read-missing    a partition the final read could not read (the cluster did not recover)
 
+With transformers (consume-transform-produce in transactions, tests/chaos/client.py), the
+output topic read with read_committed and the final committed offsets of their group must
+agree, input record by input record (each output record's key names its input's partition
+and offset):
+
+eos-duplicate         one input record in the committed output twice
+eos-lost              an input record below the group's committed offset (and in the final
+                      input log) that the committed output does not hold: offsets committed
+                      without the records their transaction wrote
+eos-uncommitted       an input record at or past the group's committed offset in the committed
+                      output: records committed without the offsets of their transaction
+eos-inconsistent      an output record whose value is not its input record's
+
 ``unseen`` (acknowledged, never polled by a consumer) is counted but is not an error: a
 consumer may simply not have got that far.
 
@@ -47,7 +60,8 @@ from tests.chaos.history import producer_of
 
 ANOMALIES = ("lost-write", "duplicate", "out-of-order", "vanished-read", "inconsistent-offsets",
              "nonmonotonic-send", "nonmonotonic-poll", "commit-regressed", "commit-lost",
-             "final-read-missing")
+             "final-read-missing", "eos-duplicate", "eos-lost", "eos-uncommitted",
+             "eos-inconsistent")
 SETTLE_AFTER_HEAL = 10.0  # seconds: a fault's window for availability runs this long past its heal
 
 
@@ -92,6 +106,8 @@ def check(events: list[dict]) -> Report:
     _sends_in_order(by_type, resent, report)
     _polls_in_order(events, report)
     _commits(by_type, report)
+    if by_type["txn-commit"] or by_type["final-out"]:
+        _exactly_once(by_type, final, report)
     report.availability = availability(events)
     report.counts.update({
         "sends": len(by_type["send"]), "acknowledged": len(by_type["send-ok"]),
@@ -236,6 +252,45 @@ def _commits(by_type, report: Report) -> None:
             if finals.get(p, -1) < top:
                 report.anomalies["commit-lost"].append(
                     {"partition": p, "acknowledged": top, "final": finals.get(p)})
+
+
+def _exactly_once(by_type, final, report: Report) -> None:
+    """eos-duplicate, eos-lost, eos-uncommitted, eos-inconsistent (and final-read-missing
+    for an output partition the final read could not read)."""
+    committed = {int(p): o for e in by_type["final-eos-commit"] for p, o in e["offsets"].items()}
+    outputs = {e["partition"]: e["records"] for e in by_type["final-out"]}
+    for e in by_type["final-error"]:
+        if e.get("topic", "").endswith("-out"):
+            report.anomalies["final-read-missing"].append({"topic": e["topic"],
+                                                           "partition": e["partition"]})
+    copies: dict[tuple[int, int], list[int]] = defaultdict(list)  # input -> output offsets
+    for out_partition, records in outputs.items():
+        for offset, key, value in records:
+            p, _, o = key.partition(":")
+            source = (int(p), int(o))
+            copies[source].append(offset)
+            if len(copies[source]) == 2:
+                report.anomalies["eos-duplicate"].append(
+                    {"input": list(source), "output_offsets": copies[source]})
+            if source[1] >= committed.get(source[0], 0):
+                report.anomalies["eos-uncommitted"].append(
+                    {"input": list(source), "output": [out_partition, offset],
+                     "committed": committed.get(source[0])})
+            logged = final.get(source[0], {}).get(source[1])
+            if logged is not None and logged != value:
+                report.anomalies["eos-inconsistent"].append(
+                    {"input": list(source), "input_value": logged, "output_value": value})
+    for p, upto in sorted(committed.items()):
+        if p not in outputs:
+            continue  # reported as final-read-missing
+        for o in sorted(final.get(p, {})):
+            if o < upto and (p, o) not in copies:
+                report.anomalies["eos-lost"].append({"input": [p, o], "committed": upto})
+    report.counts.update({
+        "txn-commits-acknowledged": len(by_type["txn-commit-ok"]),
+        "txn-errors": len(by_type["txn-error"]),
+        "output-records": sum(len(r) for r in outputs.values()),
+    })
 
 
 def availability(events: list[dict]) -> dict[str, dict[str, float]]:

@@ -8,6 +8,13 @@ producer  an idempotent confluent-kafka producer, acks=all, sending ``<name>:<se
           replaced by a new one (a new producer id), as Jepsen's clients reopen.
 consumer  a member of the group, committing what it has read (synchronously) about once a
           second, with automatic commits off.
+transformer
+          consume-transform-produce with transactions (KIP-98, KIP-447): a read_committed
+          member of the group ``<group>-eos`` copies each input record to the same partition
+          of ``<topic>-out``, keyed by the input's "<partition>:<offset>", and commits the
+          consumed offsets in the same transaction (send_offsets_to_transaction). On any error
+          it aborts if it can and starts afresh (a new consumer from the committed offsets and
+          a producer whose init_transactions fences the old one), as an application would.
 """
 
 from __future__ import annotations
@@ -115,6 +122,56 @@ def consume(args, record: Recorder) -> None:
         consumer.close()
 
 
+TRANSFORMER = {"transaction.timeout.ms": 10000, "request.timeout.ms": 5000,
+               "message.timeout.ms": 10000, "socket.timeout.ms": 5000,
+               "topic.metadata.refresh.interval.ms": 2000, "reconnect.backoff.max.ms": 1000}
+
+
+def transform(args, record: Recorder) -> None:
+    out_topic = f"{args.topic}-out"
+    while not os.path.exists(args.stop):
+        consumer = producer = None
+        try:
+            producer = Producer({"bootstrap.servers": args.bootstrap, **TRANSFORMER,
+                                 "transactional.id": f"eos-{args.name}",
+                                 "error_cb": lambda e: record("client-error", error=str(e))})
+            producer.init_transactions(30)
+            consumer = Consumer({"bootstrap.servers": args.bootstrap, **CONSUMER,
+                                 "group.id": f"{args.group}-eos", "client.id": args.name,
+                                 "isolation.level": "read_committed",
+                                 "error_cb": lambda e: record("client-error", error=str(e))})
+            consumer.subscribe([args.topic])
+            while not os.path.exists(args.stop):
+                msgs = [m for m in consumer.consume(num_messages=200, timeout=0.5)
+                        if not m.error()]
+                if not msgs:
+                    continue
+                producer.begin_transaction()
+                for m in msgs:
+                    producer.produce(out_topic, m.value(), key=f"{m.partition()}:{m.offset()}",
+                                     partition=m.partition())
+                positions = [tp for tp in consumer.position(consumer.assignment())
+                             if tp.offset >= 0]
+                producer.send_offsets_to_transaction(positions,
+                                                     consumer.consumer_group_metadata(), 30)
+                offsets = {str(tp.partition): tp.offset for tp in positions}
+                invoked = record("txn-commit", offsets=offsets, records=len(msgs))["t"]
+                producer.commit_transaction(30)
+                record("txn-commit-ok", offsets=offsets, invoked=invoked)
+        except KafkaException as exc:
+            error = exc.args[0]
+            record("txn-error", error=str(error), fatal=error.fatal(),
+                   abortable=error.txn_requires_abort())
+            if producer is not None and error.txn_requires_abort():
+                try:
+                    producer.abort_transaction(30)
+                except KafkaException as abort_exc:
+                    record("txn-error", error=f"abort: {abort_exc.args[0]}")
+        finally:
+            if consumer is not None:
+                consumer.close()
+
+
 def _commit(consumer, topic, offsets, committed, record: Recorder) -> None:
     invoked = record("commit", offsets={str(p): o for p, o in offsets.items()})["t"]
     try:
@@ -134,7 +191,7 @@ def _commit(consumer, topic, offsets, committed, record: Recorder) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("role", choices=["producer", "consumer"])
+    parser.add_argument("role", choices=["producer", "consumer", "transformer"])
     parser.add_argument("--name", required=True)
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
@@ -146,7 +203,8 @@ def main() -> None:
     args = parser.parse_args()
     record = Recorder(args.out, args.name)
     try:
-        (produce if args.role == "producer" else consume)(args, record)
+        {"producer": produce, "consumer": consume, "transformer": transform}[args.role](
+            args, record)
     finally:
         record.close()
 

@@ -6,6 +6,7 @@ the log read back, and the history checked (tests/chaos/checker.py).
     CHAOS_SEED=7 CHAOS_SECONDS=300 make chaos    # replay seed 7 for five minutes
     CHAOS_FAULTS=kill,pause make chaos           # only some kinds
     CHAOS_OUT=/tmp/run7 make chaos               # keep the history and the brokers' logs there
+    CHAOS_TRANSFORMERS=1 make chaos              # with a transactional consume-transform-produce
 
 The test prints the checker's summary and the per-kind availability table.
 """
@@ -24,7 +25,7 @@ from tests.chaos import checker, history
 from tests.chaos.cluster import ChaosCluster
 from tests.chaos.faults import KINDS, Nemesis
 from tests.chaos.net import missing_reason
-from tests.chaos.workload import Workload
+from tests.chaos.workload import Workload, output_topic
 from tests.support.zookeeper_harness import missing_reason as zookeeper_missing
 
 pytestmark = pytest.mark.broker
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.broker
 CHAOS_SECONDS = float(os.environ.get("CHAOS_SECONDS", "60"))
 CHAOS_SEED = int(os.environ.get("CHAOS_SEED", "1"))
 CHAOS_FAULTS = [k for k in os.environ.get("CHAOS_FAULTS", "").split(",") if k]
+CHAOS_TRANSFORMERS = int(os.environ.get("CHAOS_TRANSFORMERS", "0"))
 PARTITIONS = 3
 RECOVERY_SECONDS = 90
 
@@ -58,12 +60,15 @@ def cluster(tmp_path):
                 shutil.copy(built.zk.log_path, Path(out) / "zookeeper.log")
 
 
-def create_topic(bootstrap: str, topic: str) -> None:
+def create_topics(bootstrap: str, topics: list[str]) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})],
-                        operation_timeout=30, request_timeout=40)[topic].result(timeout=60)
+    futures = admin.create_topics(
+        [NewTopic(t, PARTITIONS, 3, config={"min.insync.replicas": "2"}) for t in topics],
+        operation_timeout=30, request_timeout=40)
+    for future in futures.values():
+        future.result(timeout=60)
 
 
 def wait_until(condition, timeout: float) -> bool:
@@ -83,19 +88,21 @@ def test_no_acknowledged_write_or_commit_is_lost_under_faults(cluster, tmp_path)
     for stale in out.glob("*.jsonl"):
         stale.unlink()
     topic = f"chaos-{uuid.uuid4().hex[:6]}"
-    create_topic(cluster.bootstrap, topic)
-    assert wait_until(lambda: cluster.fully_replicated([topic], {topic: PARTITIONS}), 60), \
-        cluster.tails()
+    topics = [topic, output_topic(topic)] if CHAOS_TRANSFORMERS else [topic]
+    create_topics(cluster.bootstrap, topics)
+    assert wait_until(lambda: cluster.fully_replicated(topics, dict.fromkeys(topics, PARTITIONS)),
+                      60), cluster.tails()
 
-    workload = Workload(cluster, topic, PARTITIONS, out)
+    workload = Workload(cluster, topic, PARTITIONS, out, transformers=CHAOS_TRANSFORMERS)
     nemesis = Nemesis(cluster, topic, CHAOS_SEED, out, kinds=CHAOS_FAULTS or None)
     workload.start()
     try:
         time.sleep(3)  # acknowledgements before the first fault
         nemesis.run(CHAOS_SECONDS)
         # healed: the clients go on until the cluster is whole again, then a little more
-        recovered = wait_until(lambda: cluster.fully_replicated([topic], {topic: PARTITIONS}),
-                               RECOVERY_SECONDS)
+        recovered = wait_until(
+            lambda: cluster.fully_replicated(topics, dict.fromkeys(topics, PARTITIONS)),
+            RECOVERY_SECONDS)
         time.sleep(5)
     finally:
         workload.stop()

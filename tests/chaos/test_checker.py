@@ -189,6 +189,56 @@ def test_final_read_missing():
     assert "final-read-missing" in found(h)
 
 
+def transformed(outputs: dict[int, list[tuple[int, str, str]]] | None = None,
+                committed: dict[int, int] | None = None) -> H:
+    """The clean history with a transformer that copied all four input records and committed
+    their offsets in its transactions."""
+    h = clean()
+    h.add("txn-commit", "t0", offsets={"0": 2, "1": 2}, records=4)
+    h.add("txn-commit-ok", "t0", offsets={"0": 2, "1": 2}, invoked=h.t)
+    if outputs is None:
+        outputs = {0: [(0, "0:0", "p0:0"), (1, "0:1", "p0:1")],
+                   1: [(0, "1:0", "p1:0"), (1, "1:1", "p1:1")]}
+    for partition, records in outputs.items():
+        h.add("final-out", "final", partition=partition, records=[list(r) for r in records])
+    h.add("final-eos-commit", "final",
+          offsets={str(p): o for p, o in (committed or {0: 2, 1: 2}).items()})
+    return h
+
+
+def test_a_clean_transformed_history_has_no_anomaly():
+    report = check(transformed().events)
+    assert report.valid, report.summary()
+    assert report.counts["output-records"] == 4
+
+
+def test_eos_duplicate():
+    h = transformed({0: [(0, "0:0", "p0:0"), (1, "0:1", "p0:1"), (2, "0:1", "p0:1")],
+                     1: [(0, "1:0", "p1:0"), (1, "1:1", "p1:1")]})
+    assert found(h) == {"eos-duplicate"}
+
+
+def test_eos_lost():
+    h = transformed({0: [(0, "0:0", "p0:0")], 1: [(0, "1:0", "p1:0"), (1, "1:1", "p1:1")]})
+    assert found(h) == {"eos-lost"}
+
+
+def test_eos_uncommitted():
+    assert found(transformed(committed={0: 1, 1: 2})) == {"eos-uncommitted"}
+
+
+def test_eos_inconsistent():
+    h = transformed({0: [(0, "0:0", "p0:0"), (1, "0:1", "p0:7")],
+                     1: [(0, "1:0", "p1:0"), (1, "1:1", "p1:1")]})
+    assert found(h) == {"eos-inconsistent"}
+
+
+def test_an_output_partition_the_final_read_missed_is_final_read_missing():
+    h = transformed({1: [(0, "1:0", "p1:0"), (1, "1:1", "p1:1")]})
+    h.add("final-error", "final", topic="chaos-x-out", partition=0, error="timed out")
+    assert found(h) == {"final-read-missing"}
+
+
 def test_every_anomaly_has_a_test():
     names = {n.replace("-", "_") for n in ANOMALIES}
     tested = {n[len("test_"):] for n in globals() if n.startswith("test_")}

@@ -1,6 +1,7 @@
 """The workload: client processes (tests/chaos/client.py) in the control namespace and one
 producer inside each broker's namespace, then, once the cluster is healed, the final read of
-every partition and of the group's committed offsets.
+every partition and of the group's committed offsets; with transformers, also the final
+read_committed read of the output topic and the committed offsets of their group.
 """
 
 from __future__ import annotations
@@ -16,11 +17,18 @@ from tests.chaos.history import Recorder
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP = "chaos"
+EOS_GROUP = f"{GROUP}-eos"  # the transformers' group (client.py)
+
+
+def output_topic(topic: str) -> str:
+    """Where the transformers write (client.py)."""
+    return f"{topic}-out"
 
 
 class Workload:
     def __init__(self, cluster: ChaosCluster, topic: str, partitions: int, history_dir: Path,
-                 control_producers: int = 2, consumers: int = 2, rate: float = 20.0) -> None:
+                 control_producers: int = 2, consumers: int = 2, transformers: int = 0,
+                 rate: float = 20.0) -> None:
         self.cluster, self.topic, self.partitions = cluster, topic, partitions
         self.dir = history_dir
         self.stop_file = history_dir / "stop"
@@ -29,6 +37,8 @@ class Workload:
         self.plan += [("producer", f"p{i}", []) for i in range(control_producers)]
         self.plan += [("producer", f"p-{node(b)}", cluster.net.prefix(node(b))) for b in BROKERS]
         self.plan += [("consumer", f"c{i}", []) for i in range(consumers)]
+        self.plan += [("transformer", f"t{i}", []) for i in range(transformers)]
+        self.transformers = transformers
         self.rate = rate
         self.procs: list[subprocess.Popen] = []
 
@@ -78,45 +88,75 @@ class Workload:
     def final_read(self, timeout: float = 60.0) -> None:
         """Read every partition from its start to its high watermark, and the group's
         committed offsets; partitions that cannot be read are left out of the history (the
-        checker reports them)."""
-        from confluent_kafka import Consumer, TopicPartition
-
+        checker reports them). With transformers, the output topic read_committed up to its
+        last stable offset too, and their group's committed offsets."""
         record = Recorder(self.dir / "final.jsonl", "final")
         conf = {"bootstrap.servers": self.cluster.bootstrap, "enable.auto.commit": False,
                 "auto.offset.reset": "earliest", "enable.partition.eof": True}
-        reader = Consumer({**conf, "group.id": "chaos-final-reader"})
+        try:
+            for p, low, high, records in self._read_all(conf, self.topic, "read_uncommitted",
+                                                        record, timeout):
+                record("final", partition=p, records=[[o, v] for o, _, v in records], low=low,
+                       high=high)
+                record("final-producers", partition=p, records=self._producers_of(p, high))
+            self._committed(conf, GROUP, self.topic, "final-commit", record, timeout)
+            if self.transformers:
+                for p, _, _, records in self._read_all(conf, output_topic(self.topic),
+                                                       "read_committed", record, timeout):
+                    record("final-out", partition=p, records=records)
+                self._committed(conf, EOS_GROUP, self.topic, "final-eos-commit", record, timeout)
+        finally:
+            record.close()
+
+    def _read_all(self, conf: dict, topic: str, isolation: str, record: Recorder,
+                  timeout: float):
+        """(partition, low, high, [[offset, key, value], ...]) of each partition of `topic` read whole
+        (to the high watermark, or the LSO with read_committed); a partition that cannot be
+        read is recorded as a final-error instead."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        reader = Consumer({**conf, "group.id": "chaos-final-reader",
+                           "isolation.level": isolation})
         try:
             for p in range(self.partitions):
-                tp = TopicPartition(self.topic, p)
+                tp = TopicPartition(topic, p)
                 try:
                     low, high = reader.get_watermark_offsets(tp, timeout=timeout)
                 except Exception as exc:  # noqa: BLE001 - recorded as missing
-                    record("final-error", partition=p, error=repr(exc))
+                    record("final-error", topic=topic, partition=p, error=repr(exc))
                     continue
+                # the end of a read_committed read is the LSO, signalled by the EOF event
                 records, done = [], high <= low
-                reader.assign([TopicPartition(self.topic, p, low)])
+                reader.assign([TopicPartition(topic, p, low)])
                 deadline = time.monotonic() + timeout
                 while not done and time.monotonic() < deadline:
                     for m in reader.consume(500, timeout=1.0):
                         if m.error():
+                            done = (m.error().code() == KafkaError._PARTITION_EOF
+                                    and (m.topic(), m.partition()) == (topic, p))
                             continue
-                        records.append([m.offset(), m.value().decode()])
+                        key = m.key().decode() if m.key() is not None else None
+                        records.append([m.offset(), key, m.value().decode()])
                         done = m.offset() + 1 >= high
                 reader.unassign()
                 if done:
-                    record("final", partition=p, records=records, low=low, high=high)
-                    record("final-producers", partition=p, records=self._producers_of(p, high))
+                    yield p, low, high, records
                 else:
-                    record("final-error", partition=p, error=f"read {len(records)} of {low}..{high}")
+                    record("final-error", topic=topic, partition=p,
+                           error=f"read {len(records)} of {low}..{high}")
         finally:
             reader.close()
-        group = Consumer({**conf, "group.id": GROUP})
+
+    def _committed(self, conf: dict, group: str, topic: str, event: str, record: Recorder,
+                   timeout: float) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({**conf, "group.id": group})
         try:
-            got = group.committed([TopicPartition(self.topic, p) for p in range(self.partitions)],
-                                  timeout=timeout)
-            record("final-commit", offsets={str(tp.partition): tp.offset for tp in got})
+            got = consumer.committed([TopicPartition(topic, p) for p in range(self.partitions)],
+                                     timeout=timeout)
+            record(event, offsets={str(tp.partition): tp.offset for tp in got})
         except Exception as exc:  # noqa: BLE001
-            record("final-error", error=f"committed offsets: {exc!r}")
+            record("final-error", error=f"committed offsets of {group}: {exc!r}")
         finally:
-            group.close()
-            record.close()
+            consumer.close()

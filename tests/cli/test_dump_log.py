@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -202,6 +203,21 @@ def _consumer_protocol(cls, value) -> bytes:
     return buf.getvalue()
 
 
+def segment_of(log: Log, records: list[tuple[bytes | None, bytes | None]]):
+    """The first segment of `log` holding one batch of (key, value) records, closed."""
+    log.append(encode_batch([Record(i, T0, k, v) for i, (k, v) in enumerate(records)]))
+    log.close()
+    return Path(log.directory) / "00000000000000000000.log"
+
+
+def decoded_lines(path, *flags) -> list[str]:
+    """What dump-log prints of each record after its sizes and headers."""
+    result = dump(path, *flags)
+    assert result.exit_code == 0, result.output
+    return [line.split(" headerKeys: [] ", 1)[1] for line in result.stdout.splitlines()
+            if line.startswith("| offset:")]
+
+
 def test_offsets_decoder(tmp_path):
     log = Log(str(tmp_path / "__consumer_offsets-3"), CONFIG, clock=FakeClock(T0))
     subscription = _consumer_protocol(ConsumerProtocolSubscription,
@@ -220,13 +236,8 @@ def test_offsets_decoder(tmp_path):
         (struct.pack(">h", 5) + b"future", b"\x00\x00"),
         (struct.pack(">h", 1) + b"\x00", b""),
     ]
-    log.append(encode_batch([Record(i, T0, k, v) for i, (k, v) in enumerate(records)]))
-    log.close()
-    path = tmp_path / "__consumer_offsets-3" / "00000000000000000000.log"
-    result = dump(path, "--offsets-decoder")
-    assert result.exit_code == 0, result.output
-    lines = [line.split(" headerKeys: [] ", 1)[1] for line in result.stdout.splitlines()
-             if line.startswith("| offset:")]
+    path = segment_of(log, records)
+    lines = decoded_lines(path, "--offsets-decoder")
     assert lines == [
         "group_metadata group=billing protocol_type=consumer generation=1 protocol=range "
         f"leader=m-1 current_state_timestamp={T0} members=[m-1 client_id=client-a "
@@ -247,6 +258,50 @@ def test_offsets_decoder(tmp_path):
                           "partition": 1, "offset": 42, "leader_epoch": 0, "metadata": "hi",
                           "commit_timestamp": T0 + 1, "expire_timestamp": -1}
     assert decoded[0]["members"][0]["assignment"] == {"orders": [0, 1]}
+
+
+def test_transaction_log_decoder(tmp_path):
+    from brook.coordinator.transaction import schemas as txn
+
+    log = Log(str(tmp_path / "__transaction_state-1"), CONFIG, clock=FakeClock(T0))
+    key = txn.encode_key(txn.TransactionLogKey("app"))
+    records = [
+        (key, txn.encode_value(txn.TransactionLogValue(7, 0, 60_000, 0, None, T0, -1))),
+        (key, txn.encode_value(txn.TransactionLogValue(
+            7, 0, 60_000, 1, (("orders", (0, 2)), ("audit", (1,))), T0 + 1, T0 + 1), version=0)),
+        (key, txn.encode_value(txn.TransactionLogValue(
+            7, 32767, 60_000, 3, (("orders", (0,)),), T0 + 2, T0 + 1, next_producer_id=8))),
+        (key, None),
+        (struct.pack(">h", 4) + b"later", b"\x00\x01"),
+        (key, b"\x00\x01\x00"),
+    ]
+    path = segment_of(log, records)
+    lines = decoded_lines(path, "--transaction-log-decoder")
+    head = "transaction_metadata transactional_id=app producer_id=7"
+    assert lines == [
+        f"{head} producer_epoch=0 state=Empty partitions=null timeout_ms=60000 "
+        f"last_update_timestamp={T0} start_timestamp=-1",
+        f"{head} producer_epoch=0 state=Ongoing partitions=[orders-0,orders-2,audit-1] "
+        f"timeout_ms=60000 last_update_timestamp={T0 + 1} start_timestamp={T0 + 1}",
+        f"{head} producer_epoch=32767 state=PrepareAbort partitions=[orders-0] timeout_ms=60000 "
+        f"last_update_timestamp={T0 + 2} start_timestamp={T0 + 1} next_producer_id=8",
+        "transaction_metadata transactional_id=app tombstone",
+        "unknown record type 4",
+        lines[5],
+    ]
+    assert lines[5].startswith("corrupt (skipped when the coordinator loads): ")
+    docs = [json.loads(line) for line in dump(path, "--transaction-log-decoder", "--output",
+                                              "json").stdout.splitlines()]
+    decoded = [r["decoded"] for d in docs if d["type"] == "batch" for r in d["records"]]
+    assert decoded[1] == {
+        "type": "transaction_metadata", "transactional_id": "app", "producer_id": 7,
+        "producer_epoch": 0, "state": "Ongoing", "timeout_ms": 60_000,
+        "partitions": [{"topic": "orders", "partitions": [0, 2]},
+                       {"topic": "audit", "partitions": [1]}],
+        "last_update_timestamp": T0 + 1, "start_timestamp": T0 + 1, "previous_producer_id": -1,
+        "next_producer_id": -1, "client_transaction_version": 0}
+    result = dump(path, "--transaction-log-decoder", "--offsets-decoder")
+    assert result.exit_code == 2 and "give one" in result.output
 
 
 def test_bad_paths(tmp_path):
@@ -335,6 +390,45 @@ def test_dump_of_a_brokers_segments_after_it_stopped(broker_factory):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "offset_commit group=dumper topic=known partition=0 offset=4 " in result.stdout
+
+
+def test_transaction_log_of_a_brokers_transaction(broker_factory):
+    """The installed executable on the __transaction_state segment a broker wrote for
+    confluent-kafka's transaction: its states from Empty to CompleteCommit."""
+    import subprocess
+    import sys
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from brook.coordinator.common.partitioner import partition_for
+
+    broker = broker_factory({"transaction.state.log.num.partitions": 3})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("paid", 2, 1)])["paid"].result(10)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "payer",
+                         "transaction.timeout.ms": 30_000})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("paid", b"one", partition=0)
+    producer.produce("paid", b"two", partition=1)
+    producer.commit_transaction(30)
+    assert broker.stop() == 0
+
+    segment = (broker.log_dir / f"__transaction_state-{partition_for('payer', 3)}"
+               / "00000000000000000000.log")
+    result = subprocess.run([str(Path(sys.executable).with_name("brook")), "dump-log",
+                             "--transaction-log-decoder", str(segment)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    decoded = [line.split(" headerKeys: [] ", 1)[1] for line in result.stdout.splitlines()
+               if line.startswith("| offset:")]
+    assert [d.split(" state=")[1].split()[0] for d in decoded] == [
+        "Empty", "Ongoing", "PrepareCommit", "CompleteCommit"]
+    assert all(d.startswith("transaction_metadata transactional_id=payer producer_id=")
+               for d in decoded)
+    assert " partitions=[paid-0,paid-1] timeout_ms=30000 " in decoded[2]
+    assert " partitions=[] " in decoded[3]
 
 
 @settings(max_examples=30)

@@ -141,6 +141,11 @@ def _epochs(c, replica_id=-1):
     return _codes(r, "topics", "partitions", "error_code")
 
 
+def _describe_producers(c, topic):
+    r = c.request(request(61, 0, topics=[{"name": topic, "partition_indexes": [0]}]))
+    return _codes(r, "topics", "partitions", "error_code")
+
+
 def _txn_markers(c, producer_id=9001):
     """An ABORT marker of a producer with no transaction open: written, and changes nothing."""
     r = c.request(request(27, 1, markers=[{
@@ -247,6 +252,9 @@ ROWS = [
     Row("InitProducerId (a topic's Write)", [acl("TOPIC", "some-", "WRITE", pattern="PREFIXED")],
         lambda c: _codes(c.request(request(22, 4, transactional_id=None, transaction_timeout=SEC,
                                            producer_id=-1, producer_epoch=-1)), "error_code"), CAF),
+    Row("DescribeProducers", [acl("TOPIC", T, "READ")], lambda c: _describe_producers(c, T), TAF),
+    Row("DescribeProducers (a topic that does not exist)", [acl("TOPIC", "absent", "READ")],
+        lambda c: _describe_producers(c, "absent"), TAF, frozenset({E.unknown_topic_or_partition})),
     Row("DescribeUserScramCredentials", [acl("CLUSTER", "kafka-cluster", "DESCRIBE")],
         lambda c: _codes(c.request(request(50, 0, users=None)), "error_code"), CAF),
     Row("AlterUserScramCredentials", [acl("CLUSTER", "kafka-cluster", "ALTER")],
@@ -391,13 +399,15 @@ def test_a_transactional_produce_is_refused_for_its_transactional_id_first(broke
         assert produce(c, "tx", txn) == {TAF}
         assert produce(c, None, txn) == {E.transactional_id_authorization_failed}
         broker.grant(acl("TOPIC", T, "WRITE"))
-        assert produce(c, "tx", txn) == {E.none}
+        # past the checks, the leader verifies the transaction with its coordinator (KIP-890),
+        # which knows no producer 9000 for "tx"
+        assert produce(c, "tx", txn) == {E.invalid_producer_id_mapping}
 
     # WriteTxnMarkers: Cluster ClusterAction (a broker) or Alter (KIP-664's abort), as Kafka
     with broker.wire("alice") as c:
         assert _txn_markers(c, 9000) == {CAF}
         broker.grant(acl("CLUSTER", "kafka-cluster", "ALTER"))
-        assert _txn_markers(c, 9000) == {E.none}  # (the transaction left open above ends here)
+        assert _txn_markers(c, 9000) == {E.none}  # (a marker without a transaction open)
 
 
 def test_fetch_sessions_are_checked_too(broker):

@@ -314,10 +314,74 @@ def test_add_partitions_to_txn_v4_batches_transactions_and_verifies(broker):
         create_topic(w, "txn-v4", partitions=2)
         _coordinator_ready(w, "txn-v4-a")
         a, b = _wire_init(w, "txn-v4-a"), _wire_init(w, "txn-v4-b")
-        assert v4(("txn-v4-a", a.producer_id, 0, True, 0)) == {"txn-v4-a": {E.invalid_txn_state}}
+        # not in the transaction: TRANSACTION_ABORTABLE, as Kafka 3.9's coordinator answers
+        assert v4(("txn-v4-a", a.producer_id, 0, True, 0)) == {"txn-v4-a": {E.transaction_abortable}}
+        assert v4(("txn-v4-a", a.producer_id + 1, 0, True, 0)) == {
+            "txn-v4-a": {E.invalid_producer_id_mapping}}
+        assert v4(("txn-v4-a", a.producer_id, 1, True, 0)) == {"txn-v4-a": {E.producer_fenced}}
         assert v4(("txn-v4-a", a.producer_id, 0, False, 0),
                   ("txn-v4-b", b.producer_id, 0, False, 1)) == {"txn-v4-a": {E.none},
                                                                 "txn-v4-b": {E.none}}
         assert v4(("txn-v4-a", a.producer_id, 0, True, 0),
                   ("txn-v4-b", b.producer_id, 0, True, 0)) == {"txn-v4-a": {E.none},
-                                                               "txn-v4-b": {E.invalid_txn_state}}
+                                                               "txn-v4-b": {E.transaction_abortable}}
+
+
+def _wire_produce(w, tid, pid, epoch, seq, topic, version=9):
+    import time
+    from datetime import timedelta
+
+    from brook.records import Record, encode_batch
+    from tests.support.wire_build import request
+
+    records = encode_batch([Record(0, int(time.time() * 1000), None, b"late")], producer_id=pid,
+                           producer_epoch=epoch, base_sequence=seq, transactional=True)
+    r = w.request(request(0, version, transactional_id=tid, acks=-1, timeout=timedelta(seconds=30), topic_data=[
+        {"name": topic, "partition_data": [{"index": 0, "records": records}]}]))
+    return r.responses[0].partition_responses[0].error_code
+
+
+def _wire_latest(w, topic, isolation):
+    from tests.support.wire_build import request
+
+    r = w.request(request(2, 5, replica_id=-1, isolation_level=isolation, topics=[
+        {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1,
+                                        "current_leader_epoch": -1}]}]))
+    return r.topics[0].partitions[0].offset
+
+
+def test_a_produce_arriving_after_its_transaction_ended_begins_no_transaction(broker):
+    """KIP-890: a transactional batch delayed past its transaction's abort is refused
+    (INVALID_TXN_STATE) instead of beginning a transaction no coordinator would end, which
+    would hold the last stable offset, and read_committed readers, forever."""
+    import time
+
+    from kio.schema.errors import ErrorCode as E
+
+    from tests.support.kafka_wire import WireClient
+    from tests.support.wire_requests import create_topic
+
+    tid, topic = "txn-late-produce", "txn-late-produce"
+    with WireClient(broker.bootstrap) as w:
+        create_topic(w, topic, partitions=1)
+        _coordinator_ready(w, tid)
+        init = _wire_init(w, tid)
+        pid, epoch = init.producer_id, init.producer_epoch
+        # never added to the transaction: refused, nothing written (the coordinator's
+        # TRANSACTION_ABORTABLE, and PRODUCER_FENCED, as Kafka passes them to Produce v0-v10)
+        assert _wire_produce(w, tid, pid, epoch, 0, topic) == E.invalid_txn_state
+        assert _wire_produce(w, tid, pid, epoch + 1, 0, topic) == E.invalid_producer_epoch
+        # Produce v11 (KIP-890) is told TRANSACTION_ABORTABLE itself
+        assert _wire_produce(w, tid, pid, epoch, 0, topic, version=11) == E.transaction_abortable
+        assert _wire_add(w, tid, pid, epoch, topic) == {E.none}
+        assert _wire_produce(w, tid, pid, epoch, 0, topic) == E.none  # verified, begins it
+        assert _wire_produce(w, tid, pid, epoch, 1, topic) == E.none  # open: no asking
+        assert _wire_end(w, tid, pid, epoch, commit=False) == E.none
+        deadline = time.monotonic() + 30
+        while _wire_latest(w, topic, 1) != _wire_latest(w, topic, 0):  # abort marker written
+            assert time.monotonic() < deadline, "the abort marker was not written"
+            time.sleep(0.05)
+        end = _wire_latest(w, topic, 0)
+        # the producer's next batch, delayed in the network past the abort
+        assert _wire_produce(w, tid, pid, epoch, 2, topic) == E.invalid_txn_state
+        assert (_wire_latest(w, topic, 0), _wire_latest(w, topic, 1)) == (end, end)

@@ -5,7 +5,9 @@ confluent-kafka's and kafka-python's consumers with isolation.level read_committ
 records dropped, reading stops at the open transaction) and read_uncommitted (everything but
 the markers), by raw Fetch and ListOffsets requests (the last stable offset and the aborted
 transactions), by an old consumer (Fetch v3: no markers) and in a fetch session; after a
-restart too."""
+restart too. The module's broker does not verify transactions (KIP-890 is off, as a Kafka
+broker must be for transactions driven without a coordinator); the last test shows a verifying
+broker refusing them."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from kio.schema.errors import ErrorCode as E
 
 from brook.records import Record, encode_batch
 from brook.records.legacy import decode_message_set
-from tests.support.broker_harness import confluent_config
+from tests.support.broker_harness import BROKER_DEFAULTS, BrokerProcess, confluent_config
 from tests.support.kafka_wire import WireClient
 from tests.support.wire_build import request
 from tests.support.wire_requests import create_topic
@@ -33,15 +35,27 @@ def init_producer_id(c: WireClient) -> int:
     return r.producer_id
 
 
-def produce(c: WireClient, values: list[bytes], *, pid: int = -1, seq: int = -1,
-            transactional_id: str | None = None) -> int:
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("broker-txn-by-hand"), overrides={
+            **BROKER_DEFAULTS, "transaction.partition.verification.enable": "false"}) as proc:
+        yield proc
+
+
+def produce_answer(c: WireClient, values: list[bytes], *, pid: int = -1, seq: int = -1,
+                   transactional_id: str | None = None):
     ts = int(time.time() * 1000)
     records = encode_batch([Record(i, ts, None, v) for i, v in enumerate(values)], producer_id=pid,
                            producer_epoch=0 if pid >= 0 else -1, base_sequence=seq,
                            transactional=transactional_id is not None)
     r = c.request(request(0, 9, transactional_id=transactional_id, acks=-1, timeout=SEC, topic_data=[
         {"name": TOPIC, "partition_data": [{"index": 0, "records": records}]}]))
-    p = r.responses[0].partition_responses[0]
+    return r.responses[0].partition_responses[0]
+
+
+def produce(c: WireClient, values: list[bytes], *, pid: int = -1, seq: int = -1,
+            transactional_id: str | None = None) -> int:
+    p = produce_answer(c, values, pid=pid, seq=seq, transactional_id=transactional_id)
     assert p.error_code == E.none, p
     return p.base_offset
 
@@ -207,3 +221,15 @@ def test_markers_are_checked_and_answered_per_partition(broker, log_of_transacti
             "producer_id": a, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": -5,
             "topics": [{"name": TOPIC, "partition_indexes": [0]}]}]))
         assert r.markers[0].topics[0].partitions[0].error_code == E.transaction_coordinator_fenced
+
+
+def test_a_verifying_broker_refuses_a_transaction_its_coordinator_does_not_know(broker_factory):
+    """KIP-890: with verification on (the default) a transactional batch of a producer the
+    coordinator knows nothing of begins no transaction, and nothing is written."""
+    proc = broker_factory()
+    with WireClient(proc.bootstrap) as c:
+        create_topic(c, TOPIC, partitions=1)
+        pid = init_producer_id(c)
+        p = produce_answer(c, [b"x"], pid=pid, seq=0, transactional_id="unknown-to-the-coordinator")
+        assert p.error_code == E.invalid_producer_id_mapping, p
+        assert list_latest(c, 0) == 0

@@ -337,6 +337,12 @@ def test_a_zombie_is_fenced_by_the_group_generation_and_member(broker):
         assert txn.commit_offsets("", topic, {0: 4}) == {0: E.invalid_group_id}
         assert txn.end(commit=True) == E.none
         assert _eventually(lambda: _fetch(w, group, topic, [0], stable=True) == {0: (3, E.none)})
+        # KIP-890: a commit that comes after its transaction ended (no AddOffsetsToTxn since) is
+        # refused, where it would begin a transaction on the group's partition nobody ends
+        assert _eventually(lambda: txn.commit_offsets(group, topic, {0: 4}) == {
+            0: E.invalid_txn_state})  # (CONCURRENT_TRANSACTIONS while the markers are written)
+        assert txn.commit_offsets(group, topic, {0: 4}, version=4) == {0: E.transaction_abortable}
+        assert _fetch(w, group, topic, [0], stable=True) == {0: (3, E.none)}
         # A producer fenced by a newer one of its transactional id in the middle of its
         # transaction: the fence aborts it with a bumped epoch, whose marker on the group's
         # partition makes the partition refuse the zombie's next commit.
@@ -346,6 +352,7 @@ def test_a_zombie_is_fenced_by_the_group_generation_and_member(broker):
         assert newer.epoch > txn.epoch
         assert txn.commit_offsets(group, topic, {0: 6}) == {0: E.invalid_producer_epoch}
         assert _eventually(lambda: _fetch(w, group, topic, [0], stable=True) == {0: (3, E.none)})
+        assert txn.commit_offsets(group, topic, {0: 6}) == {0: E.invalid_producer_epoch}
 
 
 def test_confluent_kafka_producer_of_a_rebalanced_consumer_is_fenced(broker):

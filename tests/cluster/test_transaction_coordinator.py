@@ -7,6 +7,7 @@ prepared."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
 from kio.schema.errors import ErrorCode as E
@@ -119,3 +120,75 @@ def test_transactions_are_coordinated_by_their_partitions_leader_and_survive_its
             break
         time.sleep(0.2)
     assert codes in ({E.concurrent_transactions}, {E.none}), codes
+
+
+def test_leaders_verify_with_the_coordinator_on_another_broker(zk, brokers):
+    """KIP-890 over the wire: the leader of a partition asks the transactional id's
+    coordinator, on another broker, with AddPartitionsToTxn v4 verify_only, before a
+    transactional batch begins a transaction there; a real transactional producer writing to
+    partitions led by every broker is not held up by it."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.clients.test_transaction_coordinator import _wire_produce
+    from tests.support.kafka_wire import WireClient
+
+    for i in (1, 2, 3):
+        brokers(i, SETTINGS)
+    bootstrap = brokers.wait_ready(zk, [1, 2, 3])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("spread", 3, 3)], operation_timeout=20)["spread"].result(30)
+    wait_for(lambda: zk.in_sync(["spread"]), 30, "the topic in sync", brokers)
+    leader = zk.json("/brokers/topics/spread/partitions/0/state")["leader"]
+    for n in range(50):  # an id coordinated elsewhere than partition 0's leader
+        tid = f"verify-{n}"
+        _, node = wait_for(lambda: (r := _coordinator(bootstrap, tid))[0] == 0 and r, 30,
+                           "a transaction coordinator", brokers)
+        if node != leader:
+            break
+    for i in (1, 2, 3):
+        wait_for(lambda: _coordinator(brokers[i].bootstrap, tid) == (0, node), 30,
+                 f"broker {i} naming the coordinator", brokers)
+    init = wait_for(lambda: (a := _init(brokers[node].bootstrap, tid)).error_code == E.none and a,
+                    30, "InitProducerId", brokers)
+    pid, epoch = init.producer_id, init.producer_epoch
+    with WireClient(brokers[leader].bootstrap) as w:
+        assert _wire_produce(w, tid, pid, epoch, 0, "spread") == E.invalid_txn_state
+        assert _add(brokers[node].bootstrap, tid, pid, epoch, "spread") == {E.none}
+        assert _wire_produce(w, tid, pid, epoch, 0, "spread") == E.none
+    assert _end(brokers[node].bootstrap, tid, pid, epoch) == E.none
+
+    # KIP-951 (Produce v10+): a broker that does not lead the partition names its leader
+    from brook.records import Record, encode_batch
+    from tests.support.wire_build import request
+
+    state = zk.json("/brokers/topics/spread/partitions/0/state")
+    other = next(i for i in (1, 2, 3) if i != state["leader"])
+    with WireClient(brokers[other].bootstrap) as w:
+        r = w.request(request(0, 10, acks=1, timeout=timedelta(seconds=10), topic_data=[
+            {"name": "spread", "partition_data": [
+                {"index": 0, "records": encode_batch([Record(0, 0, None, b"x")])}]}]))
+    part = r.responses[0].partition_responses[0]
+    assert part.error_code == E.not_leader_or_follower
+    assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (
+        state["leader"], state["leader_epoch"])
+    [endpoint] = r.node_endpoints
+    assert (endpoint.node_id, f"{endpoint.host}:{endpoint.port}") == (
+        state["leader"], brokers[state["leader"]].bootstrap)
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "verify-client"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for partition in range(3):
+        p.produce("spread", b"committed-%d" % partition, partition=partition)
+    p.commit_transaction(30)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify-reader",
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    c.subscribe(["spread"])
+    got, deadline = set(), time.monotonic() + 30
+    while len(got) < 4 and time.monotonic() < deadline:
+        for m in c.consume(10, timeout=1.0):
+            if not m.error():
+                got.add(m.value())
+    c.close()
+    assert got == {b"late", b"committed-0", b"committed-1", b"committed-2"}

@@ -382,3 +382,50 @@ def test_readers_travel_to_executors_without_clients():
         assert copy.planner.options == options
     stream = cloudpickle.loads(cloudpickle.dumps(BrookStreamReader(options)))
     assert stream.committer is None and stream._initial is None
+
+
+def test_read_committed_reads_stop_at_the_last_stable_offset_and_drop_aborted_rows(spark, kafka):
+    """A committed, an aborted and a still open transaction on one partition: read_committed
+    (the default) returns the committed rows only and does not wait for the open transaction
+    (its range ends at the LSO); read_uncommitted returns every row. Both the data source and
+    brook.spark.read."""
+    import brook.spark
+
+    create_topic_confluent(kafka.bootstrap, "txn-read", partitions=1)
+
+    def transactional(tid):
+        # A timeout longer than the reads: the coordinator must not end the open one for them.
+        p = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": tid,
+                      "transaction.timeout.ms": 600_000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        return p
+
+    done = transactional("spark-txn-done")
+    for i in range(5):
+        done.produce("txn-read", key=b"c%d" % i, value=b"committed", partition=0)
+    done.commit_transaction(30)
+    done.begin_transaction()
+    for i in range(3):
+        done.produce("txn-read", key=b"a%d" % i, value=b"aborted", partition=0)
+    done.flush(30)  # in the log before the abort (librdkafka drops what it has not sent)
+    done.abort_transaction(30)
+    open_txn = transactional("spark-txn-open")
+    for i in range(2):
+        open_txn.produce("txn-read", key=b"o%d" % i, value=b"open", partition=0)
+    open_txn.flush(30)
+    try:
+        for options in ({}, {"kafka.isolation.level": "read_committed"}):
+            started = time.monotonic()
+            rows = rows_by_position(read(spark, kafka, subscribe="txn-read", **options))
+            assert sorted(r["key"] for r in rows.values()) == [b"c%d" % i for i in range(5)]
+            assert time.monotonic() - started < 60  # not kafkaConsumer.pollTimeoutMs
+            bulk = brook.spark.read(spark, {"kafka.bootstrap.servers": kafka.bootstrap,
+                                            "subscribe": "txn-read", **options})
+            assert sorted(bytes(r.key) for r in bulk.collect()) == [b"c%d" % i for i in range(5)]
+        every = rows_by_position(read(spark, kafka, subscribe="txn-read",
+                                      **{"kafka.isolation.level": "read_uncommitted"}))
+        assert sorted(r["value"] for r in every.values()) == sorted(
+            [b"committed"] * 5 + [b"aborted"] * 3 + [b"open"] * 2)
+    finally:
+        open_txn.abort_transaction(30)

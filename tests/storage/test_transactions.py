@@ -20,6 +20,7 @@ from brook.storage.config import LogConfig
 from brook.storage.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
+    OutOfOrderSequenceError,
     InvalidTxnStateError,
     TransactionCoordinatorFencedError,
 )
@@ -279,6 +280,80 @@ def test_a_non_transactional_batch_in_an_open_transaction_is_refused(tmp_path):
         lg.append(data_batch(10, 1, 1, ts, transactional=False))
     lg.append_as_marker(10, 0, 0, committed=True)
     lg.append(data_batch(10, 1, 1, ts, transactional=False))  # fine once it ended
+    lg.close()
+
+
+def test_a_verified_append_needs_the_standing_guard_to_begin_a_transaction(tmp_path):
+    """KIP-890: the leader starts a verification, asks the coordinator, then appends with the
+    guard; a marker written meanwhile (the transaction aborted) drops the guard, so the
+    delayed append cannot begin a transaction nobody would end."""
+    lg = new_log(tmp_path)
+    ts = lg.clock.milliseconds()
+    state = lg.producer_state
+    with pytest.raises(InvalidTxnStateError):  # no verification started
+        lg.append(data_batch(10, 0, 1, ts, transactional=True), guard=None)
+    with pytest.raises(InvalidTxnStateError):  # another verification's guard
+        state.start_verification(10, 0, 0, ts)
+        lg.append(data_batch(10, 0, 1, ts, transactional=True), guard=object())
+    guard = state.start_verification(10, 0, 0, ts)
+    assert state.start_verification(10, 0, 0, ts) is guard  # one standing per producer
+    lg.append(data_batch(10, 0, 1, ts, transactional=True), guard=guard)
+    assert 10 not in state.verifications  # served
+    # the transaction is open: the next batches need no verification
+    assert state.start_verification(10, 0, 1, ts) is None
+    lg.append(data_batch(10, 1, 1, ts, transactional=True), guard=None)
+    lg.append_as_marker(10, 0, 0, committed=False)
+
+    stale = state.start_verification(10, 0, 2, ts)  # verified, then the abort came first
+    lg.append_as_marker(10, 0, 0, committed=False)
+    with pytest.raises(InvalidTxnStateError):
+        lg.append(data_batch(10, 2, 1, ts, transactional=True), guard=stale)
+    assert state.producers[10].current_txn_first_offset == -1
+    # without verification (it is off, or not a client's append) the batch begins it
+    lg.append(data_batch(10, 2, 1, ts, transactional=True))
+    assert state.producers[10].current_txn_first_offset >= 0
+    lg.close()
+
+
+def test_a_coordinators_transactional_batch_is_verified_when_it_carries_a_guard(tmp_path):
+    """A group coordinator's TxnOffsetCommit (the coordinator origin, no sequence) is verified
+    as a client's batch is when it comes with a guard: a marker between the verification and
+    the append drops it; without one (verification off) only the epoch is checked."""
+    lg = new_log(tmp_path)
+    ts = lg.clock.milliseconds()
+    state = lg.producer_state
+    coordinator = AppendOrigin.COORDINATOR
+    guard = state.start_verification(10, 0, -1, ts)
+    lg.append_as_marker(10, 0, 0, committed=True)  # the transaction ended meanwhile
+    with pytest.raises(InvalidTxnStateError):
+        lg.append(data_batch(10, -1, 1, ts, transactional=True), origin=coordinator, guard=guard)
+    with pytest.raises(InvalidTxnStateError):  # a transaction open when verified, ended since
+        lg.append(data_batch(10, -1, 1, ts, transactional=True), origin=coordinator, guard=None)
+    guard = state.start_verification(10, 0, -1, ts)
+    lg.append(data_batch(10, -1, 1, ts, transactional=True), origin=coordinator, guard=guard)
+    assert state.producers[10].current_txn_first_offset >= 0 and 10 not in state.verifications
+    lg.append_as_marker(10, 0, 0, committed=True)
+    lg.append(data_batch(10, -1, 1, ts, transactional=True), origin=coordinator)
+    assert state.producers[10].current_txn_first_offset >= 0
+    lg.close()
+
+
+def test_a_standing_verification_holds_back_higher_sequences_and_expires(tmp_path):
+    clock = FakeClock()
+    lg = new_log(tmp_path, clock)
+    ts = clock.milliseconds()
+    state = lg.producer_state
+    state.start_verification(10, 0, 5, ts)
+    guard = state.start_verification(10, 0, 3, ts)  # a lower sequence's retry came
+    assert state.verifications[10].lowest_sequence == 3
+    with pytest.raises(OutOfOrderSequenceError):
+        lg.append(data_batch(10, 5, 1, ts, transactional=True), guard=guard)
+    state.start_verification(10, 1, 0, ts)  # a bumped epoch starts its sequences again
+    assert (state.verifications[10].epoch, state.verifications[10].lowest_sequence) == (1, 0)
+    state.remove_expired_producers(ts + state.producer_id_expiration_ms - 1)
+    assert 10 in state.verifications
+    state.remove_expired_producers(ts + state.producer_id_expiration_ms)
+    assert state.verifications == {}
     lg.close()
 
 

@@ -30,6 +30,7 @@ from .fetch_session import FetchSessionCache
 from .group_commit import GroupCommitter
 from .offsets_log import PartitionOffsetsLog, transaction_state_log
 from .marker_channel import ChannelMarkerWriter
+from .txn_verification import TransactionVerifier
 from .txn_markers import TxnMarker, write_txn_markers
 from .handlers import registry
 from .metadata import (
@@ -93,6 +94,8 @@ class Broker:
         #: writes their transactions' markers.
         self.txn_coordinator: CoordinatorRuntime[TransactionShard] | None = None
         self.txn_marker_sender: MarkerSender | None = None
+        #: KIP-890: asks transaction coordinators whether a partition is in a transaction
+        self.txn_verifier = TransactionVerifier(self)
         self.metrics = None  # a brook.broker.metrics.BrokerMetrics when metrics.port is set
         self.dir_locks = LogDirLocks(config.log_dirs)
         #: The cluster on ZooKeeper (a brook.cluster.zk_cluster.ZkCluster) when zookeeper.connect
@@ -187,7 +190,7 @@ class Broker:
             topic=TRANSACTION_STATE_TOPIC, partitioner=partition_for, lease=self._may_coordinate)
         self.txn_marker_sender = MarkerSender(self.txn_coordinator,
                                               ChannelMarkerWriter(self, local=self._write_markers_here),
-                                              partition_exists=self._partition_exists)
+                                              partition_exists=self.partition_exists)
 
     def _may_coordinate(self) -> bool:
         """Whether this broker may answer coordinator requests (groups, transactions) now:
@@ -219,7 +222,7 @@ class Broker:
         results = await write_txn_markers(self, [marker])
         return {(topic, index): code for (_, topic, index), code in results.items()}
 
-    def _partition_exists(self, topic: str, partition: int) -> bool:
+    def partition_exists(self, topic: str, partition: int) -> bool:
         """Whether a partition exists (a transaction's markers are owed to existing ones only)."""
         if self.replicas is not None:
             cache = self.replicas.cache

@@ -188,6 +188,7 @@ class BrokerConfig:
     transaction_state_log_segment_bytes: int = 104_857_600
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 604_800_000
+    transaction_partition_verification_enable: bool = True  # KIP-890 part 1
     replica_lag_time_max_ms: int = 30_000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_min_bytes: int = 1
@@ -313,6 +314,8 @@ class BrokerConfig:
             transaction_state_log_segment_bytes=get("transaction.state.log.segment.bytes", 104_857_600),
             transaction_max_timeout_ms=get("transaction.max.timeout.ms", 900_000),
             transactional_id_expiration_ms=get("transactional.id.expiration.ms", 604_800_000),
+            transaction_partition_verification_enable=get(
+                "transaction.partition.verification.enable", True, _bool),
             replica_lag_time_max_ms=get("replica.lag.time.max.ms", 30_000),
             replica_fetch_wait_max_ms=get("replica.fetch.wait.max.ms", 500),
             replica_fetch_min_bytes=get("replica.fetch.min.bytes", 1),

@@ -270,6 +270,9 @@ _KEYS: list[ConfigKey] = [
               "The largest transaction timeout a producer may ask for."),
     ConfigKey("transactional.id.expiration.ms", INT, "604800000",
               "How long a transactional id without transaction updates is kept."),
+    ConfigKey("transaction.partition.verification.enable", BOOLEAN, "true",
+              "Whether a leader asks the transaction coordinator that a partition is in the "
+              "transaction before a transactional batch begins one there (KIP-890)."),
     ConfigKey("offsets.retention.minutes", INT, "10080",
               "How long committed offsets of a group with no members are kept."),
     ConfigKey("offsets.retention.check.interval.ms", LONG, "600000",

@@ -7,13 +7,10 @@ async function ``local(request, partitions) -> {partition: error}`` that writes 
 ``request`` on those of this broker's partitions, the partition side's entry point; the others
 still go over the wire.
 
-In a cluster the leader is the metadata cache's and the address its endpoint on the
-inter-broker listener, with the cluster's inter-broker login. On a single node the leader is
-this broker, reached on its inter-broker listener (``inter.broker.listener.name``, else the
-first); a single node whose listeners all require SASL or TLS cannot reach itself this way (the
-in-process writer, once partitions write markers, is for that case). A partition without a
-known leader, or whose leader cannot be reached, is answered NOT_LEADER_OR_FOLLOWER, which the
-``MarkerSender`` tries again.
+Leaders and their channels are ``brook.broker.leader_channels``'s; a single node whose
+listeners all require SASL or TLS cannot reach itself that way (the in-process writer is for
+that case). A partition without a known leader, or whose leader cannot be reached, is answered
+NOT_LEADER_OR_FOLLOWER, which the ``MarkerSender`` tries again.
 """
 
 from __future__ import annotations
@@ -23,9 +20,10 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from ..cluster.channel import BrokerChannel, ChannelError
+from ..cluster.channel import ChannelError
 from ..coordinator.transaction.markers import MarkerRequest
 from ..protocol.messages import make, request_class
+from .leader_channels import LeaderChannels
 
 log = logging.getLogger(__name__)
 
@@ -37,43 +35,13 @@ class ChannelMarkerWriter:
     def __init__(self, broker, local=None) -> None:
         self.broker = broker
         self.local = local
-        self.channels: dict[int, BrokerChannel] = {}
-
-    def _leader(self, topic: str, partition: int) -> tuple[int, tuple[str, int]] | None:
-        b = self.broker
-        if b.replicas is None:
-            c = b.config
-            name = c.inter_broker_listener_name
-            listener = next((l for l in c.listeners if l.name == name), c.listeners[0])
-            host = listener.host or "127.0.0.1"
-            if host in ("0.0.0.0", "::"):
-                host = "127.0.0.1"
-            return b.broker_id, (host, listener.port)
-        cache = b.replicas.cache
-        info = cache.partition(topic, partition)
-        if info is None or info.leader < 0:
-            return None
-        address = cache.endpoint(info.leader, b.replicas.listener)
-        return None if address is None else (info.leader, address)
-
-    def _channel(self, broker_id: int, address: tuple[str, int]) -> BrokerChannel:
-        ch = self.channels.get(broker_id)
-        if ch is None:
-            b = self.broker
-            sasl = b.cluster.channel_credentials if b.cluster is not None else None
-            ch = self.channels[broker_id] = BrokerChannel(
-                broker_id, *address, client_id=f"broker-{b.broker_id}-txn-markers",
-                timeout_s=b.config.request_timeout_ms / 1000, sasl=sasl,
-                tls=getattr(b.config, "inter_broker_tls", None))
-        else:
-            ch.retarget(*address)
-        return ch
+        self.leaders = LeaderChannels(broker, "txn-markers")
 
     async def write_markers(self, request: MarkerRequest) -> dict[tuple[str, int], ErrorCode]:
         answers: dict[tuple[str, int], ErrorCode] = {}
         by_leader: dict[int, tuple[tuple[str, int], list[tuple[str, int]]]] = {}
         for tp in sorted(request.partitions):
-            leader = self._leader(*tp)
+            leader = self.leaders.leader(*tp)
             if leader is None:
                 answers[tp] = ErrorCode.not_leader_or_follower
                 continue
@@ -112,7 +80,7 @@ class ChannelMarkerWriter:
                          for t, ps in topics.items())),))
         failed = {tp: ErrorCode.not_leader_or_follower for tp in tps}
         try:
-            response = await self._channel(broker_id, address).request(body)
+            response = await self.leaders.channel(broker_id, address).request(body)
         except ChannelError as exc:
             log.warning("WriteTxnMarkers to broker %d failed: %s", broker_id, exc)
             return failed
@@ -124,6 +92,4 @@ class ChannelMarkerWriter:
         return {**failed, **answers}
 
     def close(self) -> None:
-        for ch in self.channels.values():
-            ch.close()
-        self.channels.clear()
+        self.leaders.close()

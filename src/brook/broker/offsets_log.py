@@ -31,7 +31,7 @@ from ..coordinator.group.partitioner import OFFSETS_TOPIC
 from ..coordinator.transaction.batch_writer import encode_records as encode_txn_records
 from ..coordinator.transaction.partitioner import TRANSACTION_STATE_TOPIC
 from ..records.batch import HEADER_SIZE, HEADER_STRUCT, LOG_OVERHEAD
-from ..storage.producer_state import AppendOrigin
+from ..storage.producer_state import UNVERIFIED, AppendOrigin
 from .errors import error_code_for
 from ..replication.partition import NotEnoughReplicasAfterAppend
 
@@ -79,7 +79,8 @@ class PartitionCoordinatorLog:
             limit = (p.log.config.max_message_bytes if restoring
                      else _split_limit(p, records) if self.split_tombstones else None)
             p.append(self.encode(records, now, max_batch_bytes=limit, producer=producer),
-                     origin=AppendOrigin.COORDINATOR)
+                     origin=AppendOrigin.COORDINATOR,
+                     guard=UNVERIFIED if producer is None else producer.guard)
         except Exception as exc:
             code = error_code_for(exc)
             if code == ErrorCode.kafka_storage_error:

@@ -272,6 +272,7 @@ class BrokerServer:
         await self.broker.txn_marker_sender.stop()
         await self.broker.txn_coordinator.stop()
         self.broker.txn_marker_sender.writer.close()
+        self.broker.txn_verifier.close()
 
     def _use_bound_ports(self) -> None:
         """A listener on port 0 was given a port by the system: from now on the configuration

@@ -17,7 +17,7 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from . import acls, cluster, configs, console, dump_log, groups, offsets, options, topics, users
-from . import quotas
+from . import quotas, transactions
 from ..console.command import console as web_console
 from .broker import broker
 from .errors import CliError
@@ -135,6 +135,7 @@ app.add_typer(configs.app, name="configs")
 app.add_typer(users.app, name="users")
 app.add_typer(acls.app, name="acls")
 app.add_typer(quotas.app, name="quotas")
+app.add_typer(transactions.app, name="transactions")
 app.command("produce")(console.produce)
 app.command("consume")(console.consume)
 app.command("dump-log")(dump_log.dump_log)

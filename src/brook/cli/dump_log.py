@@ -7,6 +7,8 @@ then the checks of the segment's `.index`, `.timeindex` and `.txnindex` next to 
 (a `.txnindex` entry must name an ABORT marker of its producer there). Anything wrong (a bad
 CRC, records that do not decode, bytes that are not a whole batch, an index entry the log
 disagrees with) is printed where it is found, and the command exits with 1 after the last file.
+`--offsets-decoder` and `--transaction-log-decoder` read the records as those of
+`__consumer_offsets` and `__transaction_state`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Iterator
 
 import typer
@@ -65,7 +68,9 @@ def _map(path: Path):
         raise CliError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def batch_view(b: BatchResult, offsets_decoder: bool, records: bool) -> dict[str, Any]:
+def batch_view(b: BatchResult, decoder: ModuleType | None, records: bool) -> dict[str, Any]:
+    """A batch's fields, and its records read by `decoder` (a module with `decode(key, value)`
+    and `describe(decoded)`: offsets_decoder, transaction_log_decoder) or shown as text."""
     h = b.header
     view: dict[str, Any] = {
         "base_offset": h.base_offset, "last_offset": h.last_offset, "count": h.record_count,
@@ -84,7 +89,7 @@ def batch_view(b: BatchResult, offsets_decoder: bool, records: bool) -> dict[str
     if b.marker is not None:
         view["end_txn_marker"] = _marker_view(b.marker)
     if records and b.records is not None:
-        view["records"] = [_record_view(r, offsets_decoder, b.marker if h.is_control else None)
+        view["records"] = [_record_view(r, decoder, b.marker if h.is_control else None)
                            for r in b.records]
     return view
 
@@ -93,7 +98,7 @@ def _marker_view(marker) -> dict[str, Any]:
     return {"type": marker.control_type.name, "coordinator_epoch": marker.coordinator_epoch}
 
 
-def _record_view(r, offsets_decoder: bool, marker=None) -> dict[str, Any]:
+def _record_view(r, decoder: ModuleType | None, marker=None) -> dict[str, Any]:
     view: dict[str, Any] = {
         "offset": r.offset, "timestamp": r.timestamp,
         "key_size": -1 if r.key is None else len(r.key),
@@ -102,10 +107,8 @@ def _record_view(r, offsets_decoder: bool, marker=None) -> dict[str, Any]:
     }
     if marker is not None:
         view["end_txn_marker"] = _marker_view(marker)
-    elif offsets_decoder:
-        from .offsets_decoder import decode
-
-        view["decoded"] = decode(r.key, r.value)
+    elif decoder is not None:
+        view["decoded"] = decoder.decode(r.key, r.value)
     else:
         view["key"] = None if r.key is None else display(r.key)
         view["value"] = None if r.value is None else display(r.value)
@@ -125,17 +128,15 @@ def batch_line(v: dict[str, Any]) -> str:
             f"compresscodec: {v['compression']} crc: {v['crc']} isvalid: {b(v['crc_valid'])}")
 
 
-def record_line(r: dict[str, Any], timestamp_type: str) -> str:
+def record_line(r: dict[str, Any], timestamp_type: str, decoder: ModuleType | None = None) -> str:
     head = (f"| offset: {r['offset']} {timestamp_type}: {r['timestamp']} "
             f"keySize: {r['key_size']} valueSize: {r['value_size']} "
             f"headerKeys: [{','.join(r['headers'])}]")
     if "end_txn_marker" in r:
         m = r["end_txn_marker"]
         return f"{head} endTxnMarker: {m['type']} coordinatorEpoch: {m['coordinator_epoch']}"
-    if "decoded" in r:
-        from .offsets_decoder import describe
-
-        return f"{head} {describe(r['decoded'])}"
+    if "decoded" in r and decoder is not None:
+        return f"{head} {decoder.describe(r['decoded'])}"
     return f"{head} key: {r['key'] if r['key'] is not None else 'null'} " \
            f"payload: {r['value'] if r['value'] is not None else 'null'}"
 
@@ -147,7 +148,7 @@ def _emit(fmt: Format, obj: dict[str, Any], text: str | None) -> None:
         output.line(text)
 
 
-def dump_segment_log(path: Path, fmt: Format, records: bool, offsets_decoder: bool,
+def dump_segment_log(path: Path, fmt: Format, records: bool, decoder: ModuleType | None,
                      progress: Callable[[int], None] | None = None) -> FileReport:
     report = FileReport()
     base = base_offset_of(path.name)
@@ -156,7 +157,7 @@ def dump_segment_log(path: Path, fmt: Format, records: bool, offsets_decoder: bo
     buf = _map(path)
     summary = LogSummary()
     try:
-        for item in scan_log(buf, decode=records or offsets_decoder):
+        for item in scan_log(buf, decode=records or decoder is not None):
             if isinstance(item, InvalidBytes):
                 report.problems += 1
                 _emit(fmt, {"type": "invalid_bytes", "position": item.position,
@@ -165,14 +166,14 @@ def dump_segment_log(path: Path, fmt: Format, records: bool, offsets_decoder: bo
                       f"{path.name}: {item.reason}")
                 break
             _account(report, item, summary)
-            view = batch_view(item, offsets_decoder, records)
+            view = batch_view(item, decoder, records)
             _emit(fmt, {"type": "batch", **view}, None)
             if fmt is Format.table:
                 output.line(batch_line(view))
                 if item.error is not None:
                     output.line(f"  records cannot be decoded: {item.error}")
                 for r in view.get("records", []):
-                    output.line(record_line(r, view["timestamp_type"]))
+                    output.line(record_line(r, view["timestamp_type"], decoder))
             if progress:
                 progress(item.header.size)
     finally:
@@ -318,18 +319,35 @@ def _directory_message(path: Path) -> str:
     return f"{path}: is a directory; give files in it, e.g. {path / example} (it has {shown})"
 
 
+def _decoder(offsets: bool, transaction_log: bool) -> ModuleType | None:
+    if offsets:
+        from . import offsets_decoder
+        return offsets_decoder
+    if transaction_log:
+        from . import transaction_log_decoder
+        return transaction_log_decoder
+    return None
+
+
 def dump_log(
     paths: list[Path] = typer.Argument(..., metavar="PATH...",
                                        help=".log, .index, .timeindex or .txnindex files."),
     offsets_decoder: bool = typer.Option(
         False, "--offsets-decoder", help="Decode records as __consumer_offsets commits and "
                                          "group metadata."),
+    transaction_log_decoder: bool = typer.Option(
+        False, "--transaction-log-decoder", help="Decode records as __transaction_state "
+                                                 "transactional id states."),
     records: bool = typer.Option(True, "--records/--no-records",
                                  help="Print each record, not only each batch."),
     fmt: Format = output_option(),
 ) -> None:
     """Decode segment files offline: batches, records (transaction markers too), CRCs and
     index consistency, aborted transactions (JSON lines with --output json)."""
+    if offsets_decoder and transaction_log_decoder:
+        raise CliError("--offsets-decoder and --transaction-log-decoder read records two ways: "
+                       "give one", code=2)
+    decoder = _decoder(offsets_decoder, transaction_log_decoder)
     problems = 0
     for i, path in enumerate(paths):
         if path.is_dir():
@@ -340,7 +358,7 @@ def dump_log(
             output.line()
         if path.suffix == ".log":
             with _progress(path, fmt) as progress:
-                problems += dump_segment_log(path, fmt, records, offsets_decoder, progress).problems
+                problems += dump_segment_log(path, fmt, records, decoder, progress).problems
         elif path.suffix in (".index", ".timeindex"):
             problems += dump_index(path, fmt).problems
         elif path.suffix == ".txnindex":

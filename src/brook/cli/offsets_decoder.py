@@ -90,13 +90,21 @@ def decode(key: bytes | None, value: bytes | None) -> dict[str, Any]:
     return out
 
 
+def unreadable(d: dict[str, Any]) -> str | None:
+    """The line of a record a coordinator's decoder could not read (this one's and
+    transaction_log_decoder's), None for one it read."""
+    if d["type"] == "unknown":
+        return f"unknown record type {d['record_type']}"
+    if d["type"] == "corrupt":  # the coordinator's loader skips it, and logs its offset
+        return f"corrupt (skipped when the coordinator loads): {d['error']}"
+    return None
+
+
 def describe(d: dict[str, Any]) -> str:
     """One line of text for a decoded record."""
     kind = d["type"]
-    if kind == "unknown":
-        return f"unknown record type {d['record_type']}"
-    if kind == "corrupt":  # the coordinator's loader skips it, and logs its offset
-        return f"corrupt (skipped when the coordinator loads): {d['error']}"
+    if kind in ("unknown", "corrupt"):
+        return unreadable(d)
     if kind == "offset_commit":
         head = f"offset_commit group={d['group']} topic={d['topic']} partition={d['partition']}"
         if d.get("tombstone"):

@@ -16,9 +16,11 @@ from .errors import CliError
 OFFSET_DELETE = 47
 
 
-def request(host: str, port: int, body, timeout: float, security=None):
-    """Send `body` (a kio request entity) to host:port and return the response entity, over
-    TLS and SASL when `security` (a ClientSecurity; default: --command-config's) says so."""
+def request(host: str, port: int, body, timeout: float, security=None,
+            response_cls: type | None = None):
+    """Send `body` (a kio request entity) to host:port and return the response entity (read as
+    `response_cls` when given), over TLS and SASL when `security` (a ClientSecurity; default:
+    --command-config's) says so."""
     try:
         connection = BrokerConnection(host, port, timeout, client_id="brook-cli",
                                       security=options.security() if security is None
@@ -26,7 +28,7 @@ def request(host: str, port: int, body, timeout: float, security=None):
     except KafkaClientError as exc:
         raise CliError(str(exc)) from exc
     try:
-        return connection.request(body)
+        return connection.request(body, response_cls=response_cls)
     except KafkaClientError as exc:
         raise CliError(str(exc)) from exc
     finally:
@@ -210,11 +212,15 @@ def describe_acls(host: str, port: int, f, timeout: float, security=None) -> lis
 METADATA = 3
 
 
-def topic_metadata(host: str, port: int, timeout: float, security=None) -> list[dict]:
-    """Metadata v12 of every topic, as plain values sorted by name: {"topic", "internal",
-    "error", "partitions": [{"partition", "leader", "replicas", "isr"}]}."""
+def topic_metadata(host: str, port: int, timeout: float, security=None,
+                   topics: list[str] | None = None) -> list[dict]:
+    """Metadata v12 of every topic (or of `topics`), as plain values sorted by name: {"topic",
+    "internal", "error", "partitions": [{"partition", "leader", "replicas", "isr"}]}."""
+    mod = load_payload_module(METADATA, 12, EntityType.request)
+    asked = None if topics is None else tuple(
+        mod.MetadataRequestTopic(topic_id=None, name=t) for t in topics)
     response = request(host, port, request_class(METADATA, 12)(
-        topics=None, allow_auto_topic_creation=False,
+        topics=asked, allow_auto_topic_creation=False,
         include_topic_authorized_operations=False), timeout, security)
     return sorted(({
         "topic": t.name, "internal": bool(t.is_internal),
@@ -229,14 +235,24 @@ def topic_metadata(host: str, port: int, timeout: float, security=None) -> list[
 FIND_COORDINATOR, DESCRIBE_GROUPS, OFFSET_FETCH = 10, 15, 9
 
 
+GROUP_KEY, TRANSACTION_KEY = 0, 1  # FindCoordinator's key types
+
+
 def find_group_coordinators(host: str, port: int, groups: list[str], timeout: float,
                             security=None) -> dict[str, tuple[int, str, int] | str]:
     """FindCoordinator v4 (KIP-699) of many groups in one request: each group's coordinator
     (id, host, port), or the error name when it has none now."""
+    return find_coordinators(host, port, GROUP_KEY, groups, timeout, security)
+
+
+def find_coordinators(host: str, port: int, key_type: int, keys: list[str], timeout: float,
+                      security=None) -> dict[str, tuple[int, str, int] | str]:
+    """FindCoordinator v4 of many keys of one type (groups, transactional ids) in one request:
+    each key's coordinator (id, host, port), or the error name when it has none now."""
     from kio.static.primitive import i8
 
     response = request(host, port, request_class(FIND_COORDINATOR, 4)(
-        key_type=i8(0), coordinator_keys=tuple(groups)), timeout, security)
+        key_type=i8(key_type), coordinator_keys=tuple(keys)), timeout, security)
     return {c.key: (int(c.node_id), c.host, int(c.port)) if c.error_code == ErrorCode.none
             else c.error_code.name.upper() for c in response.coordinators}
 

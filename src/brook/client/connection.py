@@ -71,10 +71,11 @@ class BrokerConnection:
     def close(self) -> None:
         self.sock.close()
 
-    def request(self, body, timeout: float | None = None):
-        """Send a kio request entity and return the response entity."""
+    def request(self, body, timeout: float | None = None, response_cls: type | None = None):
+        """Send a kio request entity and return the response entity (read as `response_cls`
+        when given: an entity of the same layout, see `brook.protocol.lenient`)."""
         self.send(body)
-        return self.receive(type(body), timeout)
+        return self.receive(type(body), timeout, response_cls)
 
     def send(self, body) -> None:
         """Send a request without waiting for its answer (`receive` reads it later; answers
@@ -99,10 +100,10 @@ class BrokerConnection:
             raise KafkaClientError(f"request to {self.host}:{self.port} failed: {exc}") from None
         self._sent.append((self.correlation_id, cls))
 
-    def receive(self, cls: type, timeout: float | None = None):
+    def receive(self, cls: type, timeout: float | None = None, response_cls: type | None = None):
         """The answer to the oldest request sent and not yet received (of class `cls`)."""
         data = bytes(self.receive_raw(cls, timeout))
-        response_cls = response_class(cls.__api_key__, cls.__version__)
+        response_cls = response_cls or response_class(cls.__api_key__, cls.__version__)
         _, pos = entity_reader(response_cls.__header_schema__)(data, 0)
         body, _ = entity_reader(response_cls)(data, pos)
         return body

@@ -18,7 +18,7 @@ from typing import Callable
 from .replica_tracker import ReplicaTracker
 from ..records.control import end_txn_marker_batch
 from ..storage.log import Log
-from ..storage.producer_state import AppendOrigin
+from ..storage.producer_state import UNVERIFIED, AppendOrigin
 
 NO_LEADER = -1
 
@@ -86,8 +86,10 @@ class Partition:
         """Whether this broker leads the partition in a cluster (followers may hold it too)."""
         return self.tracker is not None
 
-    def append(self, records, origin: AppendOrigin = AppendOrigin.CLIENT, checked: int | None = None):
-        info = self.log.append(records, leader_epoch=self.leader_epoch, origin=origin, checked=checked)
+    def append(self, records, origin: AppendOrigin = AppendOrigin.CLIENT, checked: int | None = None,
+               guard: object = UNVERIFIED):
+        info = self.log.append(records, leader_epoch=self.leader_epoch, origin=origin, checked=checked,
+                               guard=guard)
         if self.tracker is None:
             self.high_watermark = self.log.log_end_offset
         else:

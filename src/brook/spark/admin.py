@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -84,7 +84,16 @@ class Admin:
         return self._list_offsets(partitions, OffsetSpec.earliest())
 
     def latest(self, partitions: Iterable[TopicPartition]) -> Offsets:
+        """The end of each partition as the tasks will read it: with read_committed (the
+        default, as in librdkafka) the last stable offset, so a range never ends inside a
+        transaction still open, which its reader would wait on until the transaction ends."""
         return self._list_offsets(partitions, OffsetSpec.latest())
+
+    @property
+    def isolation(self) -> IsolationLevel:
+        level = self.settings.get("isolation.level", "read_committed").lower()
+        return (IsolationLevel.READ_UNCOMMITTED if level == "read_uncommitted"
+                else IsolationLevel.READ_COMMITTED)
 
     def _list_offsets(self, partitions: Iterable[TopicPartition], spec: OffsetSpec) -> Offsets:
         wanted = {KafkaTopicPartition(t, p): spec for t, p in partitions}
@@ -92,7 +101,8 @@ class Admin:
             return {}
 
         def ask() -> Offsets:
-            futures = self.client.list_offsets(wanted, request_timeout=self.timeout_s)
+            futures = self.client.list_offsets(wanted, isolation_level=self.isolation,
+                                               request_timeout=self.timeout_s)
             return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
 
         return self._retry("list offsets", ask)

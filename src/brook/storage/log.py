@@ -52,6 +52,7 @@ from .producer_state import (
     ProducerAppendPlan,
     ProducerBatch,
     ProducerStateManager,
+    UNVERIFIED,
     delete_snapshot_file,
     list_snapshot_offsets,
     remove_temporary_snapshot_files,
@@ -443,7 +444,7 @@ class Log:
 
     def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int | None = None,
                assign_offsets: bool = True, origin: AppendOrigin = AppendOrigin.CLIENT,
-               checked: int | None = None) -> LogAppendInfo:
+               checked: int | None = None, guard: object = UNVERIFIED) -> LogAppendInfo:
         """Validate batches (header, CRC, sizes, records, timestamps, producer state), assign
         offsets and write them.
 
@@ -461,7 +462,9 @@ class Log:
         `origin` CLIENT (a Produce request) gets Kafka's client checks: base offset 0,
         idempotent batches with a sequence, duplicates answered with the original offsets
         (`LogAppendInfo.duplicate`), sequence numbers in order. COORDINATOR appends only
-        have their producer epochs checked.
+        have their producer epochs checked. `guard`: a leader's verification of the batch's
+        transaction (KIP-890, `ProducerStateManager.start_verification`), which a client's
+        batch beginning a transaction needs unless it is UNVERIFIED (the default).
 
         Raises InvalidRecordError, InvalidTimestampError, OutOfOrderSequenceError,
         InvalidProducerEpochError, RecordTooLargeError, RecordBatchTooLargeError,
@@ -475,7 +478,7 @@ class Log:
         # included, takes the general path. (Failed checks return at once: CPython 3.11
         # specializes a comparison only when it is followed by a short jump.)
         if not assign_offsets or origin is not _CLIENT or self._log_append_time or end < HEADER_SIZE:
-            return self._append(view, now, leader_epoch, assign_offsets, origin, checked)
+            return self._append(view, now, leader_epoch, assign_offsets, origin, checked, guard)
         (base, length, epoch, magic, crc, attrs, delta, base_ts, max_ts, pid, _, _, count) = \
             _HEADER.unpack_from(view)
         if not (length + LOG_OVERHEAD == end and magic == MAGIC_V2 and base == 0 and pid < 0
@@ -483,11 +486,11 @@ class Log:
                 and end <= self._max_batch_size and 0 <= max_ts <= now + self._after_max_ms
                 and (base_ts >= now - self._before_max_ms or base_ts == NO_TIMESTAMP)
                 and crc32c(view[ATTRIBUTES_OFFSET:]) == crc):
-            return self._append(view, now, leader_epoch, assign_offsets, origin, checked)
+            return self._append(view, now, leader_epoch, assign_offsets, origin, checked, guard)
         if checked is None:
             checked = check_batch(view, 0, end, attrs, count, base_ts, self._rules, now)
         if checked != max_ts:  # the header's max timestamp is wrong: rewritten there
-            return self._append(view, now, leader_epoch, assign_offsets, origin, checked)
+            return self._append(view, now, leader_epoch, assign_offsets, origin, checked, guard)
         segment = self._segments[-1]
         first = segment.next_offset
         last = first + delta
@@ -503,7 +506,8 @@ class Log:
         return _new_tuple(LogAppendInfo, (first, last, max_ts, last, -1, count, end, False))
 
     def _append(self, view: memoryview, now: int, leader_epoch: int | None, assign_offsets: bool,
-                origin: AppendOrigin, checked: int | None = None) -> LogAppendInfo:
+                origin: AppendOrigin, checked: int | None = None,
+                guard: object = UNVERIFIED) -> LogAppendInfo:
         """append() in general: any number of batches, any origin, every check."""
         end = len(view)
         config = self._config
@@ -603,7 +607,7 @@ class Log:
         plan = None
         if producer_batches:
             plan = self.producer_state.prepare(
-                producer_batches, origin if assign_offsets else _REPLICATION, now)
+                producer_batches, origin if assign_offsets else _REPLICATION, now, guard)
             dup = plan.duplicate
             if dup is not None:
                 return _new_tuple(LogAppendInfo, (dup.first_offset, dup.last_offset, dup.max_timestamp,

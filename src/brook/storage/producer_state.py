@@ -18,9 +18,17 @@ Transactions (KIP-98), as Kafka's ProducerAppendInfo keeps them:
 
 * a producer's transactional batch (the transactional bit) when it has no open transaction
   on the partition starts one there: its first offset is the transaction's
-  (`current_txn_first_offset`); Kafka 3.9 first asks the transaction coordinator whether the
-  transaction is open (KIP-890's verification), which brook has no coordinator to ask yet
-  (docs/transactions.md);
+  (`current_txn_first_offset`);
+* verification (KIP-890 part 1): when the leader verifies, a client's batch that would begin
+  a transaction must carry the guard of a verification started for its producer
+  (`start_verification`, before the leader asked the transaction coordinator whether the
+  partition is in the transaction) and still standing: any transactional batch or marker of
+  the producer written meanwhile drops the guard, so a Produce delayed past its
+  transaction's abort cannot begin a transaction nobody will end (INVALID_TXN_STATE). While
+  a verification stands, a batch of a higher sequence than the lowest it was started with
+  is out of order, as in Kafka (a lower sequence's retry must come first). A group
+  coordinator's transactional batch (TxnOffsetCommit, no sequence) is verified the same way
+  when it comes with a guard;
 * a non-transactional batch of a producer with an open transaction is refused
   (`InvalidTxnStateError`, INVALID_TXN_STATE);
 * a marker (a control batch holding an EndTransactionMarker: COMMIT or ABORT) ends the open
@@ -210,6 +218,24 @@ class ProducerAppendPlan:
     now_ms: int = 0  # when the batches were appended (the budget's age of the entries)
     started: tuple[tuple[int, int], ...] = ()
     completed: tuple[CompletedTxn, ...] = ()
+    #: producers whose verification the plan's transactional batches and markers end
+    verified: frozenset[int] = frozenset()
+
+
+#: `prepare(guard=UNVERIFIED)`: the append needs no verification (it is off, or the append is
+#: not a leader's of a client's batches)
+UNVERIFIED = object()
+
+
+@dataclass(slots=True)
+class Verification:
+    """A verification of a producer's transaction started on this partition (Kafka's
+    VerificationStateEntry): `guard` is what the append that follows must carry."""
+
+    guard: object
+    started_ms: int
+    epoch: int
+    lowest_sequence: int
 
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -231,6 +257,8 @@ class ProducerStateManager:
         #: transactions ended by a marker the high watermark may not have passed yet,
         #: (first offset, marker offset)
         self.unreplicated: list[tuple[int, int]] = []
+        #: producer id -> its verification in progress (KIP-890), in memory only as in Kafka
+        self.verifications: dict[int, Verification] = {}
 
     def __len__(self) -> int:
         return len(self.producers)
@@ -238,10 +266,31 @@ class ProducerStateManager:
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
 
+    # ------------------------------------------------------------ verification (KIP-890)
+
+    def start_verification(self, producer_id: int, epoch: int, sequence: int,
+                           now_ms: int) -> object | None:
+        """The guard a client's batch beginning a transaction must carry, once the coordinator
+        confirmed the partition is in the transaction; None when the producer has a
+        transaction open here already (no verification needed). A verification already
+        standing is reused, its lowest sequence lowered or its epoch moved on."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and entry.current_txn_first_offset >= 0:
+            return None
+        v = self.verifications.get(producer_id)
+        if v is None:
+            v = self.verifications[producer_id] = Verification(object(), now_ms, epoch, sequence)
+        elif epoch > v.epoch:
+            v.epoch, v.lowest_sequence = epoch, sequence
+        elif epoch == v.epoch and sequence < v.lowest_sequence:
+            v.lowest_sequence = sequence
+        return v.guard
+
     # ------------------------------------------------------------ check, then apply
 
     def prepare(self, batches: Iterable[ProducerBatch],
-                origin: AppendOrigin = AppendOrigin.CLIENT, now_ms: int = 0) -> ProducerAppendPlan:
+                origin: AppendOrigin = AppendOrigin.CLIENT, now_ms: int = 0,
+                guard: object = UNVERIFIED) -> ProducerAppendPlan:
         """Check `batches` (in log order, offsets assigned) against the state; change nothing.
 
         Each batch is checked against the state including the earlier batches of the same
@@ -251,17 +300,25 @@ class ProducerStateManager:
         InvalidTxnStateError or TransactionCoordinatorFencedError (not for REPLICATION, which
         takes what its leader wrote), and for a client's producer id new here
         ProducerIdBudgetFullError while the broker's bound is reached by active producers.
+        `guard` (a client's append on a leader that verifies, or a group coordinator's
+        TxnOffsetCommit): what `start_verification` returned, None if it was not called; a
+        batch beginning a transaction needs the producer's standing verification's guard
+        (InvalidTxnStateError).
         """
         producers = self.producers
         updates: dict[int, ProducerStateEntry] = {}
         started: list[tuple[int, int]] = []
         completed: list[CompletedTxn] = []
+        verified: set[int] = set()
         client = origin is AppendOrigin.CLIENT
         check_epoch = origin is not AppendOrigin.REPLICATION
         for batch in batches:
             pid = batch.producer_id
             if pid < 0:
                 continue
+            if self.verifications and batch.attributes & TRANSACTIONAL_BIT \
+                    and pid in self.verifications:
+                verified.add(pid)
             current = producers.get(pid)
             control = batch.attributes & CONTROL_BIT
             if client and current is not None and not control:
@@ -291,11 +348,22 @@ class ProducerStateManager:
                 continue
             if check_epoch:
                 _check_epoch(entry, batch)
+            verification = self.verifications.get(pid) if self.verifications else None
             if client:
+                if verification is not None and batch.base_sequence > verification.lowest_sequence:
+                    raise OutOfOrderSequenceError(
+                        f"producer {pid} at offset {batch.first_offset}: sequence "
+                        f"{batch.base_sequence} while its transaction is verified from sequence "
+                        f"{verification.lowest_sequence}")
                 _check_sequence(entry, batch)
             first = entry.current_txn_first_offset
             if batch.attributes & TRANSACTIONAL_BIT:
                 if first < 0:  # begins a transaction
+                    if check_epoch and guard is not UNVERIFIED and (
+                            verification is None or verification.guard is not guard):
+                        raise InvalidTxnStateError(
+                            f"producer {pid} at offset {batch.first_offset}: the partition is "
+                            f"not verified to be in its transaction")
                     first = batch.first_offset
                     started.append((first, pid))
             elif first >= 0 and check_epoch:
@@ -308,7 +376,7 @@ class ProducerStateManager:
             if new:
                 self.budget.admit(new, now_ms)
         return ProducerAppendPlan(updates, now_ms=now_ms, started=tuple(started),
-                                  completed=tuple(completed))
+                                  completed=tuple(completed), verified=frozenset(verified))
 
     def _next_open_txn(self, pid: int, started: list[tuple[int, int]],
                        completed: list[CompletedTxn], otherwise: int) -> int:
@@ -335,6 +403,9 @@ class ProducerStateManager:
                 for txn in plan.completed:
                     ongoing.pop(txn.first_offset, None)
                     self.unreplicated.append((txn.first_offset, txn.last_offset))
+            for pid in plan.verified:
+                # a transaction begun or ended here since: the guard has served, or is stale
+                self.verifications.pop(pid, None)
             if self.budget is not None:
                 self.budget.touched(self, plan.updates, plan.now_ms)
 
@@ -375,6 +446,10 @@ class ProducerStateManager:
         expired = [pid for pid, e in self.producers.items() if self.is_expired(e, now_ms)]
         for pid in expired:
             del self.producers[pid]
+        if self.verifications:  # a verification whose append never came
+            self.verifications = {
+                pid: v for pid, v in self.verifications.items()
+                if now_ms - v.started_ms < self.producer_id_expiration_ms}
         if self.budget is not None:
             self.budget.forget(self, expired)
         return expired
@@ -396,6 +471,7 @@ class ProducerStateManager:
         self.producers.clear()
         self.ongoing.clear()
         self.unreplicated.clear()
+        self.verifications.clear()
 
     # ------------------------------------------------------------ snapshots
 

@@ -12,8 +12,9 @@ Transactional batches (KIP-98) need the request's transactional id, which the pr
 Write: else every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is
 written, as Kafka refuses the request first (a flag of each partition's batch header is all
 it reads). The producer's first transactional batch on a partition begins its transaction
-there (storage.producer_state); brook has no transaction coordinator yet to verify that
-the transaction is open (docs/transactions.md).
+there (storage.producer_state), once the transaction coordinator confirmed the partition is
+in the transaction (KIP-890, `brook.broker.txn_verification`, with
+`transaction.partition.verification.enable`).
 
 Records are checked as Kafka's LogValidator checks them (`brook.records.validate`, from
 `Log.append`); when only some records of a batch break a rule, the answer names them in
@@ -35,8 +36,8 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.log_text import loggable
 from ...protocol.messages import make, response_class, response_module
-from ...records.batch import (ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
-                              TRANSACTIONAL_BIT)
+from ...records.batch import (ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET,
+                              MAGIC_V2, TRANSACTIONAL_BIT)
 from ...records.compression import CODEC_MASK, Codec
 from ...records.legacy import produced_to_v2
 from ...records.validate import inflates_quickly
@@ -45,6 +46,9 @@ from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from ...replication.partition import NotEnoughReplicasAfterAppend
 from ..quotas.throttling import produce_throttle
+from ..leader_hints import LeaderHints
+from ..txn_verification import produce_error
+from ...storage.producer_state import UNVERIFIED
 from .api import Api, Deferred
 from .common import NO_THROTTLE, CloseConnection, ms
 
@@ -55,6 +59,9 @@ _FIRST_ZSTD_VERSION = 7
 _FIRST_BATCH_ONLY_VERSION = 3  # before it, legacy message sets (magic 0 and 1) too
 _LEGACY_MAGICS = (0, 1)
 _LENGTH = struct.Struct(">i")
+_PRODUCER = struct.Struct(">qhi")  # a v2 batch's producer id, producer epoch, base sequence
+_PRODUCER_ID_OFFSET = 43
+_FIRST_HINTED_VERSION = 10  # KIP-951: the leader's id, epoch and endpoint with NOT_LEADER...
 _CODEC_BYTE = ATTRIBUTES_OFFSET + 1  # the low byte of a batch's attributes
 # Refusals logged with their reason: a client only sees the code (and librdkafka drops the
 # message), so the broker's log is where a wrongly refused batch can be told from a bad one.
@@ -68,6 +75,11 @@ async def handle(broker, request, connection):
     mod = response_module(API_KEY, version)
     acks = body.acks
     refused = _transactions_refused(broker, connection, body)
+    verified = {}  # (topic, partition) -> the verification's guard, or its error
+    if not refused and broker.config.transaction_partition_verification_enable \
+            and getattr(body, "transactional_id", None):
+        verified = await _verify_transactions(broker, body, version)
+    hints = LeaderHints(broker, connection) if version >= _FIRST_HINTED_VERSION else None
     any_error = False
     topics = []
     appended = []  # the logs written, when they must be on disk before the answer
@@ -121,6 +133,9 @@ async def handle(broker, request, connection):
                 code = ErrorCode.invalid_record
             elif (refusal := refuse_records(pd.records, version)) is not None:
                 code, detail = refusal
+            elif type(guard := verified.get((name, pd.index), UNVERIFIED)) is ErrorCode:
+                code, guard = guard, UNVERIFIED
+                detail = "the partition is not verified to be in the transaction"
             else:
                 try:
                     records, converted = pd.records, 0
@@ -134,7 +149,7 @@ async def handle(broker, request, connection):
                         # worker thread, so that other connections are served meanwhile,
                         # unless its headers say it inflates to little (append inflates it).
                         checked = await asyncio.to_thread(partition.log.check_records, records)
-                    info = partition.append(records, checked=checked)
+                    info = partition.append(records, checked=checked, guard=guard)
                     base_offset, append_time = info.first_offset, info.log_append_time
                 except Exception as exc:
                     code = error_code_for(exc)
@@ -158,24 +173,34 @@ async def handle(broker, request, connection):
                     log.warning("produce to %s-%d from %s failed: %s: %s", loggable(name, 100),
                                 pd.index, connection.peer, code.name.upper(),
                                 loggable(detail if detail else "no records"))
+            leader = None  # (v10+ only: `make` leaves it out before)
+            if hints is not None:
+                leader_id, leader_epoch = hints.current_leader(code, name, pd.index)
+                leader = make(mod.LeaderIdAndEpoch, leader_id=leader_id, leader_epoch=leader_epoch)
             parts.append(make(mod.PartitionProduceResponse, index=pd.index, error_code=code,
                               base_offset=base_offset,
                               log_append_time=None if append_time < 0 else
                               datetime.fromtimestamp(append_time / 1000, timezone.utc),
                               log_start_offset=start, record_errors=record_errors,
-                              error_message=detail))
+                              error_message=detail, current_leader=leader))
         topics.append(make(mod.TopicProduceResponse, name=name, partition_responses=tuple(parts)))
     if acks == 0:
         if any_error:
             raise CloseConnection("acks=0 produce failed")
         return None
+    endpoints = () if hints is None else tuple(
+        make(mod.NodeEndpoint, node_id=n, host=h, port=port, rack=rack)
+        for n, h, port, rack in hints.node_endpoints())
     if waiting:  # acks=all in a cluster: answered once every in-sync replica has the records
         return Deferred(_replicated(broker, waiting, ms(body.timeout)),
-                        lambda done: _replicated_answer(done, version, topics, waiting, throttle))
+                        lambda done: _replicated_answer(done, version, topics, waiting, throttle,
+                                                        endpoints))
     if appended:  # log.flush.before.ack: answered once fsynced, with the fsyncs of others
         written = broker.group_commit.durable(lg for _, _, lg in appended)
-        return Deferred(written, lambda done: _durable_answer(done, version, topics, appended, throttle))
-    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle)
+        return Deferred(written, lambda done: _durable_answer(done, version, topics, appended,
+                                                              throttle, endpoints))
+    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle,
+                node_endpoints=endpoints)
 
 
 def _transactions_refused(broker, connection, body) -> bool:
@@ -202,6 +227,39 @@ def _transactions_refused(broker, connection, body) -> bool:
                                                          authz.TRANSACTIONAL_ID, transactional_id)
 
 
+async def _verify_transactions(broker, body, version: int) -> dict[tuple[str, int], object]:
+    """KIP-890: for each partition this broker leads whose batch is transactional, the guard
+    its append needs (None where the producer's transaction is open there already), or the
+    coordinator's error, translated for a Produce, where it said the partition is not in the
+    transaction."""
+    out: dict[tuple[str, int], object] = {}
+    producers = set()
+    now = broker.clock.milliseconds()
+    for td in body.topic_data:
+        for pd in td.partition_data:
+            r = pd.records
+            if r is None or len(r) < HEADER_SIZE or r[MAGIC_OFFSET] != MAGIC_V2 \
+                    or not r[_CODEC_BYTE] & TRANSACTIONAL_BIT:
+                continue
+            partition = broker.partition(td.name, pd.index)
+            if partition is None or (broker.replicas is not None and partition.tracker is None):
+                continue  # not led here: answered as such
+            pid, epoch, sequence = _PRODUCER.unpack_from(r, _PRODUCER_ID_OFFSET)
+            producers.add((pid, epoch))
+            out[(td.name, pd.index)] = partition.log.producer_state.start_verification(
+                pid, epoch, sequence, now)
+    if len(producers) > 1:  # Kafka refuses such a request as a whole
+        return dict.fromkeys(out, ErrorCode.invalid_producer_id_mapping)
+    wanted = [tp for tp, guard in out.items() if guard is not None]
+    if wanted:
+        (pid, epoch), = producers
+        answers = await broker.txn_verifier.verify(body.transactional_id, pid, epoch, wanted)
+        for tp, code in answers.items():
+            if code != ErrorCode.none:
+                out[tp] = produce_error(code, version)
+    return out
+
+
 def _record_errors(mod, errors) -> tuple:
     """KIP-467's record_errors (Produce v8+): the records that failed the batch, by index."""
     entity = getattr(mod, "BatchIndexAndErrorMessage", None)
@@ -211,12 +269,14 @@ def _record_errors(mod, errors) -> tuple:
                  for i, message in errors)
 
 
-def _durable_answer(written, version: int, topics: list, appended: list, throttle=NO_THROTTLE):
+def _durable_answer(written, version: int, topics: list, appended: list, throttle=NO_THROTTLE,
+                    endpoints=()):
     """The answer once the fsync of what the request appended has ended."""
     exc = written.exception()
     if exc is not None:
         topics = _failed(topics, appended, str(exc))
-    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle)
+    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle,
+                node_endpoints=endpoints)
 
 
 def _failed(topics: list, appended: list, detail: str) -> list:
@@ -264,7 +324,8 @@ def _replicated(broker, waiting: list, timeout_ms: int):
     return done
 
 
-def _replicated_answer(done, version: int, topics: list, waiting: list, throttle=NO_THROTTLE):
+def _replicated_answer(done, version: int, topics: list, waiting: list, throttle=NO_THROTTLE,
+                       endpoints=()):
     """The answer once replicated, or REQUEST_TIMED_OUT / NOT_LEADER_OR_FOLLOWER for the
     partitions whose records did not reach the ISR in time (they may still: Kafka's answer
     says the same), and NOT_ENOUGH_REPLICAS_AFTER_APPEND where the high watermark reached
@@ -284,7 +345,8 @@ def _replicated_answer(done, version: int, topics: list, waiting: list, throttle
         parts = list(topics[t].partition_responses)
         parts[p] = dataclasses.replace(parts[p], error_code=code, base_offset=-1)
         topics[t] = dataclasses.replace(topics[t], partition_responses=tuple(parts))
-    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle)
+    return make(response_class(API_KEY, version), responses=tuple(topics), throttle_time=throttle,
+                node_endpoints=endpoints)
 
 
 def refuse_records(records: bytes, version: int) -> tuple[ErrorCode, str] | None:
@@ -308,4 +370,4 @@ def refuse_records(records: bytes, version: int) -> tuple[ErrorCode, str] | None
     return None
 
 
-APIS = [Api(API_KEY, "Produce", 0, 9, handle)]
+APIS = [Api(API_KEY, "Produce", 0, 11, handle)]

@@ -44,4 +44,4 @@ async def handle(broker, request, connection):
                 producer_id=producer_id, producer_epoch=0)
 
 
-APIS = [Api(API_KEY, "InitProducerId", 0, 4, handle)]
+APIS = [Api(API_KEY, "InitProducerId", 0, 5, handle)]

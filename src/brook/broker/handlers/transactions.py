@@ -153,10 +153,12 @@ async def handle_add_partitions(broker, request, connection):
     for txn in body.transactions:
         if txn.verify_only:
             wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
-            code = await _run(broker, txn.transactional_id, lambda shard, now, txn=txn, w=wanted:
-                              shard.verify_partitions(txn.transactional_id, txn.producer_id,
-                                                      txn.producer_epoch, w), read=True)
-            results = {tp: code for tp in wanted}
+            results = await _run(broker, txn.transactional_id, lambda shard, now, txn=txn,
+                                 w=wanted: shard.verify_partitions(
+                                     txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                                     w), read=True)
+            if type(results) is ErrorCode:  # the coordinator's own error
+                results = dict.fromkeys(wanted, results)
         else:
             results = await _add_partitions(broker, connection, txn.transactional_id,
                                              txn.producer_id, txn.producer_epoch, txn.topics,
@@ -287,7 +289,7 @@ async def handle_list_transactions(broker, request, connection):
 
 
 APIS = [
-    Api(ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 4, handle_add_partitions),
+    Api(ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 5, handle_add_partitions),
     Api(ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4, handle_add_offsets),
     Api(END_TXN, "EndTxn", 0, 4, handle_end_txn),
     Api(DESCRIBE_TRANSACTIONS, "DescribeTransactions", 0, 0, handle_describe_transactions),

@@ -29,6 +29,8 @@ from typing import NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from ...storage.producer_state import UNVERIFIED
+
 __all__ = [
     "Completion",
     "CoordinatorRecord",
@@ -79,10 +81,14 @@ class EndTxnMarker:
 class TxnProducer(NamedTuple):
     """The producer a transactional write is made for: its records are one batch with the
     transactional attribute, this producer id and epoch and no sequence, as Kafka's coordinator
-    runtime writes them (the partition checks the epoch only, as for any coordinator append)."""
+    runtime writes them (the partition checks the epoch only, as for any coordinator append).
+    ``guard``: the partition's verification of the producer's transaction (KIP-890,
+    ``ProducerStateManager.start_verification``) that the batch must carry if it begins the
+    transaction there; ``UNVERIFIED``: no verification."""
 
     producer_id: int
     producer_epoch: int
+    guard: object = UNVERIFIED
 
 
 def record_pairs(records: Iterable) -> Iterator[tuple[object, object | None]]:

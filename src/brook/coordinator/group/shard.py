@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from ...storage.producer_state import UNVERIFIED
 from ..common.result import CoordinatorRecord, CoordinatorResult, EndTxnMarker, TxnProducer
 from .classic import (
     ClassicGroupCoordinator,
@@ -236,11 +237,12 @@ class CoordinatorShard:
                                  error_for=offset_commit_append_error)
 
     def commit_transactional_offsets(self, request: TxnOffsetCommit, now: int,
-                                     partition_count: Callable[[str], int] | None = None
-                                     ) -> CoordinatorResult:
+                                     partition_count: Callable[[str], int] | None = None,
+                                     guard: object = UNVERIFIED) -> CoordinatorResult:
         """A TxnOffsetCommit; the response is (topic, partition, error) for every partition.
-        The records are the producer's transactional batch: pending until its marker. Unknown
-        partitions as for ``commit_offsets``."""
+        The records are the producer's transactional batch, carrying ``guard`` (the partition's
+        verification of the transaction, see ``TxnProducer``): pending until its marker.
+        Unknown partitions as for ``commit_offsets``."""
         unknown: list = []
         if partition_count is not None:
             request, unknown = _known_partitions(request, partition_count)
@@ -250,7 +252,8 @@ class CoordinatorShard:
             request, self.classic.groups.get(request.group_id), now)
         return CoordinatorResult(records=committed.records, response=unknown + committed.errors,
                                  error_for=txn_offset_commit_append_error,
-                                 producer=TxnProducer(request.producer_id, request.producer_epoch))
+                                 producer=TxnProducer(request.producer_id, request.producer_epoch,
+                                                      guard))
 
     def complete_transaction(self, marker: EndTxnMarker, now: int) -> CoordinatorResult:
         """Write a transaction coordinator's marker on this partition (WriteTxnMarkers): the

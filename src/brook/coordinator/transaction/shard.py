@@ -305,15 +305,19 @@ class TransactionShard:
         return self._write(nxt, tid, E.none)
 
     def verify_partitions(self, tid: str, producer_id: int, epoch: int,
-                          partitions: Iterable[tuple[str, int]]) -> ErrorCode:
-        """AddPartitionsToTxn v4's verify_only (KIP-890): whether they are all in the
-        transaction."""
+                          partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        """AddPartitionsToTxn v4's verify_only (KIP-890), as Kafka 3.9's coordinator answers
+        it: an unknown producer, a fenced epoch, or markers still being written for the id
+        answer every partition alike; else each partition NONE if it is in the transaction
+        and TRANSACTION_ABORTABLE if it is not (the leader passes that on to older producers
+        as INVALID_TXN_STATE)."""
+        wanted = tuple(partitions)
         m = self._check_producer(tid, producer_id, epoch)
         if type(m) is not TransactionMetadata:
-            return m
-        if m.state is not S.ONGOING or not frozenset(partitions) <= m.partitions:
-            return E.invalid_txn_state
-        return E.none
+            return dict.fromkeys(wanted, m)
+        if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return dict.fromkeys(wanted, E.concurrent_transactions)
+        return {tp: E.none if tp in m.partitions else E.transaction_abortable for tp in wanted}
 
     # --- EndTxn --------------------------------------------------------------------------------
 
