@@ -105,8 +105,11 @@ async def _commit(broker, req: TxnOffsetCommit, version: int) -> list:
                 return [(t.name, p.partition, code if _known(broker, t.name, p.partition)
                          else ErrorCode.unknown_topic_or_partition)
                         for t in req.topics for p in t.partitions]
-        return await runtime.run(req.group_id, lambda shard, now: shard.commit_transactional_offsets(
-            req, now, broker.partition_count, guard))
+
+        def commit(shard, now: int):
+            return shard.commit_transactional_offsets(req, now, broker.partition_count, guard)
+
+        return await runtime.run(req.group_id, commit)
     except CoordinatorError as exc:
         return _all(req, exc.code)
 
