@@ -58,6 +58,16 @@ def _commit(c, group, topic):
                                   "committed_metadata": ""}]}]))
 
 
+def _txn_commit(c):
+    return _codes(c.request(request(28, 3, transactional_id="tx-toc", group_id=G, producer_id=1,
+                                    producer_epoch=0, generation_id=-1, member_id="",
+                                    topics=[{"name": T, "partitions": [
+                                        {"partition_index": 5, "committed_offset": 1,
+                                         "committed_leader_epoch": -1,
+                                         "committed_metadata": ""}]}])),
+                  "topics", "partitions", "error_code")
+
+
 def _codes(resp, *path):
     """Every error code found along `path` (attribute names; tuples are walked)."""
     items = [resp]
@@ -294,6 +304,16 @@ ROWS = [
                                            producer_epoch=0, group_id=G)), "error_code"),
         GAF, frozenset({E.invalid_producer_id_mapping}),
         given=(acl("TRANSACTIONAL_ID", "tx-off", "WRITE"),)),
+    # (partition 5 of T does not exist: past the checks, nothing is written)
+    Row("TxnOffsetCommit (transactional id)", [acl("TRANSACTIONAL_ID", "tx-toc", "WRITE")],
+        lambda c: _txn_commit(c), TXAF, frozenset({E.unknown_topic_or_partition}),
+        given=(acl("GROUP", G, "READ"), acl("TOPIC", T, "READ"))),
+    Row("TxnOffsetCommit (group)", [acl("GROUP", G, "READ")],
+        lambda c: _txn_commit(c), GAF, frozenset({E.unknown_topic_or_partition}),
+        given=(acl("TRANSACTIONAL_ID", "tx-toc", "WRITE"), acl("TOPIC", T, "READ"))),
+    Row("TxnOffsetCommit (topic)", [acl("TOPIC", T, "READ")],
+        lambda c: _txn_commit(c), TAF, frozenset({E.unknown_topic_or_partition}),
+        given=(acl("TRANSACTIONAL_ID", "tx-toc", "WRITE"), acl("GROUP", G, "READ"))),
     Row("EndTxn", [acl("TRANSACTIONAL_ID", "tx-end", "WRITE")],
         lambda c: _codes(c.request(request(26, 3, transactional_id="tx-end", producer_id=1,
                                            producer_epoch=0, committed=True)), "error_code"),

@@ -11,7 +11,12 @@ from kio.schema.errors import ErrorCode
 from brook.broker.errors import error_code_for
 from brook.broker.offsets_log import PartitionOffsetsLog
 from brook.clock import SYSTEM_CLOCK, FakeClock
-from brook.coordinator.common.result import CoordinatorRecord, CoordinatorResult, append_error
+from brook.coordinator.common.result import (
+    CoordinatorRecord,
+    CoordinatorResult,
+    EndTxnMarker,
+    append_error,
+)
 from brook.coordinator.common.runtime import (
     AppendError,
     AppendFailed,
@@ -36,6 +41,7 @@ from brook.coordinator.group.shard import CoordinatorShard
 from brook.records import Record as BatchRecord
 from brook.records import encode_batch
 from brook.records.batch import read_header
+from brook.records.control import end_txn_marker_batch
 from brook.storage.errors import KafkaStorageError
 from tests.support.runtime_ops import join, join_and_sync
 
@@ -56,7 +62,7 @@ class MemoryLog:
         self.high_watermarks: dict[int, int] = {}
 
     def append(self, partition: int, epoch: int, records: list, now: int,
-               restoring: bool = False) -> int:
+               restoring: bool = False, producer=None) -> int:
         """The runtime's writer: fails with the Kafka error of ``fail`` when it is set, as the
         broker's writer reports the exception its partition raised."""
         if self.fail is not None:
@@ -64,13 +70,21 @@ class MemoryLog:
         self.appends.append((partition, list(records)))
         if restoring:
             self.restored.append((partition, list(records)))
-        self.write(partition, records, now)
+        self.write(partition, records, now, producer)
         return self.end(partition)
 
-    def write(self, partition: int, records: list, now: int) -> None:
-        """A batch of ``records`` as the coordinator writes them."""
+    def write(self, partition: int, records: list, now: int, producer=None) -> None:
+        """A batch of ``records`` as the coordinator writes them (a marker's control batch, a
+        transactional write's batch of its producer)."""
         batches = self.partitions.setdefault(partition, [])
-        batches.append(encode_records(records, now, self.end(partition)))
+        base = self.end(partition)
+        if len(records) == 1 and type(records[0]) is EndTxnMarker:
+            m = records[0]
+            batches.append(end_txn_marker_batch(m.producer_id, m.producer_epoch,
+                                                m.coordinator_epoch, m.committed, now,
+                                                base_offset=base))
+        else:
+            batches.append(encode_records(records, now, base, producer=producer))
 
     def append_raw(self, partition: int, pairs: list[tuple[bytes, bytes | None]],
                    now: int = 0) -> None:

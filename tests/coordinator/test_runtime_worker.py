@@ -24,7 +24,7 @@ class ToyShard:
     def replay_batch(self, body, start, stop, count, base_offset, skipped) -> None:
         self.replayed.append((base_offset, count))
 
-    def replay_records(self, records, now) -> None:
+    def replay_records(self, records, now, end=None, producer_id=-1) -> None:
         self.replayed += records
 
     def loaded(self, now) -> CoordinatorResult:
@@ -40,7 +40,7 @@ class ToyShard:
 
 
 class NoLog:
-    def append(self, partition, epoch, records, now, restoring=False) -> int:
+    def append(self, partition, epoch, records, now, restoring=False, producer=None) -> int:
         return 0
 
     def written(self, partition, offset):

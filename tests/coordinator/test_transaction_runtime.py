@@ -30,7 +30,7 @@ class MemoryLog:
     def end(self, partition: int) -> int:
         return sum(read_header(b).record_count for b in self.partitions.get(partition, []))
 
-    def append(self, partition, epoch, records, now, restoring=False) -> int:
+    def append(self, partition, epoch, records, now, restoring=False, producer=None) -> int:
         self.partitions.setdefault(partition, []).append(
             encode_records(records, now, self.end(partition)))
         return self.end(partition)

@@ -315,6 +315,29 @@ def test_a_verified_append_needs_the_standing_guard_to_begin_a_transaction(tmp_p
     lg.close()
 
 
+def test_a_coordinators_transactional_batch_is_verified_when_it_carries_a_guard(tmp_path):
+    """A group coordinator's TxnOffsetCommit (the coordinator origin, no sequence) is verified
+    as a client's batch is when it comes with a guard: a marker between the verification and
+    the append drops it; without one (verification off) only the epoch is checked."""
+    lg = new_log(tmp_path)
+    ts = lg.clock.milliseconds()
+    state = lg.producer_state
+    coordinator = AppendOrigin.COORDINATOR
+    guard = state.start_verification(10, 0, -1, ts)
+    lg.append_as_marker(10, 0, 0, committed=True)  # the transaction ended meanwhile
+    with pytest.raises(InvalidTxnStateError):
+        lg.append(data_batch(10, -1, 1, ts, transactional=True), origin=coordinator, guard=guard)
+    with pytest.raises(InvalidTxnStateError):  # a transaction open when verified, ended since
+        lg.append(data_batch(10, -1, 1, ts, transactional=True), origin=coordinator, guard=None)
+    guard = state.start_verification(10, 0, -1, ts)
+    lg.append(data_batch(10, -1, 1, ts, transactional=True), origin=coordinator, guard=guard)
+    assert state.producers[10].current_txn_first_offset >= 0 and 10 not in state.verifications
+    lg.append_as_marker(10, 0, 0, committed=True)
+    lg.append(data_batch(10, -1, 1, ts, transactional=True), origin=coordinator)
+    assert state.producers[10].current_txn_first_offset >= 0
+    lg.close()
+
+
 def test_a_standing_verification_holds_back_higher_sequences_and_expires(tmp_path):
     clock = FakeClock()
     lg = new_log(tmp_path, clock)

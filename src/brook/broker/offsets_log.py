@@ -5,7 +5,13 @@
 whether tombstones alone may be split into several batches and the replication timeout differ.
 
 Appends are written with the coordinator origin (clients never write the offsets topic) and a
-failure is reported as the Kafka error of the exception the partition raised. A restoring
+failure is reported as the Kafka error of the exception the partition raised. A transactional
+write (TxnOffsetCommit) is the producer's batch without a sequence: with the coordinator origin
+the partition checks its producer epoch and not its sequence, as Kafka's log does for its
+coordinators' appends, so it needs no sequence of the producer's. A write of a transaction
+marker (``EndTxnMarker``, the group coordinator's way of taking WriteTxnMarkers for its own
+partitions) is appended as the partition's ``append_marker``, which checks the producer and
+coordinator epochs as for any partition. A restoring
 append (the old values a rollback puts back) skips the min.insync.replicas check: nobody is
 acknowledged for it, and it makes the log say what the coordinator serves. Reading gives the
 partition's batches as stored, in buffers of whole batches for the loader.
@@ -18,14 +24,14 @@ from collections.abc import Callable, Iterator
 
 from kio.schema.errors import ErrorCode
 
-from ..coordinator.common.result import CoordinatorRecord
+from ..coordinator.common.result import CoordinatorRecord, EndTxnMarker, TxnProducer
 from ..coordinator.common.runtime import AppendError
 from ..coordinator.group.batch_writer import encode_records
 from ..coordinator.group.partitioner import OFFSETS_TOPIC
 from ..coordinator.transaction.batch_writer import encode_records as encode_txn_records
 from ..coordinator.transaction.partitioner import TRANSACTION_STATE_TOPIC
 from ..records.batch import HEADER_SIZE, HEADER_STRUCT, LOG_OVERHEAD
-from ..storage.producer_state import AppendOrigin
+from ..storage.producer_state import UNVERIFIED, AppendOrigin
 from .errors import error_code_for
 from ..replication.partition import NotEnoughReplicasAfterAppend
 
@@ -51,7 +57,7 @@ class PartitionCoordinatorLog:
         self.timeout_ms = timeout_ms
 
     def append(self, partition: int, epoch: int, records: list, now: int,
-               restoring: bool = False) -> int:
+               restoring: bool = False, producer: TxnProducer | None = None) -> int:
         p = self.broker.partition(self.topic, partition)
         if p is None:
             raise AppendError(ErrorCode.unknown_topic_or_partition,
@@ -66,10 +72,15 @@ class PartitionCoordinatorLog:
                 raise AppendError(ErrorCode.not_enough_replicas,
                                   f"{self.topic}-{partition} has {len(p.isr)} in-sync replicas")
         try:
+            if len(records) == 1 and type(records[0]) is EndTxnMarker:
+                m = records[0]
+                p.append_marker(m.producer_id, m.producer_epoch, m.coordinator_epoch, m.committed)
+                return p.log_end_offset
             limit = (p.log.config.max_message_bytes if restoring
                      else _split_limit(p, records) if self.split_tombstones else None)
-            p.append(self.encode(records, now, max_batch_bytes=limit),
-                     origin=AppendOrigin.COORDINATOR)
+            p.append(self.encode(records, now, max_batch_bytes=limit, producer=producer),
+                     origin=AppendOrigin.COORDINATOR,
+                     guard=UNVERIFIED if producer is None else producer.guard)
         except Exception as exc:
             code = error_code_for(exc)
             if code == ErrorCode.kafka_storage_error:

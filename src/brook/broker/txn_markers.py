@@ -11,6 +11,14 @@ other leadership errors), NOT_ENOUGH_REPLICAS before the append and
 NOT_ENOUGH_REPLICAS_AFTER_APPEND after it, INVALID_PRODUCER_EPOCH for a marker of an older
 producer epoch, TRANSACTION_COORDINATOR_FENCED for one of an older coordinator epoch,
 REQUEST_TIMED_OUT when the high watermark did not pass it in time (it may still).
+
+A marker for a partition of `__consumer_offsets` is the group coordinator's to write, as in
+Kafka 3.9's group coordinator (`completeTransaction`): it goes through the coordinator runtime
+as an operation of the partition's shard, so that it is appended in turn with the shard's own
+writes and replayed into it once (the producer's pending transactional offsets are committed
+or dropped), live as when the partition is loaded. A partition that is not coordinated here, or
+is still loading, is answered NOT_LEADER_OR_FOLLOWER, as Kafka translates the coordinator's
+errors for the transaction coordinator, which tries again.
 """
 
 from __future__ import annotations
@@ -22,6 +30,9 @@ from typing import Iterable
 
 from kio.schema.errors import ErrorCode
 
+from ..coordinator.common.result import EndTxnMarker
+from ..coordinator.common.runtime import AppendFailed, CoordinatorError
+from ..coordinator.group.partitioner import OFFSETS_TOPIC
 from ..replication.partition import NotEnoughReplicasAfterAppend, NotLeaderError
 from .errors import error_code_for
 
@@ -48,6 +59,8 @@ def append_txn_marker(broker, topic: str, index: int,
     partition = broker.partition(topic, index)
     if partition is None:
         return ErrorCode.unknown_topic_or_partition, None
+    if topic == OFFSETS_TOPIC and broker.coordinator is not None:
+        return _append_through_group_coordinator(broker, index, marker)
     replicas = broker.replicas
     if replicas is not None:
         code = replicas.leader_error(partition)
@@ -109,6 +122,45 @@ def append_txn_marker(broker, topic: str, index: int,
                 wait.cancel()
 
     done.add_done_callback(given_up)
+    return ErrorCode.none, done
+
+
+#: The coordinator's errors, which a transaction coordinator does not expect: answered
+#: NOT_LEADER_OR_FOLLOWER, which it retries (Kafka's translation).
+_COORDINATOR_ERRORS = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                       ErrorCode.coordinator_load_in_progress)
+
+
+def _append_through_group_coordinator(broker, index: int, marker: TxnMarker
+                                      ) -> tuple[ErrorCode, asyncio.Future | None]:
+    """`append_txn_marker` on a partition of `__consumer_offsets`: an operation of its shard
+    (`complete_transaction`), answered once the marker is committed."""
+    end = EndTxnMarker(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
+                       marker.committed)
+    try:
+        answer = broker.coordinator.submit_at(
+            index, lambda shard, now: shard.complete_transaction(end, now))
+    except CoordinatorError:  # not coordinated here, loading, or shutting down
+        return ErrorCode.not_leader_or_follower, None
+    done = asyncio.get_running_loop().create_future()
+
+    def answered(fut: asyncio.Future) -> None:
+        exc = None if fut.cancelled() else fut.exception()  # retrieved even when given up on
+        if done.done():
+            return
+        if fut.cancelled():
+            code = ErrorCode.not_leader_or_follower
+        elif exc is None:
+            code = ErrorCode.none
+        elif isinstance(exc, AppendFailed) and exc.code not in _COORDINATOR_ERRORS:
+            code = exc.code  # the partition's answer: an epoch refused, too few replicas...
+        elif isinstance(exc, CoordinatorError):
+            code = ErrorCode.not_leader_or_follower  # unloaded meanwhile: ask the next leader
+        else:
+            code = ErrorCode.unknown_server_error
+        done.set_result(code)
+
+    answer.add_done_callback(answered)
     return ErrorCode.none, done
 
 

@@ -26,7 +26,9 @@ Transactions (KIP-98), as Kafka's ProducerAppendInfo keeps them:
   the producer written meanwhile drops the guard, so a Produce delayed past its
   transaction's abort cannot begin a transaction nobody will end (INVALID_TXN_STATE). While
   a verification stands, a batch of a higher sequence than the lowest it was started with
-  is out of order, as in Kafka (a lower sequence's retry must come first);
+  is out of order, as in Kafka (a lower sequence's retry must come first). A group
+  coordinator's transactional batch (TxnOffsetCommit, no sequence) is verified the same way
+  when it comes with a guard;
 * a non-transactional batch of a producer with an open transaction is refused
   (`InvalidTxnStateError`, INVALID_TXN_STATE);
 * a marker (a control batch holding an EndTransactionMarker: COMMIT or ABORT) ends the open
@@ -298,9 +300,10 @@ class ProducerStateManager:
         InvalidTxnStateError or TransactionCoordinatorFencedError (not for REPLICATION, which
         takes what its leader wrote), and for a client's producer id new here
         ProducerIdBudgetFullError while the broker's bound is reached by active producers.
-        `guard` (a client's append on a leader that verifies): what `start_verification`
-        returned, None if it was not called; a batch beginning a transaction needs the
-        producer's standing verification's guard (InvalidTxnStateError).
+        `guard` (a client's append on a leader that verifies, or a group coordinator's
+        TxnOffsetCommit): what `start_verification` returned, None if it was not called; a
+        batch beginning a transaction needs the producer's standing verification's guard
+        (InvalidTxnStateError).
         """
         producers = self.producers
         updates: dict[int, ProducerStateEntry] = {}
@@ -356,7 +359,7 @@ class ProducerStateManager:
             first = entry.current_txn_first_offset
             if batch.attributes & TRANSACTIONAL_BIT:
                 if first < 0:  # begins a transaction
-                    if client and guard is not UNVERIFIED and (
+                    if check_epoch and guard is not UNVERIFIED and (
                             verification is None or verification.guard is not guard):
                         raise InvalidTxnStateError(
                             f"producer {pid} at offset {batch.first_offset}: the partition is "

@@ -3,7 +3,9 @@ shard (``brook.coordinator.group.shard``) through the coordinator runtime (``bro
 
 A commit's offsets are written as one batch, so a commit is all or nothing, and it is answered
 only after the append. OffsetFetch takes one group (v0-7) or several (v8+); a group whose
-partition is loading gets COORDINATOR_LOAD_IN_PROGRESS.
+partition is loading gets COORDINATOR_LOAD_IN_PROGRESS. With ``require_stable`` (v7+, KIP-447,
+what a read_committed consumer asks), a partition whose offset a transaction has committed but
+not yet ended is answered UNSTABLE_OFFSET_COMMIT, and the client asks again.
 
 OffsetCommit v0 and OffsetFetch v0 go to the coordinator like the later versions: a Kafka 3.9
 broker on ZooKeeper kept them in ZooKeeper (/consumers/<group>/offsets), apart from the offsets
@@ -135,14 +137,17 @@ def _by_topic(fetched) -> list:
     out: dict[str, list] = {}
     for f in fetched:
         out.setdefault(f.topic, []).append(
-            (f.partition, f.offset, f.leader_epoch, f.metadata, ErrorCode.none))
+            (f.partition, f.offset, f.leader_epoch, f.metadata, f.error))
     return list(out.items())
 
 
-async def fetch_group(broker, group_id: str, topics, connection=None):
+async def fetch_group(broker, group_id: str, topics, connection=None,
+                      require_stable: bool = False):
     """(error, topics) for one group; ``topics`` as (name, partitions) pairs or None. With
     ACLs: Group Describe, and only topics the principal may Describe (those asked for by
-    name and refused answer TOPIC_AUTHORIZATION_FAILED; of all topics, the others are left out)."""
+    name and refused answer TOPIC_AUTHORIZATION_FAILED; of all topics, the others are left out).
+    With ``require_stable``, UNSTABLE_OFFSET_COMMIT for a partition with a pending
+    transactional offset."""
     checked = broker.authorizer is not None
     refused = []
     if checked:
@@ -155,7 +160,7 @@ async def fetch_group(broker, group_id: str, topics, connection=None):
             topics = [(t, ps) for t, ps in topics if t in may]
     try:
         fetched = await _runtime(broker).read(
-            group_id, lambda shard, now: shard.fetch_offsets(group_id, topics))
+            group_id, lambda shard, now: shard.fetch_offsets(group_id, topics, require_stable))
     except CoordinatorError as exc:
         return exc.code, None
     found = _by_topic(fetched)
@@ -173,14 +178,16 @@ def _topics_of(requested):
 
 async def handle_offset_fetch(broker, request, connection):
     body, version = request.body, request.api_version
+    stable = version >= 7 and body.require_stable
     if version >= 8:
         groups = []
         for g in body.groups:
-            code, topics = await fetch_group(broker, g.group_id, _topics_of(g.topics), connection)
+            code, topics = await fetch_group(broker, g.group_id, _topics_of(g.topics), connection,
+                                             stable)
             groups.append((g.group_id, topics or [], code))
         return _raw(offset_fetch_groups_response(version, request.correlation_id, groups))
     requested = _topics_of(body.topics)
-    code, topics = await fetch_group(broker, body.group_id, requested, connection)
+    code, topics = await fetch_group(broker, body.group_id, requested, connection, stable)
     if code != ErrorCode.none and version < 2:
         # v0-v1 have no top-level error: each partition asked for carries it.
         topics = [(t, [(p, NO_OFFSET, NO_EPOCH, "", code) for p in ps]) for t, ps in requested or []]

@@ -7,32 +7,43 @@ topic's max.message.bytes) it writes several, each within it, so that a write of
 (the tombstones of 100,000 expired offsets) is not one batch the log refuses every time. A
 coordinator may have faster paths of its own for the records it writes most (the group
 coordinator's offset commits: ``brook.coordinator.group.batch_writer``).
+
+A transactional write (``producer``) is one batch of that producer: the transactional attribute,
+its id and epoch, and no sequence, as Kafka's coordinator runtime writes it.
 """
 
 from __future__ import annotations
 
 from ...records import Record as LogRecord
 from ...records import encode_batch
+from .result import TxnProducer
 
 __all__ = ["encode_batches"]
 
 
 def encode_batches(records: list[tuple[bytes, bytes | None]], now: int, base_offset: int = 0,
-                   max_batch_bytes: int | None = None) -> bytes:
+                   max_batch_bytes: int | None = None,
+                   producer: TxnProducer | None = None) -> bytes:
     """One record batch of ``records`` (the bytes of each one's key and value; None: a
     tombstone), timestamped ``now``; past ``max_batch_bytes``, several batches, each within
-    it."""
+    it. With ``producer``, one transactional batch of that producer, whatever its size (a
+    transaction's write is not split: the log refuses it whole if too large)."""
+    if producer is not None:
+        return _encode(records, now, base_offset, producer)
     batch = _encode(records, now, base_offset)
     if max_batch_bytes is None or len(batch) <= max_batch_bytes:
         return batch
     return b"".join(_bounded(records, now, max_batch_bytes))
 
 
-def _encode(records: list, now: int, base_offset: int = 0) -> bytes:
-    return encode_batch([
-        LogRecord(offset=base_offset + i, timestamp=now, key=key, value=value)
-        for i, (key, value) in enumerate(records)
-    ], base_offset=base_offset)
+def _encode(records: list, now: int, base_offset: int = 0,
+            producer: TxnProducer | None = None) -> bytes:
+    logged = [LogRecord(offset=base_offset + i, timestamp=now, key=key, value=value)
+              for i, (key, value) in enumerate(records)]
+    if producer is None:
+        return encode_batch(logged, base_offset=base_offset)
+    return encode_batch(logged, base_offset=base_offset, producer_id=producer.producer_id,
+                        producer_epoch=producer.producer_epoch, transactional=True)
 
 
 def _bounded(records: list, now: int, max_batch_bytes: int) -> list[bytes]:

@@ -12,20 +12,31 @@ Words: a *log record* is a record of a batch (``brook.records``); a ``Coordinato
 key and value objects of one log record of a coordinator's topic, and a *run* (``RecordRun``) is
 many log records in a compact form of the coordinator's own (the group coordinator's
 ``CommitRun``: offset commits as rows of numbers).
+
+Transactions: a *transactional write* (``CoordinatorResult.producer``, the group coordinator's
+TxnOffsetCommit) is appended as one transactional batch of that producer, and its records are
+replayed as the producer's, pending until its transaction ends; an ``EndTxnMarker``, alone in a
+write, is the transaction marker a transaction coordinator asked for, appended as a control
+batch and replayed by the shard like any record, so that a marker and the shard's own writes
+reach the log and the shard in one order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
+
+from ...storage.producer_state import UNVERIFIED
 
 __all__ = [
     "Completion",
     "CoordinatorRecord",
     "CoordinatorResult",
+    "EndTxnMarker",
+    "TxnProducer",
     "RecordRun",
     "append_error",
     "record_count",
@@ -50,6 +61,36 @@ class RecordRun(Protocol):
         """The (key, value) of every record it stands for, in order."""
 
 
+@dataclass(frozen=True)
+class EndTxnMarker:
+    """A transaction marker for the coordinator's partition: the producer's transaction ended,
+    committed or aborted, as the transaction coordinator of ``coordinator_epoch`` decided. It
+    stands for no key and value (``records()`` is empty): the writer appends it as a control
+    batch (``brook.records.control``) and the shard replays it as the end of the producer's
+    transaction."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    committed: bool
+
+    def records(self) -> list[tuple[object, object | None]]:
+        return []
+
+
+class TxnProducer(NamedTuple):
+    """The producer a transactional write is made for: its records are one batch with the
+    transactional attribute, this producer id and epoch and no sequence, as Kafka's coordinator
+    runtime writes them (the partition checks the epoch only, as for any coordinator append).
+    ``guard``: the partition's verification of the producer's transaction (KIP-890,
+    ``ProducerStateManager.start_verification``) that the batch must carry if it begins the
+    transaction there; ``UNVERIFIED``: no verification."""
+
+    producer_id: int
+    producer_epoch: int
+    guard: object = UNVERIFIED
+
+
 def record_pairs(records: Iterable) -> Iterator[tuple[object, object | None]]:
     """(key, value) of every record in ``records`` (``CoordinatorRecord``s and runs), in
     order."""
@@ -61,8 +102,9 @@ def record_pairs(records: Iterable) -> Iterator[tuple[object, object | None]]:
 
 
 def record_count(records: list) -> int:
-    """How many log records ``records`` (``CoordinatorRecord``s and runs) make."""
-    return sum(1 if type(r) is CoordinatorRecord else len(r.records()) for r in records)
+    """How many log records ``records`` (``CoordinatorRecord``s, runs and markers) make."""
+    return sum(1 if type(r) is CoordinatorRecord or type(r) is EndTxnMarker else len(r.records())
+               for r in records)
 
 
 @dataclass(frozen=True)
@@ -121,6 +163,9 @@ class CoordinatorResult:
     on_failure: Callable[[ErrorCode, int], CoordinatorResult] | None = None
     #: The table from the append's error to the client's answer.
     error_for: Callable[[ErrorCode], ErrorCode] = append_error
+    #: A transactional write: the producer whose transactional batch the records are (None: a
+    #: plain batch of the coordinator's).
+    producer: TxnProducer | None = None
 
     def merge(self, other: CoordinatorResult) -> CoordinatorResult:
         """Add ``other``'s records and completions (and outcome hooks) to this result. Both must

@@ -11,9 +11,11 @@ shard's operations one at a time, in arrival order. For every operation the work
    ``CoordinatorResult``;
 2. appends the result's records to the partition as one batch, through the narrow
    ``PartitionWriter`` interface (the broker's partitions in production, a list in tests),
-   which says where the batch landed or raises ``AppendError`` with the append's Kafka error;
+   which says where the batch landed or raises ``AppendError`` with the append's Kafka error
+   (a transactional write, ``result.producer``, as that producer's batch; a transaction
+   marker, ``EndTxnMarker``, as its control batch);
 3. replays the records into the shard (unless the operation applied them itself), the same
-   replay that loads a partition;
+   replay that loads a partition (with the producer id of a transactional write);
 4. once the records are committed (at once on one broker; in a cluster when the high watermark
    passes them, ``PartitionWriter.written``), runs the result's ``on_success``, answers the
    request and delivers the completions of parked replies.
@@ -76,7 +78,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from kio.schema.errors import ErrorCode
 
 from .loader import BatchReplayer, Skipped, replay_batches
-from .result import CoordinatorResult, record_count
+from .result import CoordinatorResult, TxnProducer, record_count
 
 __all__ = [
     "AppendError",
@@ -142,12 +144,13 @@ class PartitionWriter(Protocol):
     """Where a shard's records go and come back from."""
 
     def append(self, partition: int, epoch: int, records: list, now: int,
-               restoring: bool = False) -> int:
+               restoring: bool = False, producer: TxnProducer | None = None) -> int:
         """Append ``records`` (``CoordinatorRecord``s and runs) as one batch, written
         as the coordinator of ``partition`` at leader ``epoch``; return the offset after the
         batch, or raise ``AppendError``. A ``restoring`` append (a rollback's values, which
         nobody waits for) is made whatever the number of in-sync replicas, in several batches
-        if need be."""
+        if need be. With ``producer``, the batch is that producer's transactional batch; a
+        write of one ``EndTxnMarker`` is that marker's control batch."""
 
     def read(self, partition: int) -> Iterator[bytes]:
         """The partition's record batches (v2, as stored), in offset order: buffers of whole
@@ -172,7 +175,8 @@ class Shard(Protocol):
 
     def batch_replayer(self, now: int) -> BatchReplayer: ...
 
-    def replay_records(self, records: list, now: int, end: int | None = None) -> None: ...
+    def replay_records(self, records: list, now: int, end: int | None = None,
+                       producer_id: int = -1) -> None: ...
 
     def committed(self, offset: int) -> None: ...
 
@@ -359,18 +363,21 @@ class CoordinatorContext(Generic[S]):
             parked = self.parked[result.parked] = self.runtime.loop.create_future()
         if result.records:
             writer = self.runtime.writer
+            producer = result.producer
             try:
-                end = writer.append(self.partition, self.epoch, result.records, now)
+                end = writer.append(self.partition, self.epoch, result.records, now,
+                                    producer=producer)
             except Exception as exc:
                 self._append_failed(result, fut, exc, now)
                 return
             wait = writer.written(self.partition, end)
+            producer_id = -1 if producer is None else producer.producer_id
             if wait is None:  # committed at once (one broker, nothing to wait for)
                 if result.replay:
-                    self.shard.replay_records(result.records, now)
+                    self.shard.replay_records(result.records, now, None, producer_id)
             else:  # answered once committed; the next operations go on meanwhile
                 if result.replay:
-                    self.shard.replay_records(result.records, now, end)
+                    self.shard.replay_records(result.records, now, end, producer_id)
                 write = _Pending(end, result, fut, parked)
                 self.pending.append(write)
                 wait.add_done_callback(lambda done: self._written(write, done))
@@ -719,9 +726,12 @@ class CoordinatorRuntime(Generic[S]):
     def context_for(self, key: str) -> CoordinatorContext[S]:
         """The context of ``key``'s partition, ready to serve; else the CoordinatorError to
         answer."""
+        return self.context_at(self.partition_for(key))
+
+    def context_at(self, partition: int) -> CoordinatorContext[S]:
+        """The context of ``partition``, ready to serve; else the CoordinatorError to answer."""
         if self.loop is None:
             raise CoordinatorNotAvailable("the coordinator is not running")
-        partition = self.partition_for(key)
         ctx = self.contexts.get(partition)
         if ctx is None:
             raise NotCoordinator(f"{self.topic}-{partition} is not coordinated here")
@@ -750,7 +760,12 @@ class CoordinatorRuntime(Generic[S]):
         """``run`` without waiting: the operation takes its turn now (so requests that follow
         come after it) and the future gets what ``answer`` reads the response from; often it is
         done already. Raises CoordinatorError as ``run`` does."""
-        ctx = self.context_for(key)
+        return self.submit_at(self.partition_for(key), op)
+
+    def submit_at(self, partition: int, op: Operation) -> asyncio.Future:
+        """``submit`` to the shard of ``partition`` (what is not routed by a key: a transaction
+        marker for the partition)."""
+        ctx = self.context_at(partition)
         fut = self.loop.create_future()
         ctx.submit(op, fut)
         return fut

@@ -18,7 +18,7 @@ from ...records.batch import HEADER_SIZE, HEADER_STRUCT, MAGIC_V2
 from ...records.crc import crc32c
 from ...records.varint import encode_varint
 from ..common.batch_writer import encode_batches
-from ..common.result import record_pairs
+from ..common.result import TxnProducer, record_pairs
 from .commit_runs import CommitRun
 from .schemas import (
     OFFSET_COMMIT_KEY_WRITE_VERSION,
@@ -34,16 +34,19 @@ __all__ = ["encode_commit_batch", "encode_records"]
 
 
 def encode_records(records: list, now: int, base_offset: int = 0,
-                   max_batch_bytes: int | None = None) -> bytes:
+                   max_batch_bytes: int | None = None, producer: TxnProducer | None = None
+                   ) -> bytes:
     """One record batch of ``CoordinatorRecord``s and ``CommitRun``s with Kafka's keys and
     values, timestamped ``now`` (the log assigns the offsets); past ``max_batch_bytes`` (the
-    topic's max.message.bytes), several batches, each within it (``encode_batches``)."""
-    batch = encode_commit_batch(records, now) if base_offset == 0 else None  # the fast path
-    if batch is not None and (max_batch_bytes is None or len(batch) <= max_batch_bytes):
-        return batch
+    topic's max.message.bytes), several batches, each within it (``encode_batches``). With
+    ``producer``, that producer's transactional batch (a TxnOffsetCommit's)."""
+    if producer is None and base_offset == 0:
+        batch = encode_commit_batch(records, now)  # the fast path
+        if batch is not None and (max_batch_bytes is None or len(batch) <= max_batch_bytes):
+            return batch
     pairs = [(encode_key(key), None if value is None else encode_value(value))
              for key, value in record_pairs(records)]
-    return encode_batches(pairs, now, base_offset, max_batch_bytes)
+    return encode_batches(pairs, now, base_offset, max_batch_bytes, producer)
 
 
 # partition, value length (24, as a varint), then the value: version 3, offset, leader epoch,

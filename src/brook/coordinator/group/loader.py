@@ -9,6 +9,10 @@ to its ``replay_commits`` (rows of numbers, no key or value objects), every othe
 same ``replay`` as live records. Records of a type brook does not know (newer Kafka's group
 types) are counted by type, and records that cannot be decoded or replayed are reported with
 their offsets; both are skipped.
+
+A transactional batch (a TxnOffsetCommit's) is decoded record by record and replayed with its
+producer id, and a transaction marker goes to the shard's ``replay_marker``: the functions the
+live path replays them with.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ __all__ = ["GroupBatchReplayer", "ReplayTarget"]
 
 
 class ReplayTarget(Protocol):
-    def replay(self, key: object, value: object | None, now: int) -> None: ...
+    def replay(self, key: object, value: object | None, now: int, producer_id: int = -1
+               ) -> None: ...
 
     def replay_commits(self, run: CommitRun, now: int) -> None: ...
+
+    def replay_marker(self, producer_id: int, committed: bool, now: int) -> None: ...
 
     # and, optionally (a target without it is loaded without blocks):
     # def replay_blocks(self, blocks: list[CommitBlock], now: int) -> None: ...
@@ -39,7 +46,8 @@ class GroupBatchReplayer:
     ``CommitBlock``s, a batch like one read before at once (``RecordsDecoder``); without, as
     runs and single records only (the reference the tests hold the bulk path equal to)."""
 
-    __slots__ = ("now", "decoder", "_replay", "_replay_commits", "_replay_blocks")
+    __slots__ = ("now", "decoder", "_replay", "_replay_commits", "_replay_blocks",
+                 "_replay_marker")
 
     def __init__(self, target: ReplayTarget, now: int, decoder: RecordsDecoder | None = None,
                  bulk: bool = True) -> None:
@@ -47,6 +55,36 @@ class GroupBatchReplayer:
         self.decoder = decoder or RecordsDecoder()
         self._replay, self._replay_commits = target.replay, target.replay_commits
         self._replay_blocks = getattr(target, "replay_blocks", None) if bulk else None
+        self._replay_marker = target.replay_marker
+
+    def replay_marker(self, producer_id: int, committed: bool, offset: int) -> None:
+        self._replay_marker(producer_id, committed, self.now)
+
+    def replay_transactional_batch(self, body: bytes, start: int, stop: int, count: int,
+                                   base_offset: int, producer_id: int,
+                                   skipped: Skipped) -> None:
+        """The records of a transactional batch of ``producer_id``, replayed as its: pending
+        offsets (a batch of TxnOffsetCommit is small and rare: no bulk reading)."""
+        if start or stop != len(body):
+            body = body[start:stop]
+        replay, now = self._replay, self.now
+        for item in self.decoder.decode(body, count, True, False, templates=False):
+            kind = type(item)
+            if kind is UnreadableRecords:
+                skipped.unreadable.append(Unreadable(base_offset + item.index, item.count,
+                                                     item.reason))
+                continue
+            try:
+                if kind is CommitRun:
+                    for key, value in item.records():
+                        replay(key, value, now, producer_id)
+                elif type(item.key) is UnknownKey:
+                    skipped.unknown[item.key.version] += 1
+                else:
+                    replay(item.key, item.value, now, producer_id)
+            except Exception as exc:  # a bug replaying it: the record is skipped
+                at = base_offset if kind is CommitRun else base_offset + item.index
+                skipped.unreadable.append(Unreadable(at, 1, f"cannot be replayed: {exc!r}"))
 
     def replay_batch(self, body: bytes, start: int, stop: int, count: int, base_offset: int,
                      skipped: Skipped) -> None:

@@ -22,6 +22,13 @@ when it has none): commits are validated against it as Kafka's classic coordinat
 state, protocol type and members' subscriptions decide what expires and what may be deleted.
 Offsets do not need a group: a "simple" consumer (generation -1, no member id) commits to a group
 that has no metadata, and its offsets expire from their commit timestamps.
+
+Transactional commits (TxnOffsetCommit, KIP-98 and KIP-447) are written as a transactional batch of
+the producer's and replayed with its producer id into the pending offsets
+(``brook.coordinator.group.pending``), which OffsetFetch does not answer; the producer's marker,
+replayed by ``replay_marker``, commits them into the cache or drops them. An offset with a
+pending transactional offset does not expire, and a group with an open transaction is not
+removed by the expiry; deleting offsets, a group or a topic deletes the pending ones too.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from .classic_group import ClassicGroup, GroupState
 from .commit_runs import CommitBlock, CommitRun
 from .expiry import CONSUMER_PROTOCOL_TYPE, expiry_base
 from .offsets_cache import OffsetsCache
+from .pending import PendingOffsets
 from .schemas import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
 from .uncommitted import Uncommitted
 
@@ -53,9 +61,11 @@ __all__ = [
     "OffsetCommit",
     "OffsetsConfig",
     "OffsetsManager",
+    "TxnOffsetCommit",
     "is_subscribed_to_topic",
     "offset_commit_append_error",
     "subscribed_topics",
+    "txn_offset_commit_append_error",
 ]
 
 S = GroupState
@@ -81,6 +91,21 @@ def offset_commit_append_error(error: ErrorCode) -> ErrorCode:
     if error in _TOO_LARGE:
         return ErrorCode.invalid_commit_offset_size
     return append_error(error)
+
+
+#: What the partition's producer state refuses a transactional batch with: answered as it is, as
+#: Kafka answers a TxnOffsetCommit (a fenced producer learns it is fenced).
+_PRODUCER_ERRORS = (ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced,
+                    ErrorCode.invalid_txn_state, ErrorCode.transaction_coordinator_fenced,
+                    ErrorCode.invalid_producer_id_mapping)
+
+
+def txn_offset_commit_append_error(error: ErrorCode) -> ErrorCode:
+    """Kafka's answer to a TxnOffsetCommit whose records could not be appended with ``error``:
+    the producer's own errors as they are, the rest as for an OffsetCommit."""
+    if error in _PRODUCER_ERRORS:
+        return error
+    return offset_commit_append_error(error)
 
 
 @dataclass(frozen=True)
@@ -136,6 +161,20 @@ class OffsetCommit(NamedTuple):
     version: int = 9
 
 
+class TxnOffsetCommit(NamedTuple):
+    """A TxnOffsetCommit: offsets committed in the producer's transaction. The generation,
+    member id and instance id (v3+, KIP-447) fence a consumer that is no longer the group's."""
+
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    topics: tuple[CommitTopic, ...]
+    generation: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
 class CommitResult(NamedTuple):
     #: The records of the accepted partitions, in request order, to be appended as one batch:
     #: a ``CommitRun`` for each run of consecutive partitions of a topic committed without
@@ -151,6 +190,8 @@ class FetchedOffset(NamedTuple):
     offset: int
     leader_epoch: int
     metadata: str
+    #: UNSTABLE_OFFSET_COMMIT when asked for stable offsets and a transaction is pending
+    error: ErrorCode = ErrorCode.none
 
 
 class DeleteOffsetsResult(NamedTuple):
@@ -225,6 +266,12 @@ def _tombstone(group_id: str, topic: str, partition: int) -> CoordinatorRecord:
     return CoordinatorRecord(OffsetCommitKey(group_id, topic, partition), None)
 
 
+def _refused(request: OffsetCommit | TxnOffsetCommit, error: ErrorCode) -> CommitResult:
+    """A commit refused as a whole: ``error`` for every partition, no record."""
+    return CommitResult([], [(t.name, p.partition, error)
+                             for t in request.topics for p in t.partitions])
+
+
 def _java_length(s: str) -> int:
     """The length Java's String.length() gives: UTF-16 code units, as Kafka measures metadata."""
     if s.isascii():
@@ -249,6 +296,8 @@ class OffsetsManager:
     ) -> None:
         self.config = config or OffsetsConfig()
         self.cache = OffsetsCache()
+        #: The transactional offsets whose transaction has not ended.
+        self.pending = PendingOffsets()
         #: The undo records of the writes applied but not yet committed.
         self.uncommitted = Uncommitted()
         self.groups: Mapping[str, ClassicGroup] = {} if groups is None else groups
@@ -256,17 +305,52 @@ class OffsetsManager:
 
     # --- replay: the only place offsets change --------------------------------------------
 
-    def replay(self, key: object, value: object | None, now: int | None = None) -> None:
+    def replay(self, key: object, value: object | None, now: int | None = None,
+               producer_id: int = -1) -> None:
         """Apply one record of the partition: an offset commit stores its value (replacing the
-        partition's), a tombstone removes it. Records of other types are not the offsets'.
-        (``now`` is accepted so that the runtime calls every core's replay alike; unused.)"""
+        partition's), a tombstone removes it (and the partition's pending offsets). An offset
+        commit of a transactional batch (``producer_id`` is its producer's) is pending until
+        the producer's marker. Records of other types are not the offsets'. (``now`` is
+        accepted so that the runtime calls every core's replay alike; unused.)"""
         if type(key) is not OffsetCommitKey:
             return
         if value is None:
             self.cache.delete(key.group, key.topic, key.partition)
-        else:
-            assert type(value) is OffsetCommitValue
-            self.cache.put(key.group, key.topic, key.partition, value)
+            if self.pending:
+                self.pending.removed((key.group, key.topic, key.partition))
+            return
+        assert type(value) is OffsetCommitValue
+        if producer_id >= 0:
+            self.pending.add(producer_id, (key.group, key.topic, key.partition), value)
+            return
+        self.cache.put(key.group, key.topic, key.partition, value)
+        if self.pending:
+            self.pending.outdated((key.group, key.topic, key.partition))
+
+    def replay_marker(self, producer_id: int, committed: bool) -> None:
+        """The producer's transaction ended on this partition: its pending offsets are
+        committed (those no later record outdated) or dropped.
+
+        What a marker commits is never rolled back (``uncommitted`` forgets it): the
+        transaction was decided before its marker was written, and a marker whose write failed
+        is written again by its coordinator, so the offsets are served as soon as the marker is
+        appended; a rollback putting back what they replaced would lose them for good."""
+        ended = self.pending.end(producer_id)
+        if not committed or not ended:
+            return
+        cache = self.cache
+        journal, cache.journal = cache.journal, None
+        moved = []
+        try:
+            for key, pending in ended.items():
+                if pending.stale:
+                    continue
+                self.pending.outdated(key, before=pending.order)
+                cache.put(*key, pending.value)
+                moved.append(key)
+        finally:
+            cache.journal = journal
+        self.uncommitted.forget(moved, journal)
 
     def replay_commits(
         self,
@@ -279,11 +363,22 @@ class OffsetsManager:
         ``CommitRun``): each ``(partition, offset, leader_epoch, commit_timestamp)`` is the record
         ``OffsetCommitKey(group, topic, partition)`` with
         ``OffsetCommitValue(offset, leader_epoch, "", commit_timestamp)``, applied in order."""
+        if self.pending.has_open_transactions(group):
+            rows = list(rows)
+            for row in rows:
+                self.pending.outdated((group, topic, row[0]))
         self.cache.put_rows(group, topic, rows)
 
     def replay_blocks(self, blocks: Iterable[CommitBlock], now: int | None = None) -> None:
         """``replay`` of the records of ``CommitBlock``s (offset commits to consecutive
         partitions of one group and topic, the loader's bulk reading), in order."""
+        pending = self.pending
+        if pending:
+            blocks = list(blocks)
+            for group, topic, first, count, *_ in blocks:
+                if pending.has_open_transactions(group):
+                    for partition in range(first, first + count):
+                        pending.outdated((group, topic, partition))
         self.cache.put_blocks(blocks)
 
     def loaded(self) -> None:
@@ -331,13 +426,18 @@ class OffsetsManager:
 
     # --- OffsetCommit ----------------------------------------------------------------------
 
-    def validate_commit(self, request: OffsetCommit, group: ClassicGroup | None) -> ErrorCode:
-        """The group-level answer to a commit, as Kafka's classic coordinator gives it."""
+    def validate_commit(self, request: OffsetCommit | TxnOffsetCommit,
+                        group: ClassicGroup | None) -> ErrorCode:
+        """The group-level answer to a commit, as Kafka's classic coordinator gives it. A
+        transactional commit (KIP-447) is fenced by its generation, member id and instance id
+        alike, but needs neither (a producer of a client older than KIP-447 sends none), and
+        the group's rebalance does not hold it back."""
         generation = request.generation
+        transactional = type(request) is TxnOffsetCommit
         if group is None:
             if generation < 0:
                 return ErrorCode.none  # a simple consumer: no group management, no group
-            if request.version >= GROUP_ID_NOT_FOUND_VERSION:
+            if not transactional and request.version >= GROUP_ID_NOT_FOUND_VERSION:
                 return ErrorCode.group_id_not_found
             return ErrorCode.illegal_generation
         if group.is_in(S.DEAD):
@@ -350,10 +450,10 @@ class OffsetsManager:
                 return error
             if generation != group.generation:
                 return ErrorCode.illegal_generation
-        elif not group.is_in(S.EMPTY):
+        elif not transactional and not group.is_in(S.EMPTY):
             # No member id and no generation (OffsetCommit v0): only while the group is empty.
             return ErrorCode.unknown_member_id
-        if group.is_in(S.COMPLETING_REBALANCE):
+        if not transactional and group.is_in(S.COMPLETING_REBALANCE):
             # A member of the new generation that has not synced yet: let it finish the rebalance.
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
@@ -367,10 +467,7 @@ class OffsetsManager:
         is Stable or PreparingRebalance (a commit keeps a classic member's session alive)."""
         error = self.validate_commit(request, group)
         if error is not ErrorCode.none:
-            return CommitResult(
-                [],
-                [(t.name, p.partition, error) for t in request.topics for p in t.partitions],
-            )
+            return _refused(request, error)
         expire = (
             -1
             if request.retention_time_ms == DEFAULT_RETENTION_TIME
@@ -406,15 +503,52 @@ class OffsetsManager:
                 rows.append((partition, offset, leader_epoch, commit_ts))
         return CommitResult(records, errors)
 
+    def commit_transactional(self, request: TxnOffsetCommit, group: ClassicGroup | None,
+                             now: int) -> CommitResult:
+        """Answer a TxnOffsetCommit: a record for each partition whose metadata fits, committed
+        at ``now``, to be written as the producer's transactional batch, and the error of every
+        partition (the group-level error for all of them when the commit is refused)."""
+        error = self.validate_commit(request, group)
+        if error is not ErrorCode.none:
+            return _refused(request, error)
+        max_metadata = self.config.offset_metadata_max_bytes
+        records: list[CoordinatorRecord | CommitRun] = []
+        errors: list[tuple[str, int, ErrorCode]] = []
+        for name, partitions in request.topics:
+            for partition, offset, leader_epoch, metadata, _ in partitions:
+                metadata = metadata or ""
+                if _java_length(metadata) > max_metadata:
+                    errors.append((name, partition, ErrorCode.offset_metadata_too_large))
+                    continue
+                errors.append((name, partition, ErrorCode.none))
+                records.append(CoordinatorRecord(
+                    OffsetCommitKey(request.group_id, name, partition),
+                    OffsetCommitValue(offset, leader_epoch, metadata, now)))
+        return CommitResult(records, errors)
+
     # --- OffsetFetch -----------------------------------------------------------------------
 
     def fetch(
-        self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None = None
+        self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None = None,
+        require_stable: bool = False,
     ) -> list[FetchedOffset]:
         """The committed offsets of the given (topic, partitions), in request order, with offset
         and leader epoch -1 and empty metadata where there is none; with ``topics`` None, every
         offset the group has, by topic (in first-commit order) and partition. Offsets that
-        writes not yet committed changed are answered as they were before those writes."""
+        writes not yet committed changed are answered as they were before those writes. With
+        ``require_stable`` (OffsetFetch v7+, KIP-447), a partition that an open transaction
+        has a pending offset of is answered UNSTABLE_OFFSET_COMMIT, without an offset."""
+        fetched = self._fetch(group_id, topics)
+        if require_stable and self.pending.has_open_transactions(group_id):
+            unstable = self.pending.partitions(group_id)
+            fetched = [FetchedOffset(f.topic, f.partition, -1, -1, "",
+                                     ErrorCode.unstable_offset_commit)
+                       if (f.topic, f.partition) in unstable else f for f in fetched]
+        return fetched
+
+    def _fetch(
+        self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None
+    ) -> list[FetchedOffset]:
         if self.uncommitted.changes(group_id):
             return self._fetch_committed(group_id, topics)
         cache = self.cache
@@ -480,11 +614,17 @@ class OffsetsManager:
     # --- DeleteGroups and OffsetDelete -----------------------------------------------------
 
     def delete_group(self, group_id: str) -> list[CoordinatorRecord]:
-        """Tombstones for every offset of the group (the caller adds the metadata tombstone)."""
-        return [
+        """Tombstones for every offset of the group, pending ones included (the caller adds the
+        metadata tombstone)."""
+        records = [
             _tombstone(group_id, topic, partition)
             for topic, partition, _ in self.cache.group_offsets(group_id)
         ]
+        cache = self.cache
+        records += [_tombstone(group_id, topic, partition)
+                    for topic, partition in sorted(self.pending.partitions(group_id))
+                    if cache.get(group_id, topic, partition) is None]
+        return records
 
     def delete_offsets(
         self,
@@ -515,7 +655,8 @@ class OffsetsManager:
                     errors.append((topic, partition, ErrorCode.group_subscribed_to_topic))
                     continue
                 errors.append((topic, partition, ErrorCode.none))
-                if self.cache.get(group_id, topic, partition) is not None:
+                if (self.cache.get(group_id, topic, partition) is not None
+                        or self.pending.has(group_id, topic, partition)):
                     records.append(_tombstone(group_id, topic, partition))
         return DeleteOffsetsResult(ErrorCode.none, records, errors)
 
@@ -531,6 +672,9 @@ class OffsetsManager:
                 if topic in topics:
                     records += [_tombstone(group_id, topic, partition)
                                 for partition, _ in cache.topic_offsets(group_id, topic)]
+        if self.pending:
+            records += [_tombstone(*key) for key in sorted(self.pending.keys())
+                        if key[1] in topics and cache.get(*key) is None]
         return records
 
     # --- expiry (KIP-211) ------------------------------------------------------------------
@@ -553,16 +697,23 @@ class OffsetsManager:
                 subscribed = (subscribed_topics(group) if group.is_in(S.STABLE)
                               and protocol_type == CONSUMER_PROTOCOL_TYPE else None)
             all_expired = True
+            pending = self.pending.partitions(group_id) if self.pending else ()
             for topic in cache.topics(group_id):
                 base = expiry_base(state, protocol_type, state_ts, subscribed, topic)
                 if base is None:
                     all_expired = False
                     continue
                 expired, every = cache.expired(group_id, topic, now, base, retention)
+                if pending:  # an offset a transaction is about to replace stays
+                    kept = [p for p in expired if (topic, p) in pending]
+                    if kept:
+                        expired = [p for p in expired if (topic, p) not in pending]
+                        every = False
                 records += [_tombstone(group_id, topic, p) for p in expired]
                 if not every:
                     all_expired = False
-            if all_expired and group is not None and group.is_in(S.EMPTY):
+            if (all_expired and group is not None and group.is_in(S.EMPTY)
+                    and not self.pending.has_open_transactions(group_id)):
                 dead.append(group_id)
         return ExpireResult(records, dead)
 

@@ -11,10 +11,14 @@ commits a deleted topic may still take.
 
 The runtime (``brook.coordinator.common.runtime``) runs these operations one at a time per shard,
 appends their records, and replays them through ``replay`` / ``replay_commits``, the same two
-functions that load the partition. A write replayed before it is committed (a cluster's, until
-the high watermark passes it) keeps what it replaced of the committed offsets until the runtime
-calls ``committed`` or ``roll_back`` (``brook.coordinator.group.uncommitted``); OffsetFetch answers
-the committed offsets meanwhile.
+functions that load the partition. Transactions take the same path: a TxnOffsetCommit's records
+are the producer's transactional batch, replayed with its producer id (pending offsets), and a
+transaction marker for the partition is an operation of the shard too
+(``complete_transaction``), appended and replayed in turn with the shard's other writes by
+``replay_marker``, which the loader calls for the markers it reads. A write replayed before it
+is committed (a cluster's, until the high watermark passes it) keeps what it replaced of the
+committed offsets until the runtime calls ``committed`` or ``roll_back``
+(``brook.coordinator.group.uncommitted``); OffsetFetch answers the committed offsets meanwhile.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from ..common.result import CoordinatorRecord, CoordinatorResult
+from ...storage.producer_state import UNVERIFIED
+from ..common.result import CoordinatorRecord, CoordinatorResult, EndTxnMarker, TxnProducer
 from .classic import (
     ClassicGroupCoordinator,
     GroupConfig,
@@ -44,7 +49,9 @@ from .offsets import (
     OffsetCommit,
     OffsetsConfig,
     OffsetsManager,
+    TxnOffsetCommit,
     offset_commit_append_error,
+    txn_offset_commit_append_error,
 )
 from .schemas import GroupMetadataKey, OffsetCommitKey
 
@@ -102,15 +109,21 @@ class CoordinatorShard:
 
     # --- replay: live and loading alike ---------------------------------------------------
 
-    def replay(self, key: object, value: object | None, now: int) -> None:
+    def replay(self, key: object, value: object | None, now: int, producer_id: int = -1) -> None:
         """Apply one record to the manager of its type (an offset commit also tells the classic
-        groups that a simple consumer's group exists)."""
+        groups that a simple consumer's group exists). ``producer_id``: the producer whose
+        transactional batch the record is in (its offsets are pending), -1 for none."""
         kind = type(key)
         if kind is OffsetCommitKey:
-            self.offsets.replay(key, value, now)
+            self.offsets.replay(key, value, now, producer_id)
             self.classic.replay(key, value, now)
         elif kind is GroupMetadataKey:
             self.classic.replay(key, value, now)
+
+    def replay_marker(self, producer_id: int, committed: bool, now: int) -> None:
+        """Apply a transaction marker: the producer's pending offsets are committed or
+        dropped."""
+        self.offsets.replay_marker(producer_id, committed)
 
     def replay_commits(self, run: CommitRun, now: int) -> None:
         """Apply a run of plain offset commits (see ``CommitRun``)."""
@@ -129,18 +142,26 @@ class CoordinatorShard:
         ``BatchReplayer`` of ``brook.coordinator.common.loader``)."""
         return GroupBatchReplayer(self, now)
 
-    def replay_records(self, records: Iterable, now: int, end: int | None = None) -> None:
-        """Apply records just appended (``CoordinatorRecord``s and ``CommitRun``s), in order.
+    def replay_records(self, records: Iterable, now: int, end: int | None = None,
+                       producer_id: int = -1) -> None:
+        """Apply records just appended (``CoordinatorRecord``s, ``CommitRun``s, an
+        ``EndTxnMarker``), in order; ``producer_id`` is the producer of a transactional write.
         With ``end`` (the offset after them) they are not committed yet: what they replace of
         the committed offsets is kept until ``committed`` or ``roll_back``."""
         if end is not None:
             self.offsets.begin_write()
         try:
             for record in records:
-                if type(record) is CommitRun:
-                    self.replay_commits(record, now)
+                kind = type(record)
+                if kind is CoordinatorRecord:
+                    self.replay(record.key, record.value, now, producer_id)
+                elif kind is EndTxnMarker:
+                    self.replay_marker(record.producer_id, record.committed, now)
+                elif producer_id >= 0:  # a run in a transactional batch: record by record
+                    for key, value in record.records():
+                        self.replay(key, value, now, producer_id)
                 else:
-                    self.replay(record.key, record.value, now)
+                    self.replay_commits(record, now)
         finally:
             if end is not None:
                 self.offsets.end_write(end)
@@ -215,10 +236,38 @@ class CoordinatorShard:
                                  response=unknown + committed.errors if unknown else committed.errors,
                                  error_for=offset_commit_append_error)
 
-    def fetch_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None
-                      ) -> list[FetchedOffset]:
-        """The group's committed offsets of ``topics`` ((name, partitions) pairs; None: all)."""
-        return self.offsets.fetch(group_id, topics)
+    def commit_transactional_offsets(self, request: TxnOffsetCommit, now: int,
+                                     partition_count: Callable[[str], int] | None = None,
+                                     guard: object = UNVERIFIED) -> CoordinatorResult:
+        """A TxnOffsetCommit; the response is (topic, partition, error) for every partition.
+        The records are the producer's transactional batch, carrying ``guard`` (the partition's
+        verification of the transaction, see ``TxnProducer``): pending until its marker.
+        Unknown partitions as for ``commit_offsets``."""
+        unknown: list = []
+        if partition_count is not None:
+            request, unknown = _known_partitions(request, partition_count)
+            if not request.topics:
+                return CoordinatorResult(response=unknown)
+        committed = self.offsets.commit_transactional(
+            request, self.classic.groups.get(request.group_id), now)
+        return CoordinatorResult(records=committed.records, response=unknown + committed.errors,
+                                 error_for=txn_offset_commit_append_error,
+                                 producer=TxnProducer(request.producer_id, request.producer_epoch,
+                                                      guard))
+
+    def complete_transaction(self, marker: EndTxnMarker, now: int) -> CoordinatorResult:
+        """Write a transaction coordinator's marker on this partition (WriteTxnMarkers): the
+        producer's pending offsets are committed or dropped when it is replayed. The answer is
+        NONE, or the append's own error (the partition refuses a marker of an older producer
+        or coordinator epoch), which the transaction coordinator acts on."""
+        return CoordinatorResult(records=[marker], response=ErrorCode.none, error_for=_as_is)
+
+    def fetch_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None,
+                      require_stable: bool = False) -> list[FetchedOffset]:
+        """The group's committed offsets of ``topics`` ((name, partitions) pairs; None: all);
+        with ``require_stable``, UNSTABLE_OFFSET_COMMIT for those a transaction is about to
+        commit."""
+        return self.offsets.fetch(group_id, topics, require_stable)
 
     def delete_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]],
                        now: int) -> CoordinatorResult:
@@ -240,6 +289,7 @@ class CoordinatorShard:
         written); the response is how many."""
         cache = self.offsets.cache
         missing = {t for g in cache.groups() for t in cache.topics(g) if not exists(t)}
+        missing.update(t for _, t, _ in self.offsets.pending.keys() if not exists(t))
         return self.delete_topics(missing, now)
 
     # --- groups as a whole ----------------------------------------------------------------
@@ -283,8 +333,11 @@ class CoordinatorShard:
                               (group.protocol or "") if stable else "", members)
 
 
-def _known_partitions(request: OffsetCommit, partition_count: Callable[[str], int]
-                      ) -> tuple[OffsetCommit, list]:
+def _as_is(error: ErrorCode) -> ErrorCode:
+    return error
+
+
+def _known_partitions(request, partition_count: Callable[[str], int]) -> tuple[object, list]:
     """The request without the partitions the broker does not have, and
     UNKNOWN_TOPIC_OR_PARTITION for those."""
     kept: list[CommitTopic] | None = None

@@ -23,7 +23,9 @@ records (``end``) and, for every offset it changed, what the offset held before 
 
 Kafka's group coordinator keeps its state in timeline structures with a snapshot per write for
 the same purpose; brook keeps only the replaced values of the offsets, which is what its reads
-need. Group membership is not kept this way: see docs/offsets-topic.md.
+need. Group membership is not kept this way: see docs/offsets-topic.md. Nor are transactions:
+the offsets a transaction marker commits are set for good, and ``forget`` drops them from the
+undo records (docs/transactions.md).
 """
 
 from __future__ import annotations
@@ -90,6 +92,17 @@ class Uncommitted:
                     if key not in restore:
                         restore[key] = saved_value(value, partition)
         return restore
+
+    def forget(self, keys: list[tuple[str, str, int]], journal: Journal | None = None) -> None:
+        """``keys`` (group, topic, partition) were set for good (a transaction marker committed
+        them): no undo record gives them back, nor does ``journal``, the write being replayed."""
+        if not keys:
+            return
+        for saved in [w[1] for w in self.writes] + ([journal] if journal else []):
+            for group, topic, partition in keys:
+                partitions = saved.get((group, topic))
+                if partitions is not None:
+                    partitions.pop(partition, None)
 
     def changes(self, group: str) -> bool:
         """Whether an uncommitted write changed an offset of ``group``."""

@@ -111,7 +111,8 @@ class TransactionShard:
         self._loading = True
         return _Replayer(self, now)
 
-    def replay_records(self, records: Iterable, now: int, end: int | None = None) -> None:
+    def replay_records(self, records: Iterable, now: int, end: int | None = None,
+                       producer_id: int = -1) -> None:
         undo: dict[str, TransactionMetadata | None] = {}
         for record in records:
             tid = record.key.transactional_id
