@@ -98,7 +98,12 @@ class MarkerSender:
             if not self._coordinating(partition, epoch):
                 return
             if self.partition_exists is not None:
-                todo = {tp for tp in todo if self.partition_exists(*tp)}
+                gone = {tp for tp in todo if not self.partition_exists(*tp)}
+                if gone:  # (said: a marker owed to a partition believed deleted is never sent)
+                    log.info("%s markers of %s (producer %d epoch %d): skipping %s, which no "
+                             "longer exist", what, job.transactional_id, job.producer_id,
+                             job.producer_epoch, ", ".join(f"{t}-{p}" for t, p in sorted(gone)))
+                    todo -= gone
                 if not todo:
                     break
             request = MarkerRequest(job.producer_id, job.producer_epoch, job.commit, epoch,
