@@ -11,11 +11,10 @@ ever end: the last stable offset stuck there, every read_committed consumer with
 
 The coordinator's answers reach the producer as Kafka 3.9 passes them on: TRANSACTION_ABORTABLE
 (the partition is not in the transaction) as itself to Produce v11+ and as INVALID_TXN_STATE
-before,
-PRODUCER_FENCED as INVALID_PRODUCER_EPOCH (what producers expect there); those a producer
-should just retry (the coordinator moving, loading, or busy with the previous transaction's
-markers) as NOT_ENOUGH_REPLICAS, which every client retries without refreshing its metadata;
-others (an unknown producer id) as they are.
+before; PRODUCER_FENCED as INVALID_PRODUCER_EPOCH (what producers expect there); those a
+producer should just retry (the coordinator moving, loading, or busy with the previous
+transaction's markers) as NOT_ENOUGH_REPLICAS, which every client retries without refreshing
+its metadata; others (an unknown producer id) as they are.
 """
 
 from __future__ import annotations
