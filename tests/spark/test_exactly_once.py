@@ -142,33 +142,40 @@ class Driver:
     """tests/spark/eos_driver.py as a process group of its own (Python and Spark's JVM)."""
 
     def __init__(self, kafka, source, out, checkpoint, exactly_once=True) -> None:
+        self.stderr = open(pathlib.Path(checkpoint).parent / "driver.stderr", "a")
+        self.events = pathlib.Path(checkpoint).parent / "driver.events"
+        self.events.write_text("")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.spark.eos_driver", kafka.bootstrap, source, out,
-             str(checkpoint), "40", str(exactly_once).lower()],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+             str(checkpoint), "100", str(exactly_once).lower(), str(self.events)],
+            cwd=ROOT, env=env, stdout=self.stderr, stderr=self.stderr,
             start_new_session=True)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(30)
+        self.stderr.close()
 
     def wait_for_line(self, prefix: str, timeout: float) -> str | None:
+        """The first line of the driver's events starting with ``prefix``, polled for."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:  # readline blocks; the driver prints steadily
-            line = self.proc.stdout.readline()
-            if not line:
+        while time.monotonic() < deadline:
+            for line in self.events.read_text().splitlines():
+                if line.startswith(prefix):
+                    return line
+            if self.proc.poll() is not None:
                 return None
-            if line.startswith(prefix):
-                return line.strip()
+            time.sleep(0.02)
         return None
 
 
+@pytest.mark.spark
 def test_driver_killed_at_random_points_and_in_the_commit_window(kafka, tmp_path):
     kills = int(os.environ.get("BROOK_SPARK_EOS_KILLS", "2"))
-    values = fill(kafka, "killed-in", 600)  # 40 per partition and trigger: about 5 batches
+    values = fill(kafka, "killed-in", 600)  # 100 per trigger: 6 micro-batches
     create_topic_confluent(kafka.bootstrap, "killed-out", partitions=3)
     checkpoint = tmp_path / "ck"
     rng = random.Random(29)
