@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark import TaskContext
 
 from .options import SinkOptions
-from .sink import Deliveries, check_deliveries
+from .sink import Deliveries, check_deliveries, new_producer, non_empty
 
 log = logging.getLogger("brook.spark")
 
@@ -57,12 +57,9 @@ def produce_exactly_once(batches: Iterator[pa.RecordBatch], options: SinkOptions
     consumer: Consumer | None = None
     began = False
     try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
+        for batch in non_empty(batches):
             if producer is None:
-                producer = Producer({"partitioner": "murmur2_random", **options.client,
-                                     "transactional.id": name, "logger": log})
+                producer = new_producer(options, {"transactional.id": name})
                 producer.init_transactions(TIMEOUT_S)
                 consumer = Consumer({**_connection(options.client), "group.id": name,
                                      "isolation.level": "read_committed",

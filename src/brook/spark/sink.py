@@ -113,16 +113,23 @@ def check_deliveries(deliveries: Deliveries) -> None:
                             f"errors: {'; '.join(deliveries.errors)}")
 
 
+def new_producer(options: SinkOptions, settings: dict[str, str] | None = None) -> Producer:
+    """The sink's producer: Kafka's Java partitioner, the options' client settings."""
+    return Producer({"partitioner": "murmur2_random", **options.client, **(settings or {}),
+                     "logger": log})
+
+
+def non_empty(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    return (batch for batch in batches if batch.num_rows > 0)
+
+
 def produce(batches: Iterator[pa.RecordBatch], options: SinkOptions) -> SinkCommit:
     """Produce every row, flush, and fail unless every record was acknowledged."""
     producer: Producer | None = None  # created for the first row: many tasks have none
     try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
+        for batch in non_empty(batches):
             if producer is None:
-                producer = Producer({"partitioner": "murmur2_random", **options.client,
-                                     "logger": log})
+                producer = new_producer(options)
                 deliveries = Deliveries(producer)
             deliveries.add(batch, options.topic)
         while producer is not None and producer.flush(1.0) > 0:
