@@ -35,6 +35,10 @@ class BrookDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> BrookWriter:
         options = SinkOptions.parse(self.options)
+        if options.exactly_once:
+            raise OptionError("exactlyOnce is for streaming writes (df.writeStream): a batch "
+                              "write has no micro-batch id to record, and a retried job "
+                              "writes again")
         check_schema(schema, options)
         return BrookWriter(options)
 

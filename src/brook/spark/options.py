@@ -31,7 +31,8 @@ SOURCE_OPTIONS = (
     "maxRecordsPerPartition", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
     "fetchOffset.retryIntervalMs", "groupIdPrefix", "maxTasks",
 )
-SINK_OPTIONS = ("kafka.bootstrap.servers", "bootstrap.servers", "topic", "includeHeaders")
+SINK_OPTIONS = ("kafka.bootstrap.servers", "bootstrap.servers", "topic", "includeHeaders",
+                "exactlyOnce")
 # Options Spark itself adds to a query's options.
 SPARK_OPTIONS = ("checkpointLocation", "path")
 # Spark's Kafka source options brook does not implement.
@@ -156,6 +157,7 @@ class SourceOptions:
 class SinkOptions:
     client: dict[str, str]  # librdkafka producer settings
     topic: str | None  # overrides a topic column, as in Spark's Kafka sink
+    exactly_once: bool = False  # streaming only: one transaction per task and micro-batch
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
@@ -167,7 +169,16 @@ class SinkOptions:
         if topic is not None and not topic.strip():
             raise OptionError("the option topic is empty")
         _bool(opts, "includeHeaders", False)
-        return cls(client=client, topic=topic.strip() if topic else None)
+        exactly_once = _bool(opts, "exactlyOnce", False)
+        if exactly_once:
+            if topic is None or not topic.strip():
+                raise OptionError("exactlyOnce needs the option topic: each task records the "
+                                  "micro-batches it wrote on partition 0 of that topic")
+            if "transactional.id" in client:
+                raise OptionError("kafka.transactional.id cannot be set with exactlyOnce: each "
+                                  "task has its own, brook-sink-<query id>-<partition>")
+        return cls(client=client, topic=topic.strip() if topic else None,
+                   exactly_once=exactly_once)
 
 
 # ----------------------------------------------------------------- helpers

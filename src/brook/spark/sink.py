@@ -48,6 +48,7 @@ class DeliveryError(RuntimeError):
 @dataclass
 class SinkCommit(WriterCommitMessage):
     rows: int
+    replayed: bool = False  # exactlyOnce: the task found its part of the batch committed
 
 
 def check_schema(schema: StructType, options: SinkOptions) -> None:
@@ -79,8 +80,12 @@ def check_schema(schema: StructType, options: SinkOptions) -> None:
                               f"binary>>, not {t.simpleString()}")
 
 
-class _Deliveries:
-    def __init__(self) -> None:
+class Deliveries:
+    """A producer's rows sent and their delivery reports."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+        self.sent = 0
         self.acked = 0
         self.failed = 0
         self.errors: list[str] = []
@@ -93,21 +98,40 @@ class _Deliveries:
         if len(self.errors) < SHOWN_ERRORS:
             self.errors.append(f"{message.topic()}[{message.partition()}]: {error.str()}")
 
+    def add(self, batch: pa.RecordBatch, topic_option: str | None) -> None:
+        self.sent += _produce_batch(self.producer, batch, topic_option, self)
+        self.producer.poll(0)
+
+
+def check_deliveries(deliveries: Deliveries) -> None:
+    """Fail unless every record sent was acknowledged (call after a flush)."""
+    sent = deliveries.sent
+    if deliveries.failed or deliveries.acked != sent:
+        unanswered = sent - deliveries.acked - deliveries.failed
+        raise DeliveryError(f"{deliveries.failed} of {sent} records were not delivered"
+                            f"{f', {unanswered} never answered' if unanswered else ''}; first "
+                            f"errors: {'; '.join(deliveries.errors)}")
+
+
+def new_producer(options: SinkOptions, settings: dict[str, str] | None = None) -> Producer:
+    """The sink's producer: Kafka's Java partitioner, the options' client settings."""
+    return Producer({"partitioner": "murmur2_random", **options.client, **(settings or {}),
+                     "logger": log})
+
+
+def non_empty(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    return (batch for batch in batches if batch.num_rows > 0)
+
 
 def produce(batches: Iterator[pa.RecordBatch], options: SinkOptions) -> SinkCommit:
     """Produce every row, flush, and fail unless every record was acknowledged."""
     producer: Producer | None = None  # created for the first row: many tasks have none
-    deliveries = _Deliveries()
-    sent = 0
     try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
+        for batch in non_empty(batches):
             if producer is None:
-                producer = Producer({"partitioner": "murmur2_random", **options.client,
-                                     "logger": log})
-            sent += _produce_batch(producer, batch, options.topic, deliveries)
-            producer.poll(0)
+                producer = new_producer(options)
+                deliveries = Deliveries(producer)
+            deliveries.add(batch, options.topic)
         while producer is not None and producer.flush(1.0) > 0:
             pass
     except BaseException:
@@ -117,16 +141,14 @@ def produce(batches: Iterator[pa.RecordBatch], options: SinkOptions) -> SinkComm
     finally:
         if producer is not None:
             producer.close()  # Spark reuses Python workers: leave no client running in them
-    if deliveries.failed or deliveries.acked != sent:
-        unanswered = sent - deliveries.acked - deliveries.failed
-        raise DeliveryError(f"{deliveries.failed} of {sent} records were not delivered"
-                            f"{f', {unanswered} never answered' if unanswered else ''}; first "
-                            f"errors: {'; '.join(deliveries.errors)}")
-    return SinkCommit(rows=sent)
+    if producer is None:
+        return SinkCommit(rows=0)
+    check_deliveries(deliveries)
+    return SinkCommit(rows=deliveries.sent)
 
 
 def _produce_batch(producer: Producer, batch: pa.RecordBatch, topic_option: str | None,
-                   deliveries: _Deliveries) -> int:
+                   deliveries: Deliveries) -> int:
     n = batch.num_rows
     names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
 
@@ -170,14 +192,22 @@ class BrookWriter(DataSourceArrowWriter):
 
 
 class BrookStreamWriter(DataSourceStreamArrowWriter):
-    """``df.writeStream.format("brook")``: each micro-batch's tasks flush before it commits."""
+    """``df.writeStream.format("brook")``: each micro-batch's tasks flush before it commits;
+    with ``exactlyOnce`` each task writes in a transaction (exactly_once.py)."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        return produce(iterator, self.options)
+        if not self.options.exactly_once:
+            return produce(iterator, self.options)
+        from .exactly_once import produce_exactly_once, task_identity  # it imports this module
+
+        rows, replayed = produce_exactly_once(iterator, self.options, *task_identity())
+        return SinkCommit(rows=rows, replayed=replayed)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        rows = sum(m.rows for m in messages if isinstance(m, SinkCommit))
-        log.info("micro-batch %d: wrote %d rows", batchId, rows)
+        done = [m for m in messages if isinstance(m, SinkCommit)]
+        replayed = sum(m.replayed for m in done)
+        log.info("micro-batch %d: wrote %d rows%s", batchId, sum(m.rows for m in done),
+                 f" ({replayed} tasks found it committed already)" if replayed else "")
