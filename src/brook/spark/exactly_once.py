@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark import TaskContext
 
 from .options import SinkOptions
-from .sink import Deliveries, check_deliveries, new_producer, non_empty
+from .producing import Deliveries, check_deliveries, new_producer, non_empty
 
 log = logging.getLogger("brook.spark")
 
