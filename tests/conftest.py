@@ -259,10 +259,18 @@ def _fixture_defs(item):
     return [d for name in item.fixturenames for d in info.name2fixturedefs.get(name, ())]
 
 
+_reaches: dict[tuple, _Reach] = {}
+
+
 def _reach_of(objs) -> _Reach:
-    reach = _Reach()
-    for obj in objs:
-        reach.add(obj)
+    """The reach of ``objs``, walked once per collection (a parametrized test's items, and the
+    tests of a module with its module's fixtures, ask for the same one again and again)."""
+    key = tuple(objs)
+    reach = _reaches.get(key)
+    if reach is None:
+        reach = _reaches[key] = _Reach()
+        for obj in objs:
+            reach.add(obj)
     return reach
 
 

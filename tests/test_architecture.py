@@ -9,6 +9,7 @@ only a container, which imports nothing of brook."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -49,7 +50,11 @@ def imports_of(name: str, path: Path) -> set[str]:
     return {m for m in found if m in MODULES and m != name}
 
 
-GRAPH = {name: imports_of(name, path) for name, path in MODULES.items()}
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    """Every module's imports of brook modules (parsed when a test asks: every test worker
+    imports this file to collect it, and only one runs its tests)."""
+    return {name: imports_of(name, path) for name, path in MODULES.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -144,7 +149,7 @@ def test_the_cycle_finder_finds_cycles():
 
 
 def test_no_modules_import_each_other_round_in_a_cycle():
-    assert cycles(GRAPH) == []
+    assert cycles(import_graph()) == []
 
 
 def test_the_table_checker_places_subpackages_by_their_longest_row():
@@ -174,7 +179,7 @@ def test_the_coordinators_runtime_comes_before_the_coordinators_that_run_on_it()
 def test_no_import_runs_up_the_table_of_docs_architecture():
     order = table_order()
     assert len(order) >= 10 and "brook.storage" in order, order
-    upward, unplaced = upward_imports(GRAPH, order)
+    upward, unplaced = upward_imports(import_graph(), order)
     assert not unplaced, f"packages missing from docs/architecture.md's table: {sorted(unplaced)}"
     assert not upward, "imports running up docs/architecture.md's table:\n" + "\n".join(
         f"  {a} -> {b}" for a, b in sorted(upward))

@@ -204,3 +204,26 @@ def test_timeout_after_the_command_applies():
                                         "within 1 s"), result.stderr
     finally:
         silent.close()
+
+
+# What the `brook` command and a broker it runs import (every integration test starts brokers,
+# and a start once took 3.5-6 s of imports: pandas and pyarrow through the transactions
+# command's client, hypothesis, trio and pytest through kio's strategies).
+_HEAVY_IMPORTS = """
+import sys
+sys.argv = ["brook", "--version"]
+from brook.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+import brook.broker.server
+print(" ".join(sorted(m for m in ("pandas", "pyarrow", "hypothesis", "pytest", "trio", "pyspark",
+                                  "confluent_kafka") if sys.modules.get(m))))
+"""
+
+
+def test_the_command_and_its_broker_import_no_data_frames_and_no_test_libraries():
+    result = run(sys.executable, "-c", _HEAVY_IMPORTS)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1:] == [""], result.stdout

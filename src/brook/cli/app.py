@@ -143,4 +143,9 @@ app.command("console")(web_console)
 
 
 def main() -> None:
+    # kio gives its types hypothesis strategies whenever hypothesis can be imported (and
+    # hypothesis imports trio and pytest where they are installed): a second or more of every
+    # command, the broker's start among them, in a development environment, for strategies no
+    # command uses. The command runs without them.
+    sys.modules.setdefault("hypothesis", None)
     app(prog_name="brook")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import typer
 
@@ -19,8 +19,11 @@ from . import output
 from .errors import CliError
 from .options import bootstrap_option, timeout_option
 from .output import Format, output_option
-from .txn_wire import (TP, Brokers, ProducerState, TransactionDescription, abort_transaction,
-                       describe_producers, describe_transaction, list_transactions)
+
+if TYPE_CHECKING:  # txn_wire (kio's index, brook.client and with it pandas and pyarrow) is
+    # imported by the commands that use it: the `brook` command imports this module, and
+    # `brook broker` (started for every integration test) should not pay seconds for it
+    from .txn_wire import TP, Brokers, ProducerState, TransactionDescription
 
 app = typer.Typer(no_args_is_help=True, help="Transactions: list, describe, describe-producers, "
                                              "abort, find-hanging (kafka-transactions.sh).")
@@ -114,6 +117,8 @@ def list_cmd(
     fmt: Format = output_option(),
 ) -> None:
     """List the transactional ids every coordinator knows, with their state."""
+    from .txn_wire import Brokers, list_transactions
+
     states = [s.strip() for s in (state or "").split(",") if s.strip()]
     listed, unknown = list_transactions(Brokers(bootstrap, timeout), states, producer_id,
                                         duration_filter)
@@ -137,6 +142,8 @@ def describe_cmd(
 
     Its state, producer id and epoch, timeout, and the open transaction's start time, duration
     and partitions."""
+    from .txn_wire import Brokers, describe_transaction
+
     found = describe_transaction(Brokers(bootstrap, timeout), transactional_id)
     if found is None:
         raise CliError(f"transactional id '{transactional_id}' does not exist")
@@ -170,6 +177,8 @@ def describe_producers_cmd(
     What the partition's producer state holds (DescribeProducers): each producer's epoch, the
     coordinator epoch of its last marker, its last sequence and timestamp, and the first
     offset of its open transaction."""
+    from .txn_wire import Brokers, describe_producers
+
     tp = (topic, partition)
     producers = describe_producers(Brokers(bootstrap, timeout), [tp], broker_id)[tp]
     if fmt is Format.json:
@@ -206,6 +215,8 @@ def abort_cmd(
     if start_offset is not None and producer_id is not None:
         raise CliError("--start-offset and --producer-id name the transaction two ways: "
                        "give one", code=2)
+    from .txn_wire import Brokers, abort_transaction, describe_producers
+
     brokers = Brokers(bootstrap, timeout)
     if start_offset is not None:
         producers = describe_producers(brokers, [tp])[tp]
@@ -246,6 +257,8 @@ def find_hanging_cmd(
         raise CliError("find-hanging needs --topic or --broker-id to limit the search", code=2)
     if partition is not None and topic is None:
         raise CliError("--partition needs --topic", code=2)
+    from .txn_wire import Brokers, describe_producers
+
     brokers = Brokers(bootstrap, timeout)
     tps = _partitions_to_search(brokers, topic, partition, broker_id)
     now = _now_ms()
@@ -273,6 +286,8 @@ def _hanging_of(brokers: Brokers, candidates: list[tuple[TP, ProducerState]]
     """hanging() of the candidates, with what the coordinators say of their producers."""
     if not candidates:
         return []
+    from .txn_wire import describe_transaction, list_transactions
+
     pids = sorted({p.producer_id for _, p in candidates})
     listed, _ = list_transactions(brokers, producer_ids=pids)
     tids = {t.producer_id: t.transactional_id for t in listed if t.producer_id in pids}

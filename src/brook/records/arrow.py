@@ -284,14 +284,17 @@ def _binary(buf: bytes, begin: np.ndarray, end: np.ndarray, length: np.ndarray) 
     return taken
 
 
-_ALTERNATE = pa.array(np.zeros(0, bool))
+# Made at the first call: pyarrow imports pandas (half a second or more) at its first pa.array(),
+# and importing this module (as the brook command and the test collection do) need not.
+_ALTERNATE: pa.BooleanArray | None = None
 
 
 def _every_other(n: int) -> pa.BooleanArray:
     """True, False, True, ... of length `n` (a slice of one cached array)."""
     global _ALTERNATE
-    if len(_ALTERNATE) < n:
-        _ALTERNATE = pa.array(np.resize(np.array([True, False]), max(n, 2 * len(_ALTERNATE))))
+    have = 0 if _ALTERNATE is None else len(_ALTERNATE)
+    if _ALTERNATE is None or have < n:
+        _ALTERNATE = pa.array(np.resize(np.array([True, False]), max(n, 2 * have)))
     return _ALTERNATE.slice(0, n)
 
 
