@@ -46,7 +46,7 @@ from ..errors import error_code_for
 from ..metadata import INTERNAL_TOPICS, MetadataError
 from ...replication.partition import NotEnoughReplicasAfterAppend
 from ..quotas.throttling import produce_throttle
-from ..leader_hints import LeaderHints
+from ..leader_hints import HINTED, LeaderHints
 from ..txn_verification import produce_error
 from ...storage.producer_state import UNVERIFIED
 from .api import Api, Deferred
@@ -173,16 +173,17 @@ async def handle(broker, request, connection):
                     log.warning("produce to %s-%d from %s failed: %s: %s", loggable(name, 100),
                                 pd.index, connection.peer, code.name.upper(),
                                 loggable(detail if detail else "no records"))
-            leader = None  # (v10+ only: `make` leaves it out before)
-            if hints is not None:
+            leader = {}  # KIP-951's hint (v10+), built only for an error that takes one
+            if hints is not None and code in HINTED:
                 leader_id, leader_epoch = hints.current_leader(code, name, pd.index)
-                leader = make(mod.LeaderIdAndEpoch, leader_id=leader_id, leader_epoch=leader_epoch)
+                leader["current_leader"] = make(mod.LeaderIdAndEpoch, leader_id=leader_id,
+                                                leader_epoch=leader_epoch)
             parts.append(make(mod.PartitionProduceResponse, index=pd.index, error_code=code,
                               base_offset=base_offset,
                               log_append_time=None if append_time < 0 else
                               datetime.fromtimestamp(append_time / 1000, timezone.utc),
                               log_start_offset=start, record_errors=record_errors,
-                              error_message=detail, current_leader=leader))
+                              error_message=detail, **leader))
         topics.append(make(mod.TopicProduceResponse, name=name, partition_responses=tuple(parts)))
     if acks == 0:
         if any_error:
