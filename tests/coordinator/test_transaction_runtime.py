@@ -75,10 +75,11 @@ class Markers:
                 for tp in request.partitions}
 
 
-def coordinator(log, markers, clock=None, partitions=3):
+def coordinator(log, markers, clock=None, partitions=3, partition_exists=None):
     rt = CoordinatorRuntime(partitions, log, clock or FakeClock(), None,
                             topic=TRANSACTION_STATE_TOPIC, partitioner=partition_for)
-    sender = MarkerSender(rt, markers, retry_backoff_ms=1, max_backoff_ms=4)
+    sender = MarkerSender(rt, markers, retry_backoff_ms=1, max_backoff_ms=4,
+                          partition_exists=partition_exists)
     rt._new_shard = lambda: TransactionShard(markers=sender.send)
     return rt, sender
 
@@ -104,12 +105,12 @@ async def settle(sender, rounds=200):
         await asyncio.sleep(0.001)
 
 
-async def ended(markers, commit=True, wait=True):
+async def ended(markers, commit=True, wait=True, partition_exists=None):
     """A running coordinator with transaction "t" of producer 42 on two partitions, ended
     (commit or abort) and, with ``wait``, its marker tasks settled: (log, runtime, sender,
     epoch)."""
     log = MemoryLog()
-    rt, sender = coordinator(log, markers)
+    rt, sender = coordinator(log, markers, partition_exists=partition_exists)
     rt.start()
     await rt.wait_loaded()
     epoch = await begin(rt)
@@ -145,6 +146,20 @@ async def _test_failed_partitions_are_tried_again_until_written():
     log, rt, sender, epoch = await ended(markers, commit=False)
     assert [r.partitions for r in markers.requests] == [{("a", 0), ("b", 1)}, {("b", 1)},
                                                        {("b", 1)}]
+    assert await state(rt) is S.COMPLETE_ABORT
+    await rt.stop()
+
+
+def test_a_partition_that_no_longer_exists_is_owed_no_marker():
+    asyncio.run(_test_a_partition_that_no_longer_exists_is_owed_no_marker())
+
+
+async def _test_a_partition_that_no_longer_exists_is_owed_no_marker():
+    gone = {("b", 1)}
+    markers = Markers({("a", 0): [E.not_leader_or_follower]})
+    log, rt, sender, epoch = await ended(markers, commit=False,
+                                         partition_exists=lambda t, p: (t, p) not in gone)
+    assert [r.partitions for r in markers.requests] == [{("a", 0)}, {("a", 0)}]
     assert await state(rt) is S.COMPLETE_ABORT
     await rt.stop()
 

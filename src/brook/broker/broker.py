@@ -223,10 +223,10 @@ class Broker:
         return {(topic, index): code for (_, topic, index), code in results.items()}
 
     def partition_exists(self, topic: str, partition: int) -> bool:
-        """Whether a partition exists (a transaction's markers are owed to existing ones only)."""
+        """Whether a partition exists (a transaction's markers are owed to existing ones only):
+        in a cluster, unless the controller's last picture lacks it."""
         if self.replicas is not None:
-            cache = self.replicas.cache
-            return topic in cache.topics and cache.partition(topic, partition) is not None
+            return self.replicas.cache.may_exist(topic, partition)
         return 0 <= partition < self.partition_count(topic)
 
     def partition_count(self, topic: str) -> int:

@@ -55,6 +55,11 @@ class MetadataCache:
     def partition(self, topic: str, partition: int) -> PartitionInfo | None:
         return self.topics.get(topic, {}).get(partition)
 
+    def may_exist(self, topic: str, partition: int) -> bool:
+        """False only for a partition the controller's last picture does not hold (its topic
+        deleted, or never created); before any picture, nothing is known gone."""
+        return self.version == 0 or self.partition(topic, partition) is not None
+
     def endpoint(self, broker_id: int, listener: str) -> tuple[str, int] | None:
         b = self.brokers.get(broker_id)
         return None if b is None else b.endpoints.get(listener)

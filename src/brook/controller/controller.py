@@ -68,6 +68,10 @@ class Controller:
         self.live: dict[int, LiveBroker] = dict(view.brokers)
         self.assignments: dict[str, TopicAssignment] = {}
         self.states: dict[tuple[str, int], PartitionState] = {}
+        #: what UpdateMetadata last said of each partition: a state dropped to be read again
+        #: (a refused write) is still told as it was, never left out (a broker would take the
+        #: partition for deleted, and a transaction's marker owed to it for not owed)
+        self._told: dict[tuple[str, int], PartitionState] = {}
         self._channels: dict[int, BrokerChannel] = {}
         self._senders: dict[int, asyncio.Task] = {}
         self._outbox: dict[int, asyncio.Queue] = {}
@@ -570,12 +574,14 @@ class Controller:
     def _update_metadata(self):
         live = frozenset(self.live)
         topics = []
+        told: dict[tuple[str, int], PartitionState] = {}
         for topic, assignment in sorted(self.assignments.items()):
             parts = []
             for p, replicas in sorted(assignment.partitions.items()):
-                state = self.states.get((topic, p))
+                state = self.states.get((topic, p)) or self._told.get((topic, p))
                 if state is None:
-                    continue
+                    continue  # a new partition, not elected yet
+                told[(topic, p)] = state
                 parts.append(ib.UpdateMetadataPartitionState(
                     partition_index=p, controller_epoch=state.controller_epoch,
                     leader=state.leader if state.leader in live else elections.NO_LEADER,
@@ -591,6 +597,7 @@ class Controller:
                 id_=b, rack=reg.rack, endpoints=tuple(ib.UpdateMetadataEndpoint(
                     port=e.port, host=e.host, listener=e.listener, security_protocol=0)
                     for e in reg.endpoints)))
+        self._told = told
         return ib.UpdateMetadataRequest(controller_id=self.broker_id, controller_epoch=self.epoch,
                                         broker_epoch=-1, topic_states=tuple(topics),
                                         live_brokers=tuple(brokers))
