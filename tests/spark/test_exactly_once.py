@@ -1,7 +1,9 @@
 """The streaming sink's exactlyOnce mode against a real broker process and real Spark: the
 output read with read_committed holds each input record once, when a micro-batch is replayed
 (its commit-log entry removed) and when the driver is killed with SIGKILL at random points and
-once between the tasks' transactions and the checkpoint's commit log.
+once between the tasks' transactions and the checkpoint's commit log, and when Python workers
+running write tasks are killed with SIGKILL before, during and after their transactions (an
+executor dying: Spark runs the task again).
 
 BROOK_SPARK_EOS_KILLS=N runs the kill test with N random kills instead of 1 (each restart of
 the driver costs Spark's start, 20-40 s on a loaded 2-core machine).
@@ -142,7 +144,8 @@ def test_exactly_once_refuses_batch_writes_and_needs_the_topic_option(spark, kaf
 class Driver:
     """tests/spark/eos_driver.py as a process group of its own (Python and Spark's JVM)."""
 
-    def __init__(self, kafka, source, out, checkpoint, exactly_once=True) -> None:
+    def __init__(self, kafka, source, out, checkpoint, exactly_once=True,
+                 slow_tasks=False) -> None:
         self.stderr = open(pathlib.Path(checkpoint).parent / "driver.stderr", "a")
         self.events = pathlib.Path(checkpoint).parent / "driver.events"
         self.events.write_text("")
@@ -150,7 +153,8 @@ class Driver:
             [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.spark.eos_driver", kafka.bootstrap, source, out,
-             str(checkpoint), "100", str(exactly_once).lower(), str(self.events)],
+             str(checkpoint), "100", str(exactly_once).lower(), str(self.events),
+             str(slow_tasks).lower()],
             cwd=ROOT, env=env, stdout=self.stderr, stderr=self.stderr,
             start_new_session=True)
 
@@ -206,3 +210,55 @@ def test_driver_killed_at_random_points_and_in_the_commit_window(kafka, tmp_path
     finally:
         driver.kill()
     assert read_committed(kafka, "killed-out") == collections.Counter(values)
+
+
+def _running_tasks(events: pathlib.Path) -> list[tuple[int, str]]:
+    """(pid, stage) of the write tasks started and not finished: stage "start" before the
+    transaction, "txn" inside it, "written" after its commit."""
+    state: dict[int, str] = {}
+    for line in events.read_text().splitlines():
+        kind, _, pid = line.partition(" ")
+        if kind in ("task-start", "task-txn", "task-written"):
+            state[int(pid)] = kind.removeprefix("task-")
+        elif kind == "task-end":
+            state.pop(int(pid), None)
+    return list(state.items())
+
+
+@pytest.mark.spark
+def test_python_workers_killed_in_their_tasks(kafka, tmp_path):
+    """Each kill fails a task attempt (local[2,3] tries a task three times); the next attempt
+    fences the killed one's open transaction, or finds its batch committed and writes nothing.
+    After each kill two tasks end before the next, so no task is killed three times."""
+    values = fill(kafka, "workers-in", 600)  # 100 per trigger: 6 micro-batches
+    create_topic_confluent(kafka.bootstrap, "workers-out", partitions=3)
+    rng = random.Random(31)
+    stages = ["start", "txn", "written", "txn", "written"]
+    driver = Driver(kafka, "workers-in", "workers-out", tmp_path / "ck", slow_tasks=True)
+    killed: list[tuple[int, str]] = []
+    try:
+        deadline = time.monotonic() + 240
+        ends_before = 0
+        while (len(killed) < len(stages) and time.monotonic() < deadline
+               and driver.proc.poll() is None):
+            time.sleep(rng.uniform(0.05, 0.3))
+            if driver.events.read_text().count("task-end") < ends_before + 2:
+                continue
+            stage = stages[len(killed)]
+            chosen = [pid for pid, s in _running_tasks(driver.events)
+                      if s == stage and pid not in {k for k, _ in killed}]
+            if not chosen:
+                continue
+            pid = rng.choice(chosen)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            killed.append((pid, stage))
+            ends_before = driver.events.read_text().count("task-end")
+        assert len(killed) == len(stages), f"only {killed} killed before the query ended"
+        assert driver.wait_for_line("done", 300) == "done", "the query did not finish"
+        assert driver.proc.wait(60) == 0
+    finally:
+        driver.kill()
+    assert read_committed(kafka, "workers-out") == collections.Counter(values)
