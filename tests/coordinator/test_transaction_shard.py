@@ -292,6 +292,31 @@ def test_a_failed_write_is_rolled_back():
     assert h.state("t") == before
 
 
+def test_nothing_is_answered_from_a_write_not_yet_committed():
+    """Kafka's pending transition: while the write adding ("a", 0) waits for replication, a
+    verification, the same AddPartitions again, EndTxn and InitProducerId answer
+    CONCURRENT_TRANSACTIONS; rolled back, the partition is not in the transaction."""
+    h = PendingHarness()
+    h.init("t")
+    h.commit_all()
+    assert h.add("t", 1001, 0, ("a", 0)) == E.none  # written, not committed
+    assert h.shard.verify_partitions("t", 1001, 0, [("a", 0)]) == {
+        ("a", 0): E.concurrent_transactions}
+    assert h.add("t", 1001, 0, ("a", 0)) == E.concurrent_transactions
+    assert h.end("t", 1001, 0, True) == E.concurrent_transactions
+    assert h.init("t").error == E.concurrent_transactions
+    assert h.shard.verify_partitions("u", 1001, 0, [("a", 0)]) == {
+        ("a", 0): E.invalid_producer_id_mapping}  # another id: answered at once
+    h.fail_from(0)  # the write is lost: the leadership moved before it was replicated
+    assert h.shard.verify_partitions("t", 1001, 0, [("a", 0)]) == {
+        ("a", 0): E.transaction_abortable}
+    assert h.add("t", 1001, 0, ("a", 0)) == E.none
+    h.commit_all()
+    assert h.shard.verify_partitions("t", 1001, 0, [("a", 0)]) == {("a", 0): E.none}
+    assert h.add("t", 1001, 0, ("a", 0)) == E.none  # nothing new, committed: nothing written
+    assert not h.waiting
+
+
 # --- properties ------------------------------------------------------------------------------
 
 IDS = ["a", "b", "c"]
@@ -419,7 +444,9 @@ class PendingHarness(Harness):
 
 
 pending_ops = st.one_of(ops, st.tuples(st.just("commit"), st.just(None), st.just(None)),
-                        st.tuples(st.just("fail"), st.just(None), st.integers(0, 5)))
+                        st.tuples(st.just("fail"), st.just(None), st.integers(0, 5)),
+                        st.tuples(st.just("verify"), st.sampled_from(IDS),
+                                  st.sampled_from(PARTITIONS)))
 
 
 @settings(max_examples=150, deadline=None)
@@ -447,6 +474,14 @@ def test_writes_rolled_back_leave_the_state_their_log_says(steps):
         elif kind == "commit":
             h.commit_all()
             committed = dict(h.shard.transactions)
+        elif kind == "verify" and m is not None:
+            # a partition verified as in the transaction is in it as committed (a marker is
+            # owed to it whatever happens to the writes still waiting)
+            answer = h.shard.verify_partitions(tid, m.producer_id, m.producer_epoch, [arg])
+            if answer[arg] == E.none:
+                c = committed.get(tid)
+                assert c is not None and arg in c.partitions and c.state is S.ONGOING
+                assert (c.producer_id, c.producer_epoch) == (m.producer_id, m.producer_epoch)
         elif kind == "fail":
             h.fail_from(arg)
             if not h.waiting:  # everything after the last commit undone: the committed state

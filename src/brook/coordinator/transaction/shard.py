@@ -122,6 +122,14 @@ class TransactionShard:
         if end is not None:
             self._undo.append((end, undo))
 
+    def _in_flight(self, tid: str) -> bool:
+        """Whether a write of ``tid`` is not committed yet (Kafka's pending transition): what
+        this shard holds of the id may still be rolled back, or lost with the partition's
+        leadership, so a request on it answers CONCURRENT_TRANSACTIONS (retried by clients)
+        rather than from it (a verification that found a partition "in" a transaction whose
+        write was then lost let offsets be written that no marker would ever end)."""
+        return any(tid in undo for _, undo in self._undo)
+
     def committed(self, offset: int) -> None:
         while self._undo and self._undo[0][0] <= offset:
             self._undo.popleft()
@@ -220,6 +228,8 @@ class TransactionShard:
             return fail(E.invalid_request)
         if timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
             return fail(E.invalid_transaction_timeout)
+        if self._in_flight(tid):
+            return fail(E.concurrent_transactions)
         expected = expected_producer_id != NO_PRODUCER_ID
         m = self.transactions.get(tid)
         if m is None:
@@ -290,7 +300,7 @@ class TransactionShard:
         m = self._check_producer(tid, producer_id, epoch)
         if type(m) is not TransactionMetadata:
             return _answer(m)
-        if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+        if self._in_flight(tid) or m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             return _answer(E.concurrent_transactions)
         added = frozenset(partitions)
         if m.state is S.ONGOING and added <= m.partitions:
@@ -307,15 +317,15 @@ class TransactionShard:
     def verify_partitions(self, tid: str, producer_id: int, epoch: int,
                           partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
         """AddPartitionsToTxn v4's verify_only (KIP-890), as Kafka 3.9's coordinator answers
-        it: an unknown producer, a fenced epoch, or markers still being written for the id
-        answer every partition alike; else each partition NONE if it is in the transaction
+        it: an unknown producer, a fenced epoch, a write of the id not committed yet, or
+        markers still being written for the id answer every partition alike; else each partition NONE if it is in the transaction
         and TRANSACTION_ABORTABLE if it is not (the leader passes that on to older producers
         as INVALID_TXN_STATE)."""
         wanted = tuple(partitions)
         m = self._check_producer(tid, producer_id, epoch)
         if type(m) is not TransactionMetadata:
             return dict.fromkeys(wanted, m)
-        if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+        if self._in_flight(tid) or m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             return dict.fromkeys(wanted, E.concurrent_transactions)
         return {tp: E.none if tp in m.partitions else E.transaction_abortable for tp in wanted}
 
@@ -330,6 +340,8 @@ class TransactionShard:
             return _answer(E.invalid_producer_id_mapping)
         if (from_client and epoch != m.producer_epoch) or epoch < m.producer_epoch:
             return _answer(E.producer_fenced)
+        if self._in_flight(tid):
+            return _answer(E.concurrent_transactions)
         state = m.state
         if state is S.ONGOING:
             return self._prepare(m.to(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, now),
