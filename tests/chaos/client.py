@@ -15,12 +15,18 @@ transformer
           consumed offsets in the same transaction (send_offsets_to_transaction). On any error
           it aborts if it can and starts afresh (a new consumer from the committed offsets and
           a producer whose init_transactions fences the old one), as an application would.
+          A transactional call still blocked well past its timeout is a client hang
+          (librdkafka's send_offsets_to_transaction waits forever for a group coordinator
+          whose broker left the metadata: confluentinc/librdkafka#5456, #5511): the process
+          records it and starts itself again, as a supervisor would restart it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+import threading
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -127,6 +133,33 @@ TRANSFORMER = {"transaction.timeout.ms": 10000, "request.timeout.ms": 5000,
                "topic.metadata.refresh.interval.ms": 2000, "reconnect.backoff.max.ms": 1000}
 
 
+#: how long past its own timeout a transactional call may block before it counts as a hang
+HANG_GRACE_S = 15.0
+
+
+def _bounded(record: Recorder, name: str, timeout: float, call, *call_args):
+    """``call(*call_args, timeout)``, or, when it has not returned ``HANG_GRACE_S`` after its
+    timeout, the process started again in its place (its history file is appended to)."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call(*call_args, timeout)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout + HANG_GRACE_S)
+    if worker.is_alive():
+        record("client-hang", call=name, seconds=timeout + HANG_GRACE_S)
+        record.close()
+        os.execv(sys.executable, [sys.executable, "-m", "tests.chaos.client", *sys.argv[1:]])
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
 def transform(args, record: Recorder) -> None:
     out_topic = f"{args.topic}-out"
     while not os.path.exists(args.stop):
@@ -135,7 +168,7 @@ def transform(args, record: Recorder) -> None:
             producer = Producer({"bootstrap.servers": args.bootstrap, **TRANSFORMER,
                                  "transactional.id": f"eos-{args.name}",
                                  "error_cb": lambda e: record("client-error", error=str(e))})
-            producer.init_transactions(30)
+            _bounded(record, "init_transactions", 30, producer.init_transactions)
             consumer = Consumer({"bootstrap.servers": args.bootstrap, **CONSUMER,
                                  "group.id": f"{args.group}-eos", "client.id": args.name,
                                  "isolation.level": "read_committed",
@@ -152,11 +185,12 @@ def transform(args, record: Recorder) -> None:
                                      partition=m.partition())
                 positions = [tp for tp in consumer.position(consumer.assignment())
                              if tp.offset >= 0]
-                producer.send_offsets_to_transaction(positions,
-                                                     consumer.consumer_group_metadata(), 30)
+                _bounded(record, "send_offsets_to_transaction", 30,
+                         producer.send_offsets_to_transaction, positions,
+                         consumer.consumer_group_metadata())
                 offsets = {str(tp.partition): tp.offset for tp in positions}
                 invoked = record("txn-commit", offsets=offsets, records=len(msgs))["t"]
-                producer.commit_transaction(30)
+                _bounded(record, "commit_transaction", 30, producer.commit_transaction)
                 record("txn-commit-ok", offsets=offsets, invoked=invoked)
         except KafkaException as exc:
             error = exc.args[0]
@@ -164,7 +198,7 @@ def transform(args, record: Recorder) -> None:
                    abortable=error.txn_requires_abort())
             if producer is not None and error.txn_requires_abort():
                 try:
-                    producer.abort_transaction(30)
+                    _bounded(record, "abort_transaction", 30, producer.abort_transaction)
                 except KafkaException as abort_exc:
                     record("txn-error", error=f"abort: {abort_exc.args[0]}")
         finally:

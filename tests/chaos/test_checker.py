@@ -239,6 +239,15 @@ def test_an_output_partition_the_final_read_missed_is_final_read_missing():
     assert found(h) == {"final-read-missing"}
 
 
+def test_committed_offsets_the_final_read_missed_are_final_read_missing_not_every_record():
+    h = transformed()
+    h.events = [e for e in h.events if e["type"] != "final-eos-commit"]
+    h.add("final-error", "final", error="committed offsets of chaos-eos: timed out")
+    assert found(h) == {"final-read-missing"}
+    report = check(h.events)
+    assert report.anomalies["final-read-missing"] == [{"committed offsets": "transformers"}]
+
+
 def test_every_anomaly_has_a_test():
     names = {n.replace("-", "_") for n in ANOMALIES}
     tested = {n[len("test_"):] for n in globals() if n.startswith("test_")}
