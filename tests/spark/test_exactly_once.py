@@ -5,7 +5,7 @@ once between the tasks' transactions and the checkpoint's commit log, and when P
 running write tasks are killed with SIGKILL before, during and after their transactions (an
 executor dying: Spark runs the task again).
 
-BROOK_SPARK_EOS_KILLS=N runs the kill test with N random kills instead of 1 (each restart of
+BROOK_SPARK_EOS_KILLS=N runs the kill test with N random kills instead of 2 (each restart of
 the driver costs Spark's start, 20-40 s on a loaded 2-core machine).
 """
 
@@ -179,7 +179,7 @@ class Driver:
 
 @pytest.mark.spark
 def test_driver_killed_at_random_points_and_in_the_commit_window(kafka, tmp_path):
-    kills = int(os.environ.get("BROOK_SPARK_EOS_KILLS", "1"))
+    kills = int(os.environ.get("BROOK_SPARK_EOS_KILLS", "2"))
     values = fill(kafka, "killed-in", 600)  # 100 per trigger: 6 micro-batches
     create_topic_confluent(kafka.bootstrap, "killed-out", partitions=3)
     checkpoint = tmp_path / "ck"
