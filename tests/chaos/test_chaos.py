@@ -6,7 +6,7 @@ the log read back, and the history checked (tests/chaos/checker.py).
     CHAOS_SEED=7 CHAOS_SECONDS=300 make chaos    # replay seed 7 for five minutes
     CHAOS_FAULTS=kill,pause make chaos           # only some kinds
     CHAOS_OUT=/tmp/run7 make chaos               # keep the history and the brokers' logs there
-    CHAOS_TRANSFORMERS=1 make chaos              # with a transactional consume-transform-produce
+    CHAOS_TRANSFORMERS=0 make chaos              # without the transactional consume-transform-produce
 
 The test prints the checker's summary and the per-kind availability table.
 """
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.broker
 CHAOS_SECONDS = float(os.environ.get("CHAOS_SECONDS", "60"))
 CHAOS_SEED = int(os.environ.get("CHAOS_SEED", "1"))
 CHAOS_FAULTS = [k for k in os.environ.get("CHAOS_FAULTS", "").split(",") if k]
-CHAOS_TRANSFORMERS = int(os.environ.get("CHAOS_TRANSFORMERS", "0"))
+CHAOS_TRANSFORMERS = int(os.environ.get("CHAOS_TRANSFORMERS", "1"))
 PARTITIONS = 3
 RECOVERY_SECONDS = 90
 
