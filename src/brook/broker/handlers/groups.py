@@ -297,7 +297,7 @@ async def handle_list_groups(broker, request, connection):
     code = ErrorCode.none
     groups = []
     runtime = broker.coordinator
-    if types and "classic" not in types:
+    if types and not types & {"classic", "consumer"}:
         pass
     elif runtime is None or not runtime.started:
         code = ErrorCode.coordinator_not_available
@@ -306,8 +306,9 @@ async def handle_list_groups(broker, request, connection):
         if loading:
             code = ErrorCode.coordinator_load_in_progress
         groups = [make(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
-                       group_state=g.state, group_type="classic")
-                  for shard_groups in listed for g in shard_groups]
+                       group_state=g.state, group_type=g.group_type)
+                  for shard_groups in listed for g in shard_groups
+                  if not types or g.group_type in types]
         if broker.authorizer is not None and not authz.cluster_allowed(broker, connection, authz.Op.DESCRIBE,
                                                                        log_denied=False):
             # without Cluster Describe, only the groups it may Describe (silently)
