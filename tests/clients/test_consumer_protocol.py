@@ -1,0 +1,184 @@
+"""Consumer groups of the KIP-848 protocol with a real client: confluent-kafka with
+``group.protocol=consumer`` against a real broker, for each server-side assignor
+(``group.remote.assignor``: uniform, range).
+
+1. three consumers share a 12-partition topic, each partition owned once (as the consumers
+   report it and as ConsumerGroupDescribe has it);
+2. a fourth joins while records flow: the others keep their partitions but those that move
+   (no stop of the whole group: none of them is ever left with nothing) and keep processing
+   records produced after the newcomer joined, before the group settles;
+3. one is SIGKILLed: after the broker's session timeout its partitions move to the others;
+4. the consumers stop, the broker crashes (SIGKILL) and restarts: the committed offsets are
+   unchanged and new consumers of the group resume from them;
+5. every produced record is processed, duplicates only from uncommitted windows.
+
+The consumer processes, their reports and the checks are those of ``test_group_scenario``;
+only the worker (this file run as a script) differs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+
+def _run(args) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.clients.test_group_scenario import Reporter, _consume, _stop_requested
+
+    report, stop = Reporter(), _stop_requested()
+    settings = {
+        "bootstrap.servers": args[0], "group.id": args[2], "client.id": args[3],
+        "group.protocol": "consumer", "group.remote.assignor": args[4],
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "topic.metadata.refresh.interval.ms": 1000, "fetch.wait.max.ms": 100,
+    }
+    if os.environ.get("GROUP_WORKER_DEBUG"):
+        settings["debug"] = "cgrp"
+    consumer = Consumer(settings)
+    consumer.subscribe([args[1]])
+    report("ready")
+
+    def poll():
+        return [(m.partition(), m.offset()) for m in consumer.consume(500, 0.1) if not m.error()]
+
+    def commit(offsets):
+        consumer.commit(offsets=[TopicPartition(args[1], p, o) for p, o in offsets.items()],
+                        asynchronous=False)
+
+    try:
+        _consume(report, stop, poll, lambda: [tp.partition for tp in consumer.assignment()],
+                 commit)
+    finally:
+        consumer.close()
+    report("closed")
+
+
+if __name__ == "__main__":
+    _run(sys.argv[1:])
+    sys.exit(0)
+
+
+# --- the test side --------------------------------------------------------------------------
+
+import pytest  # noqa: E402
+
+pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from tests.clients.test_group_scenario import (  # noqa: E402
+    PARTITIONS,
+    PER_BATCH,
+    WAIT,
+    Group,
+    Worker,
+    _check_processing,
+    _committed,
+    _next_offsets,
+)
+from tests.support.broker_harness import BrokerProcess  # noqa: E402
+
+SESSION_TIMEOUT_MS = 10_000
+BROKER = {
+    "num.partitions": 4,
+    "offsets.topic.num.partitions": 10,
+    "group.consumer.session.timeout.ms": SESSION_TIMEOUT_MS,
+    "group.consumer.heartbeat.interval.ms": 500,
+}
+
+
+class ConsumerProtocolGroup(Group):
+    def start(self, name: str) -> Worker:
+        cmd = [sys.executable, os.path.abspath(__file__), self.bootstrap, self.topic,
+               self.group, name, self.assignor]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        with open(os.path.join(self.log_dir, f"{self.assignor}-{name}.log"), "w") as err:
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=err, text=True, env=env, start_new_session=True)
+        w = Worker(name, proc)
+
+        def read() -> None:
+            import json
+
+            for line in proc.stdout:
+                try:
+                    w.events.put(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+
+        threading.Thread(target=read, daemon=True).start()
+        self.workers.append(w)
+        return w
+
+
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+def test_consumer_protocol_group(tmp_path, assignor):
+    with BrokerProcess(tmp_path / "broker", overrides=BROKER) as broker:
+        run = uuid.uuid4().hex[:8]
+        g = ConsumerProtocolGroup("confluent", assignor, broker.bootstrap, f"kip848-{run}",
+                                  f"kip848-{assignor}-{run}", str(tmp_path))
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(g.topic, PARTITIONS, 1)])[g.topic].result(15)
+        try:
+            # 1. three consumers, every partition owned once
+            first = [g.start(f"c{i}") for i in range(3)]
+            before = g.wait_settled(first)
+            listed = {x.group_id: x for x in admin.list_consumer_groups().result(15).valid}
+            assert str(listed[g.group].type).endswith("CONSUMER")  # not a classic group
+            g.produce("a")
+            g.wait_processed()
+
+            # 2. a fourth joins while records flow; the others never stop
+            joined_at = time.time()
+            members = [*first, g.start("c3")]
+            g.produce("b")
+            after = g.wait_settled(members)
+            settled_at = time.time()
+            assert after[3], "the newcomer owns nothing"
+            if assignor == "uniform":  # sticky: the others only give up what it gets
+                assert all(a <= b for a, b in zip(after[:3], before)), (before, after)
+            for w in first:
+                owned_since = [e["parts"] for e in w.log
+                               if e["ev"] == "assigned" and e["t"] > joined_at]
+                assert all(owned_since), f"{w.name} was left with nothing: {owned_since}"
+            flowing = [r for w in first for e in w.log if e["ev"] == "processed"
+                       and joined_at < e["t"] < settled_at for r in e["recs"]]
+            g.wait_processed()
+
+            # 3. one is killed without leaving: its partitions move after the session timeout
+            victim, kept = members[1], after[1]
+            g.produce("c")
+            g.wait_for(lambda: any(p in kept and o >= 2 * PER_BATCH
+                                   for p, o in victim.processed))
+            g.kill(victim)
+            killed_at = time.time()
+            survivors = [w for w in members if w is not victim]
+            moved = g.wait_settled(survivors, timeout=SESSION_TIMEOUT_MS / 1000 + WAIT)
+            assert kept <= set().union(*moved)
+            assert time.time() - killed_at >= SESSION_TIMEOUT_MS / 2000
+            g.wait_processed()
+
+            # 4. stop, crash and restart the broker: the commits stay, new consumers resume
+            g.stop(*survivors)
+            committed = _committed(broker.bootstrap, g.topic, g.group)
+            assert committed == _next_offsets(sorted(g.produced))
+            broker.restart(signal.SIGKILL)
+            g.admin = None
+            assert _committed(broker.bootstrap, g.topic, g.group) == committed
+            g.produce("d")
+            resumed = [g.start(f"r{i}") for i in range(2)]
+            g.wait_settled(resumed)
+            g.wait_processed()
+            g.stop(*resumed)
+
+            # 5. every record processed, none after a commit past it
+            _check_processing(g.workers, g.produced)
+            assert flowing, "no record processed by the others while the newcomer joined"
+        finally:
+            g.close()
