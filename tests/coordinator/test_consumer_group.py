@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from tests.support.examples import examples
 
+from brook.coordinator.common.loader import replay_batches
 from brook.coordinator.group.assignors import MemberSpec, range_assignor, uniform_assignor
 from brook.coordinator.group.consumer import ConsumerGroupConfig, ConsumerHeartbeat
 from brook.coordinator.group.consumer_group import ConsumerGroupState
+from brook.coordinator.group.batch_writer import encode_records
 from brook.coordinator.group.consumer_schemas import decode_key, decode_value, encode_key, encode_value
 from brook.coordinator.group.offsets import CommitPartition, CommitTopic, OffsetCommit
 from brook.coordinator.group.reconciliation import MemberState
@@ -31,9 +33,12 @@ class Harness:
         self.now = 1_000
         self.topics = {"t": (T, partitions), **topics}
         self.written = []
+        self.batches = []  # each write as the record batch the runtime appends
 
     def apply(self, result):
         self.written += result.records
+        if result.records:
+            self.batches.append(encode_records(result.records, self.now, len(self.written)))
         self.shard.replay_records(result.records, self.now)
         return result.response
 
@@ -101,7 +106,7 @@ def test_epochs_are_checked():
     assert h.hb("c", 0, server_assignor="sticky").error == ErrorCode.unsupported_assignor
     assert h.hb("c", 0, subscribed_topic_regex="(a)\\1").error == \
         ErrorCode.invalid_regular_expression
-    assert h.hb("x", 3, group="other").error == ErrorCode.unknown_member_id
+    assert h.hb("x", 3, group="other").error == ErrorCode.group_id_not_found
 
 
 def test_a_member_whose_answer_was_lost_may_send_the_previous_epoch():
@@ -153,6 +158,7 @@ def test_a_static_member_leaving_with_minus_two_is_replaced_with_its_assignment(
     h = Harness()
     first = parts(h.hb("a1", 0, instance_id="i"))
     assert h.hb("a2", 0, instance_id="i").error == ErrorCode.unreleased_instance_id
+    assert h.hb("a1", 0, instance_id="i").error == ErrorCode.unreleased_instance_id
     r = h.hb("a1", -2, instance_id="i")
     assert r.member_epoch == -2
     epoch = h.group().group_epoch
@@ -254,6 +260,20 @@ def test_the_records_load_into_the_same_groups():
     assert loaded.consumer.timers.next_deadline() == h.now + 45_000  # sessions start again at the load
 
 
+def test_the_partition_loads_into_the_same_groups_through_the_loader():
+    h = Harness()
+    a = parts(h.hb("a", 0, instance_id="ia"))
+    h.hb("b", 0, subscribed_topic_regex="t|u", subscribed_topic_names=None)
+    h.hb("a", 1, owned=a)
+    h.hb("c", 0)
+    h.hb("c", -1)
+    loaded = CoordinatorShard()
+    replay_batches(loaded.batch_replayer(h.now), h.batches)
+    assert loaded.consumer.groups == h.shard.consumer.groups
+    assert loaded.consumer.groups["g"].members["b"].assignment.state == \
+        h.group().members["b"].assignment.state
+
+
 def test_uniform_is_balanced_and_sticky():
     topics = {T: 12}
     m = {k: MemberSpec(frozenset({T}), frozenset()) for k in "abc"}
@@ -317,3 +337,18 @@ def test_no_partition_is_ever_owned_by_two_members(steps, assignor):
         for mid_, (_, owned) in clients.items():
             # what a client holds the coordinator counts as its own
             assert all(seen.get(p) == mid_ for p in owned), (mid_, owned, seen)
+
+
+def test_offsets_of_subscribed_topics_do_not_expire():
+    from brook.coordinator.group.offsets import OffsetsConfig
+
+    h = Harness()
+    h.shard = CoordinatorShard(offsets_config=OffsetsConfig(offsets_retention_minutes=1))
+    h.hb("a", 0)
+    for topic in ("t", "gone"):
+        req = OffsetCommit("g", (CommitTopic(topic, (CommitPartition(0, 5, -1, "", -1),)),),
+                           1, "a")
+        h.apply(h.shard.commit_offsets(req, h.now))
+    h.now += 120_000
+    expired = h.shard.offsets.expire(h.now, h.shard.classic.groups).records
+    assert [(r.key.topic, r.value) for r in expired] == [("gone", None)]

@@ -197,8 +197,8 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(req.group_id)
         if group is None:
             if req.member_epoch != 0:
-                raise _Refused(ErrorCode.unknown_member_id,
-                               f"Group {req.group_id} does not exist.")
+                raise _Refused(ErrorCode.group_id_not_found,
+                               f"Consumer group {req.group_id} not found.")
             group = ConsumerGroup(req.group_id)
         scratch = {req.group_id: group.copy()}
         w = _Writer(scratch)
@@ -226,8 +226,7 @@ class ConsumerGroupCoordinator:
             w.add(ConsumerGroupMemberMetadataKey(g.group_id, updated.member_id),
                   updated.metadata_value())
             if (updated.subscribed_topic_names != member.subscribed_topic_names
-                    or updated.subscribed_topic_regex != member.subscribed_topic_regex
-                    or updated.server_assignor != member.server_assignor):
+                    or updated.subscribed_topic_regex != member.subscribed_topic_regex):
                 bump = True
         metadata = _subscription_metadata(g, topics)
         if metadata != g.topics:
@@ -267,7 +266,7 @@ class ConsumerGroupCoordinator:
             if req.instance_id is not None:
                 old_id = g.static_members.get(req.instance_id)
                 old = g.members.get(old_id) if old_id is not None else None
-                if old is not None and old.member_id != req.member_id:
+                if old is not None:
                     if old.member_epoch != STATIC_LEAVE_EPOCH:
                         raise _Refused(ErrorCode.unreleased_instance_id,
                                        f"Static member {old.member_id} with instance id "
@@ -288,15 +287,13 @@ class ConsumerGroupCoordinator:
                            f"Static member {req.instance_id} was replaced by another member.")
         epoch = member.member_epoch
         if req.member_epoch != epoch:
+            # the previous epoch with no more than it has: the answer that bumped it was lost
             lost_answer = (req.member_epoch == member.assignment.previous_member_epoch
                            and req.owned is not None and req.owned <= member.assignment.assigned)
             if req.member_epoch > epoch or not lost_answer:
+                which = "greater" if req.member_epoch > epoch else "smaller"
                 raise _Refused(ErrorCode.fenced_member_epoch,
-                               f"The consumer group member has a smaller member epoch "
-                               f"({req.member_epoch}) than the one known by the group "
-                               f"coordinator ({epoch}). The member must abandon all its "
-                               f"partitions and rejoin." if req.member_epoch < epoch else
-                               f"The consumer group member has a greater member epoch "
+                               f"The consumer group member has a {which} member epoch "
                                f"({req.member_epoch}) than the one known by the group "
                                f"coordinator ({epoch}). The member must abandon all its "
                                f"partitions and rejoin.")
@@ -304,10 +301,11 @@ class ConsumerGroupCoordinator:
 
     def _replace_static(self, g: ConsumerGroup, old: ConsumerMember, req: ConsumerHeartbeat,
                         w: _Writer) -> ConsumerMember:
-        """A static member back under a new member id takes the old one's assignment."""
+        """A static member back (a new member id, or the same) takes the old one's assignment
+        at epoch 0; reconciliation then brings it to the target epoch."""
         new_id = req.member_id or self._new_member_id()
         target = g.target.get(old.member_id, frozenset())
-        assignment = replace(old.assignment, member_epoch=old.assignment.previous_member_epoch)
+        assignment = replace(old.assignment, member_epoch=0, previous_member_epoch=0)
         self._remove_member_records(g, old.member_id, w)
         self.timers.cancel(_session_key(g.group_id, old.member_id))
         self.timers.cancel(_revocation_key(g.group_id, old.member_id))
@@ -349,7 +347,10 @@ class ConsumerGroupCoordinator:
 
     def _leave(self, req: ConsumerHeartbeat, now: int) -> CoordinatorResult:
         group = self.groups.get(req.group_id)
-        member = group.members.get(req.member_id) if group is not None else None
+        if group is None:
+            raise _Refused(ErrorCode.group_id_not_found,
+                           f"Consumer group {req.group_id} not found.")
+        member = group.members.get(req.member_id)
         if member is None:
             raise _Refused(ErrorCode.unknown_member_id,
                            f"Member {req.member_id} is not a member of group {req.group_id}.")
@@ -429,6 +430,12 @@ class ConsumerGroupCoordinator:
         return [_record(ConsumerGroupTargetAssignmentMetadataKey(group_id), None),
                 _record(ConsumerGroupPartitionMetadataKey(group_id), None),
                 _record(ConsumerGroupMetadataKey(group_id), None)]
+
+    def subscribed_topics(self, group_id: str) -> set[str] | None:
+        """The topics the group's members subscribe to, as last stored (None: no such
+        group): their offsets do not expire."""
+        group = self.groups.get(group_id)
+        return None if group is None else set(group.topics)
 
     def validate_commit(self, group_id: str, member_id: str, member_epoch: int,
                         transactional: bool = False) -> ErrorCode:

@@ -33,7 +33,7 @@ removed by the expiry; deleting offsets, a group or a topic deletes the pending 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -301,6 +301,9 @@ class OffsetsManager:
         #: The undo records of the writes applied but not yet committed.
         self.uncommitted = Uncommitted()
         self.groups: Mapping[str, ClassicGroup] = {} if groups is None else groups
+        #: The topics a consumer group of KIP-848 subscribes to (None: no such group), whose
+        #: offsets are kept while it does, as Kafka keeps them; the shard sets it.
+        self.consumer_subscriptions: Callable[[str], Collection[str] | None] = lambda g: None
         self._next_expiry: int | None = None
 
     # --- replay: the only place offsets change --------------------------------------------
@@ -689,7 +692,11 @@ class OffsetsManager:
         dead: list[str] = []
         for group_id in [*cache.groups(), *(g for g in groups if not cache.has_group(g))]:
             group = groups.get(group_id)
-            if group is None:
+            consumer_topics = self.consumer_subscriptions(group_id) if group is None else None
+            if consumer_topics is not None:  # from commit timestamps, but for subscribed topics
+                state, protocol_type, state_ts = "Stable", CONSUMER_PROTOCOL_TYPE, -1
+                subscribed = consumer_topics
+            elif group is None:
                 state, protocol_type, state_ts, subscribed = None, None, -1, None
             else:
                 state, protocol_type = str(group.state), group.protocol_type

@@ -114,6 +114,7 @@ class CoordinatorShard:
         self.classic = classic or ClassicGroupCoordinator(group_config, new_member_id)
         self.offsets = OffsetsManager(offsets_config, self.classic.groups)
         self.consumer = ConsumerGroupCoordinator(consumer_config)
+        self.offsets.consumer_subscriptions = self.consumer.subscribed_topics
 
     @property
     def groups(self) -> dict[str, ClassicGroup]:
