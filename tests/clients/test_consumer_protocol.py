@@ -12,62 +12,18 @@
    unchanged and new consumers of the group resume from them;
 5. every produced record is processed, duplicates only from uncommitted windows.
 
-The consumer processes, their reports and the checks are those of ``test_group_scenario``;
-only the worker (this file run as a script) differs.
+The consumer processes (``test_group_scenario``'s worker, client
+``confluent-consumer-protocol``), their reports and the checks are those of
+``test_group_scenario``.
 """
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 import uuid
 
-
-def _run(args) -> None:
-    from confluent_kafka import Consumer, TopicPartition
-
-    from tests.clients.test_group_scenario import Reporter, _consume, _stop_requested
-
-    report, stop = Reporter(), _stop_requested()
-    settings = {
-        "bootstrap.servers": args[0], "group.id": args[2], "client.id": args[3],
-        "group.protocol": "consumer", "group.remote.assignor": args[4],
-        "auto.offset.reset": "earliest", "enable.auto.commit": False,
-        "topic.metadata.refresh.interval.ms": 1000, "fetch.wait.max.ms": 100,
-    }
-    if os.environ.get("GROUP_WORKER_DEBUG"):
-        settings["debug"] = "cgrp"
-    consumer = Consumer(settings)
-    consumer.subscribe([args[1]])
-    report("ready")
-
-    def poll():
-        return [(m.partition(), m.offset()) for m in consumer.consume(500, 0.1) if not m.error()]
-
-    def commit(offsets):
-        consumer.commit(offsets=[TopicPartition(args[1], p, o) for p, o in offsets.items()],
-                        asynchronous=False)
-
-    try:
-        _consume(report, stop, poll, lambda: [tp.partition for tp in consumer.assignment()],
-                 commit)
-    finally:
-        consumer.close()
-    report("closed")
-
-
-if __name__ == "__main__":
-    _run(sys.argv[1:])
-    sys.exit(0)
-
-
-# --- the test side --------------------------------------------------------------------------
-
-import pytest  # noqa: E402
+import pytest
 
 pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -77,7 +33,6 @@ from tests.clients.test_group_scenario import (  # noqa: E402
     PER_BATCH,
     WAIT,
     Group,
-    Worker,
     _check_processing,
     _committed,
     _next_offsets,
@@ -93,35 +48,11 @@ BROKER = {
 }
 
 
-class ConsumerProtocolGroup(Group):
-    def start(self, name: str) -> Worker:
-        cmd = [sys.executable, os.path.abspath(__file__), self.bootstrap, self.topic,
-               self.group, name, self.assignor]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-        with open(os.path.join(self.log_dir, f"{self.assignor}-{name}.log"), "w") as err:
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=err, text=True, env=env, start_new_session=True)
-        w = Worker(name, proc)
-
-        def read() -> None:
-            import json
-
-            for line in proc.stdout:
-                try:
-                    w.events.put(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
-
-        threading.Thread(target=read, daemon=True).start()
-        self.workers.append(w)
-        return w
-
-
 @pytest.mark.parametrize("assignor", ["uniform", "range"])
 def test_consumer_protocol_group(tmp_path, assignor):
     with BrokerProcess(tmp_path / "broker", overrides=BROKER) as broker:
         run = uuid.uuid4().hex[:8]
-        g = ConsumerProtocolGroup("confluent", assignor, broker.bootstrap, f"kip848-{run}",
+        g = Group("confluent-consumer-protocol", assignor, broker.bootstrap, f"kip848-{run}",
                                   f"kip848-{assignor}-{run}", str(tmp_path))
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic(g.topic, PARTITIONS, 1)])[g.topic].result(15)
