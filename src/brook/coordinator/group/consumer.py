@@ -128,6 +128,9 @@ class ConsumerGroupCoordinator:
         self.groups: dict[str, ConsumerGroup] = {}
         self.timers: Timers[CoordinatorResult] = Timers()
         self._new_member_id = new_member_id
+        #: metrics: group epoch bumps, and members moved to a new epoch (counted when decided)
+        self.rebalances = 0
+        self.reconciliations = 0
 
     # --- replay -----------------------------------------------------------------------------
 
@@ -236,6 +239,7 @@ class ConsumerGroupCoordinator:
         if bump or g.group_epoch == 0:
             w.add(ConsumerGroupMetadataKey(g.group_id),
                   ConsumerGroupMetadataValue(g.group_epoch + 1))
+            self.rebalances += 1
         if g.group_epoch > g.assignment_epoch:
             self._assign(g, w)
         member = g.members[updated.member_id]
@@ -243,6 +247,8 @@ class ConsumerGroupCoordinator:
         after = reconcile(before, g.assignment_epoch,
                           g.target.get(member.member_id, frozenset()), req.owned,
                           g.owned_by_other(member.member_id))
+        if after.member_epoch != before.member_epoch and after.member_epoch > 0:
+            self.reconciliations += 1
         if after != before or new_member:
             w.add(ConsumerGroupCurrentMemberAssignmentKey(g.group_id, member.member_id),
                   current_assignment_value(after))
@@ -380,6 +386,7 @@ class ConsumerGroupCoordinator:
         g = scratch[group_id]
         self._remove_member_records(g, member_id, w)
         w.add(ConsumerGroupMetadataKey(group_id), ConsumerGroupMetadataValue(g.group_epoch + 1))
+        self.rebalances += 1
         return w.records
 
     @staticmethod
