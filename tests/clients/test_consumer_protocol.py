@@ -113,3 +113,55 @@ def test_consumer_protocol_group(tmp_path, assignor):
             assert flowing, "no record processed by the others while the newcomer joined"
         finally:
             g.close()
+
+
+def _consume_all(bootstrap: str, group: str, topic: str, want: int, **conf) -> list:
+    """Read ``want`` records as a member of ``group``, commit, leave; the values read."""
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False, **conf})
+    got = []
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + WAIT
+        while len(got) < want and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m.value())
+        # nothing more: a moment for a record read twice to show
+        end = time.monotonic() + 1
+        while time.monotonic() < end:
+            m = c.poll(0.1)
+            if m is not None and not m.error():
+                got.append(m.value())
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    return got
+
+
+def test_a_group_moves_between_the_protocols_with_its_offsets(tmp_path):
+    """Offline migration: the classic group's members stop, consumer-protocol members of the
+    same group id resume from its offsets, and back."""
+    from confluent_kafka import Producer
+
+    with BrokerProcess(tmp_path / "broker", overrides=BROKER) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("moves", 4, 1)])["moves"].result(15)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+
+        def produce(tag):
+            values = [f"{tag}-{i}".encode() for i in range(40)]
+            for i, v in enumerate(values):
+                producer.produce("moves", v, partition=i % 4)
+            assert producer.flush(30) == 0
+            return sorted(values)
+
+        first = produce("a")
+        assert sorted(_consume_all(broker.bootstrap, "moving", "moves", 40)) == first
+        second = produce("b")
+        assert sorted(_consume_all(broker.bootstrap, "moving", "moves", 40,
+                                   **{"group.protocol": "consumer"})) == second
+        third = produce("c")
+        assert sorted(_consume_all(broker.bootstrap, "moving", "moves", 40)) == third

@@ -352,3 +352,27 @@ def test_offsets_of_subscribed_topics_do_not_expire():
     h.now += 120_000
     expired = h.shard.offsets.expire(h.now, h.shard.classic.groups).records
     assert [(r.key.topic, r.value) for r in expired] == [("gone", None)]
+
+
+def test_an_empty_consumer_group_becomes_a_classic_group_with_its_offsets():
+    from brook.coordinator.group.classic import JoinGroup
+
+    h = Harness()
+    h.hb("a", 0)
+    req = OffsetCommit("g", (CommitTopic("t", (CommitPartition(0, 7, -1, "", -1),)),), 1, "a")
+    h.apply(h.shard.commit_offsets(req, h.now))
+    join = JoinGroup("g", "", "consumer", (("range", b""),), 10_000, 10_000, version=3)
+    assert h.apply(h.shard.join_group(join, h.now)).error == ErrorCode.inconsistent_group_protocol
+    h.hb("a", -1)
+    result = h.shard.join_group(join, h.now)
+    h.written += result.records  # the classic operations apply their own records
+    assert result.response is None or result.response.error == ErrorCode.none
+    assert "g" not in h.shard.consumer.groups and "g" in h.shard.classic.groups
+    assert [type(r.key).__name__ for r in result.records[:3]] == [
+        "ConsumerGroupTargetAssignmentMetadataKey", "ConsumerGroupPartitionMetadataKey",
+        "ConsumerGroupMetadataKey"]
+    assert h.shard.fetch_offsets("g", None)[0].offset == 7
+    # loading what was written gives the same
+    loaded = CoordinatorShard()
+    loaded.replay_records(h.written, h.now)
+    assert "g" not in loaded.consumer.groups and loaded.fetch_offsets("g", None)[0].offset == 7

@@ -231,12 +231,25 @@ class CoordinatorShard:
     # --- the classic group protocol -------------------------------------------------------
 
     def join_group(self, request: JoinGroup, now: int) -> CoordinatorResult:
-        if request.group_id in self.consumer.groups:
-            # a consumer group's id: no migration between the protocols (yet)
+        consumer = self.consumer.groups.get(request.group_id)
+        if consumer is not None and consumer.members:
+            # classic members inside a consumer group (online migration): not served
             return CoordinatorResult(response=JoinGroupResponse(
                 error=ErrorCode.inconsistent_group_protocol, member_id=request.member_id),
                 replay=False)
-        return self.classic.join_group(request, now)
+        if consumer is None:
+            return self.classic.join_group(request, now)
+        # An empty consumer group becomes a classic group, its offsets kept (Kafka's offline
+        # downgrade): its records' tombstones go first. The classic operations apply their own
+        # state (their records are not replayed), so the tombstones are applied here too.
+        tombstones = self.consumer.delete_records(request.group_id)
+        result = self.classic.join_group(request, now)
+        if not result.replay or not result.records:
+            for record in tombstones:
+                self.consumer.replay(record.key, record.value)
+            result.replay = False
+        result.records[:0] = tombstones
+        return result
 
     def sync_group(self, request: SyncGroup, now: int) -> CoordinatorResult:
         return self.classic.sync_group(request, now)
