@@ -229,8 +229,8 @@ def test_loading_replays_the_log_and_skips_unknown_record_types():
         finally:
             await rt.stop()
         index = rt.partition_for("g")
-        # A record type from a newer Kafka (KIP-848 consumer group metadata, type 3).
-        log.append_raw(index, [(b"\x00\x03\x00\x01g", b"\x00\x00")])
+        # A record type from a newer Kafka (a share group's, type 10).
+        log.append_raw(index, [(b"\x00\x0a\x00\x01g", b"\x00\x00")])
         again = await started(new_runtime(log))
         try:
             group = again.contexts[index].shard.groups["g"]
