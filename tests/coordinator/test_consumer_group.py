@@ -376,3 +376,40 @@ def test_an_empty_consumer_group_becomes_a_classic_group_with_its_offsets():
     loaded = CoordinatorShard()
     loaded.replay_records(h.written, h.now)
     assert "g" not in loaded.consumer.groups and loaded.fetch_offsets("g", None)[0].offset == 7
+
+
+heartbeats = st.builds(
+    ConsumerHeartbeat,
+    group_id=st.sampled_from(["g", "", "h"]),
+    member_id=st.sampled_from(["m0", "m1", "m2", ""]),
+    member_epoch=st.integers(-3, 6),
+    instance_id=st.sampled_from([None, "", "i0", "i1"]),
+    rack_id=st.sampled_from([None, "r"]),
+    rebalance_timeout_ms=st.sampled_from([-1, 0, 1000, 30_000]),
+    subscribed_topic_names=st.sampled_from([None, (), ("t",), ("t", "u", "missing")]),
+    subscribed_topic_regex=st.sampled_from([None, "", "t|u", "(?=t)", "[", "u.*"]),
+    server_assignor=st.sampled_from([None, "uniform", "range", "bogus"]),
+    owned=st.none() | st.frozensets(st.tuples(st.sampled_from([T, U, uuid.UUID(int=7)]),
+                                              st.integers(-1, 12)), max_size=6),
+)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.lists(st.tuples(heartbeats, st.integers(0, 50_000)), max_size=30))
+def test_any_heartbeat_gets_an_answer_and_keeps_ownership_single(steps):
+    """Errors are answers: whatever a heartbeat says, the shard answers it (never raises) and
+    no partition is owned twice; the records it wrote load into the same groups."""
+    h = Harness(u=(U, 3))
+    for req, wait in steps:
+        h.advance(wait)
+        r = h.apply(h.shard.consumer_group_heartbeat(req, h.topics, h.now))
+        assert isinstance(r.error, ErrorCode)
+        for g in h.shard.consumer.groups.values():
+            seen = set()
+            for m in g.members.values():
+                mine = m.assignment.assigned | m.assignment.pending_revocation
+                assert not mine & seen
+                seen |= mine
+    loaded = CoordinatorShard()
+    loaded.replay_records(h.written, h.now)
+    assert loaded.consumer.groups == h.shard.consumer.groups
