@@ -225,6 +225,9 @@ def test_commits_need_the_member_epoch():
     assert h.shard.fetch_offsets("g", None)[0].offset == 5
     # only consumer groups are listed for it, not a classic group made by the commit
     assert [(g.group_id, g.group_type) for g in h.shard.list_groups()] == [("g", "consumer")]
+    # the classic DescribeGroups does not describe it (Kafka 4: GROUP_ID_NOT_FOUND, Dead)
+    described = h.shard.describe_group("g")
+    assert (described.state, described.error) == ("Dead", ErrorCode.group_id_not_found)
 
 
 def test_a_classic_group_with_members_keeps_its_id():

@@ -252,7 +252,7 @@ def _described(d, mod):
                          client_host=m.client_host, member_metadata=m.metadata,
                          member_assignment=m.assignment) for m in d.members)
     return dict(group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol,
-                members=members)
+                members=members), d.error, d.message
 
 
 async def handle_describe_groups(broker, request, connection):
@@ -261,7 +261,7 @@ async def handle_describe_groups(broker, request, connection):
     out = []
     include_ops = getattr(body, "include_authorized_operations", False)
     for group_id in body.groups:
-        code, summary = ErrorCode.none, None
+        code, summary, text = ErrorCode.none, None, None
         ops = INT32_MIN
         if not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.GROUP, group_id):
             code = ErrorCode.group_authorization_failed
@@ -273,14 +273,14 @@ async def handle_describe_groups(broker, request, connection):
                     raise CoordinatorNotAvailable()
                 described = await broker.coordinator.read(
                     group_id, lambda shard, now: shard.describe_group(group_id))
-                summary = _described(described, mod)
-                if include_ops:
+                summary, code, text = _described(described, mod)
+                if include_ops and code == ErrorCode.none:
                     ops = authz.authorized_operations(broker, connection, authz.GROUP, group_id)
             except CoordinatorError as exc:
                 code = exc.code
         if summary is None:
             summary = dict(group_state="", protocol_type="", protocol_data="", members=())
-        out.append(make(mod.DescribedGroup, error_code=code, error_message=None, group_id=group_id,
+        out.append(make(mod.DescribedGroup, error_code=code, error_message=text, group_id=group_id,
                         authorized_operations=ops, **summary))
     return make(response_class(DESCRIBE_GROUPS, version), throttle_time=NO_THROTTLE,
                 groups=tuple(out))

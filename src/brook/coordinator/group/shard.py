@@ -94,6 +94,9 @@ class DescribedGroup(NamedTuple):
     protocol_type: str
     protocol: str
     members: tuple[DescribedMember, ...]
+    #: GROUP_ID_NOT_FOUND for a KIP-848 consumer group (ConsumerGroupDescribe describes it)
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
 
 
 _partition_of = itemgetter(0)  # CommitPartition.partition
@@ -410,11 +413,9 @@ class CoordinatorShard:
         return listed
 
     def describe_group(self, group_id: str) -> DescribedGroup:
-        consumer = self.consumer.groups.get(group_id)
-        if consumer is not None:  # as Kafka shows one to the classic API: no protocol data
-            return DescribedGroup(str(consumer.state), "consumer", "", tuple(
-                DescribedMember(m.member_id, m.instance_id, m.client_id, m.client_host, b"", b"")
-                for m in consumer.members.values()))
+        if group_id in self.consumer.groups:  # Kafka 4 answers as for no group, with a word
+            return DescribedGroup(str(S.DEAD), "", "", (), ErrorCode.group_id_not_found,
+                                  f"Group {group_id} is not a classic group.")
         group = self.classic.groups.get(group_id)
         if group is None:
             return DescribedGroup(str(S.DEAD), "", "", ())
