@@ -165,3 +165,28 @@ def test_a_group_moves_between_the_protocols_with_its_offsets(tmp_path):
                                    **{"group.protocol": "consumer"})) == second
         third = produce("c")
         assert sorted(_consume_all(broker.bootstrap, "moving", "moves", 40)) == third
+
+
+def test_a_regex_subscription_takes_topics_as_they_appear(tmp_path):
+    from confluent_kafka import Consumer
+
+    with BrokerProcess(tmp_path / "broker", overrides=BROKER) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for topic, n in (("rx-a", 2), ("other", 2)):
+            admin.create_topics([NewTopic(topic, n, 1)])[topic].result(15)
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "rx",
+                      "group.protocol": "consumer", "topic.metadata.refresh.interval.ms": 500})
+        try:
+            c.subscribe(["^rx-.*"])
+
+            def owned(n):
+                deadline = time.monotonic() + WAIT
+                while len(c.assignment()) < n and time.monotonic() < deadline:
+                    c.poll(0.1)
+                return sorted((tp.topic, tp.partition) for tp in c.assignment())
+
+            assert owned(2) == [("rx-a", 0), ("rx-a", 1)]
+            admin.create_topics([NewTopic("rx-b", 1, 1)])["rx-b"].result(15)
+            assert owned(3) == [("rx-a", 0), ("rx-a", 1), ("rx-b", 0)]
+        finally:
+            c.close()
