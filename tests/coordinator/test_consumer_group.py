@@ -416,3 +416,17 @@ def test_any_heartbeat_gets_an_answer_and_keeps_ownership_single(steps):
     loaded = CoordinatorShard()
     loaded.replay_records(h.written, h.now)
     assert loaded.consumer.groups == h.shard.consumer.groups
+
+
+def test_a_view_lacking_partitions_for_a_moment_does_not_shrink_the_assignment():
+    h = Harness(partitions=6)
+    h.hb("a", 0)
+    h.topics["t"] = (T, 4)  # a new coordinator's view during leader elections
+    r = h.hb("a", 1, owned={(T, p) for p in range(6)})
+    assert r.member_epoch == 1 and h.group().topics["t"].num_partitions == 6
+    h.topics["t"] = (uuid.UUID(int=99), 2)  # the topic deleted and made again: a new id
+    r = h.hb("a", 1, owned={(T, p) for p in range(6)})
+    assert h.group().group_epoch == 2 and h.group().topics["t"].num_partitions == 2
+    assert r.member_epoch == 1 and r.assignment == ()  # the old topic's partitions go first
+    r = h.hb("a", 1, owned=set())
+    assert r.member_epoch == 2 and parts(r) == {(uuid.UUID(int=99), 0), (uuid.UUID(int=99), 1)}

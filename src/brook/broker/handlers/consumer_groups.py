@@ -31,7 +31,7 @@ def topics_image(broker) -> dict[str, tuple[uuid.UUID, int]]:
         return {name: (tm.topic_id, tm.partitions) for name, tm in broker.metadata.topics.items()
                 if not tm.internal and tm.partitions > 0}
     cache = broker.replicas.cache
-    return {name: (cache.topic_ids[name], len(parts)) for name, parts in cache.topics.items()
+    return {name: (cache.topic_ids[name], max(parts) + 1) for name, parts in cache.topics.items()
             if name in cache.topic_ids and parts and not name.startswith("__")}
 
 

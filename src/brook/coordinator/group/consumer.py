@@ -492,7 +492,10 @@ def _subscribed_names(member: ConsumerMember, known: Mapping[str, object]) -> se
 
 
 def _subscription_metadata(g: ConsumerGroup, topics: TopicsImage) -> dict[str, TopicMetadata]:
-    """The subscribed topics that exist, with their ids and partition counts."""
+    """The subscribed topics that exist, with their ids and partition counts. A topic's count
+    never goes down while its id stays (Kafka's partitions are only ever added): a broker's
+    view that lacks some partitions for a moment, as a new coordinator's may while leaders
+    are elected, must not take them from the group and give them back a moment later."""
     wanted: set[str] = set()
     for m in g.members.values():
         wanted |= _subscribed_names(m, topics)
@@ -501,6 +504,9 @@ def _subscription_metadata(g: ConsumerGroup, topics: TopicsImage) -> dict[str, T
         found = topics.get(name)
         if found is not None:
             topic_id, count = found
+            known = g.topics.get(name)
+            if known is not None and known.topic_id == topic_id:
+                count = max(count, known.num_partitions)
             out[name] = TopicMetadata(topic_id, name, count)
     return out
 
