@@ -46,8 +46,8 @@ the broker's ZooKeeper session expires (`zookeeper.session.timeout.ms` {SESSION_
 bounds both figures from below; the new coordinator then loads the group from the log, and every
 member carries on at its epoch (none is fenced: the group epoch is the same before and after).
 The rest is the controller electing new leaders for every partition the killed broker led
-(hundreds of the {PARTITIONS} here, more in the second round, whose killed broker led half of
-them since the first round's one came back without leaderships) before the offsets partition's
+(hundreds of the {PARTITIONS} here, likely more in the second round, whose killed broker
+probably led half of them since the first round's came back without leaderships: not verified) before the offsets partition's
 turn: the size of the group changes little (the first and the last member are within 0.1 s).
 """
 
