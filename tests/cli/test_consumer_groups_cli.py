@@ -52,6 +52,7 @@ def test_a_consumer_group_shows_its_type_and_epochs(broker):
         state = json.loads(brook(broker, "groups", "describe", group, "--state", "--output",
                                  "json").stdout)
         assert state["type"] == "consumer" and state["state"] == "Stable"
+        assert state["assignment_strategy"] == "uniform"  # the group's server-side assignor
         assert state["group_epoch"] == state["target_assignment_epoch"] == 1
 
         result = brook(broker, "groups", "describe", group, "--members", "--verbose")

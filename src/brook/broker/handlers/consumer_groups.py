@@ -95,7 +95,8 @@ def _may_describe_topics(broker, connection) -> bool:
 # --- ConsumerGroupDescribe ------------------------------------------------------------------
 
 
-def _described(group: ConsumerGroup, mod, names: dict[uuid.UUID, str], version: int) -> dict:
+def _described(group: ConsumerGroup, assignor: str, mod, names: dict[uuid.UUID, str],
+               version: int) -> dict:
     def assignment(partitions):
         return make(mod.Assignment, topic_partitions=tuple(
             make(mod.TopicPartitions, topic_id=t, topic_name=names.get(t, ""), partitions=ps)
@@ -111,10 +112,8 @@ def _described(group: ConsumerGroup, mod, names: dict[uuid.UUID, str], version: 
             subscribed_topic_regex=m.subscribed_topic_regex,
             assignment=assignment(m.assignment.assigned),
             target_assignment=assignment(group.target.get(m.member_id, frozenset())), **extra))
-    assignor = max((m.server_assignor for m in group.members.values() if m.server_assignor),
-                   default=None)
     return dict(group_state=str(group.state), group_epoch=group.group_epoch,
-                assignment_epoch=group.assignment_epoch, assignor_name=assignor or "uniform",
+                assignment_epoch=group.assignment_epoch, assignor_name=assignor,
                 members=tuple(members))
 
 
@@ -155,7 +154,9 @@ async def handle_describe(broker, request, connection):
 
 def _describe_on(shard, group_id: str, mod, names, version: int) -> dict | None:
     group = shard.consumer_groups().get(group_id)
-    return None if group is None else _described(group, mod, names, version)
+    if group is None:
+        return None
+    return _described(group, shard.consumer.assignor_of(group), mod, names, version)
 
 
 APIS = [

@@ -325,7 +325,7 @@ class ConsumerGroupCoordinator:
 
     def _assign(self, g: ConsumerGroup, w: _Writer) -> None:
         """A new target assignment at the group epoch, from the group's assignor."""
-        assignor = ASSIGNORS[self._assignor_of(g)]
+        assignor = ASSIGNORS[self.assignor_of(g)]
         ids = {t.topic_name: t.topic_id for t in g.topics.values()}
         counts = {t.topic_id: t.num_partitions for t in g.topics.values()}
         specs = {}
@@ -341,7 +341,7 @@ class ConsumerGroupCoordinator:
         w.add(ConsumerGroupTargetAssignmentMetadataKey(g.group_id),
               ConsumerGroupTargetAssignmentMetadataValue(g.group_epoch))
 
-    def _assignor_of(self, g: ConsumerGroup) -> str:
+    def assignor_of(self, g: ConsumerGroup) -> str:
         """The assignor most members ask for (ties: the configured order), else the default."""
         votes = Counter(m.server_assignor for m in g.members.values() if m.server_assignor)
         names = self.config.assignors
