@@ -430,3 +430,17 @@ def test_a_view_lacking_partitions_for_a_moment_does_not_shrink_the_assignment()
     assert r.member_epoch == 1 and r.assignment == ()  # the old topic's partitions go first
     r = h.hb("a", 1, owned=set())
     assert r.member_epoch == 2 and parts(r) == {(uuid.UUID(int=99), 0), (uuid.UUID(int=99), 1)}
+
+
+def test_a_loaded_member_that_must_revoke_has_its_rebalance_timeout():
+    h = Harness()
+    a = parts(h.hb("a", 0, rebalance_timeout_ms=10_000))
+    h.hb("b", 0)
+    h.hb("a", 1, owned=a)  # told to revoke
+    loaded = CoordinatorShard()
+    loaded.replay_records(h.written, h.now)
+    loaded.loaded(h.now)
+    results = loaded.poll(h.now + 10_000)
+    for r in results:
+        loaded.replay_records(r.records, h.now + 10_000)
+    assert set(loaded.consumer.groups["g"].members) == {"b"}

@@ -138,10 +138,13 @@ class ConsumerGroupCoordinator:
         replay(self.groups, key, value)
 
     def loaded(self, now: int) -> None:
-        """After a load: every member gets a full session to heartbeat to this coordinator."""
+        """After a load: every member gets a full session to heartbeat to this coordinator,
+        and one asked to revoke partitions its rebalance timeout to do it."""
         for group in self.groups.values():
             for member in group.members.values():
                 self._schedule_session(group.group_id, member.member_id, now)
+                self._schedule_revocation(group.group_id, member, MemberAssignment(),
+                                          member.assignment, now)
 
     # --- the heartbeat ----------------------------------------------------------------------
 
