@@ -57,6 +57,8 @@ async def handle_heartbeat(broker, request, connection):
                                          "MemberId can't be empty.")
     elif not _may_read(broker, connection, body.group_id):
         resp = ConsumerHeartbeatResponse(ErrorCode.group_authorization_failed)
+    elif not _may_describe_all(broker, connection, req.subscribed_topic_names):
+        resp = ConsumerHeartbeatResponse(ErrorCode.topic_authorization_failed)
     elif req.subscribed_topic_regex is not None and not _may_describe_topics(broker, connection):
         resp = ConsumerHeartbeatResponse(ErrorCode.topic_authorization_failed)
     else:
@@ -82,6 +84,13 @@ async def handle_heartbeat(broker, request, connection):
 def _may_read(broker, connection, group_id: str) -> bool:
     return broker.authorizer is None or authz.allowed(broker, connection, authz.Op.READ,
                                                       authz.GROUP, group_id)
+
+
+def _may_describe_all(broker, connection, names) -> bool:
+    """Kafka 4 refuses a subscription to topics the member may not Describe."""
+    if broker.authorizer is None or not names:
+        return True
+    return len(authz.describable_topics(broker, connection, set(names))) == len(set(names))
 
 
 def _may_describe_topics(broker, connection) -> bool:
