@@ -445,3 +445,11 @@ def test_a_loaded_member_that_must_revoke_has_its_rebalance_timeout():
     for r in results:
         loaded.replay_records(r.records, h.now + 10_000)
     assert set(loaded.consumer.groups["g"].members) == {"b"}
+
+
+def test_range_puts_static_members_first_by_instance_id():
+    m = {"a": MemberSpec(frozenset({T}), frozenset()),
+         "b": MemberSpec(frozenset({T}), frozenset(), instance_id="z"),
+         "c": MemberSpec(frozenset({T}), frozenset(), instance_id="y")}
+    out = range_assignor(m, {T: 3})
+    assert (out["c"], out["b"], out["a"]) == ({(T, 0)}, {(T, 1)}, {(T, 2)})

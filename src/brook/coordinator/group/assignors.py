@@ -12,9 +12,10 @@ subscribes to their topic until no such move narrows the gap. With the same subs
 member ends with ``n // m`` or ``n // m + 1`` partitions and moves are as few as that allows.
 Kafka reaches the same balance with other tie-breaks, so the exact partitions may differ.
 
-``range`` (Kafka's ``RangeAssignor``): per topic, the members subscribed to it, sorted by member
-id, each take a contiguous range, the first ``n % m`` one more. Co-partitioned topics land
-together. Unlike Kafka 4.0's, it is not sticky: a membership change can move ranges.
+``range`` (Kafka's ``RangeAssignor``): per topic, the members subscribed to it, in Kafka's order
+(static members first, by instance id, then the others by member id), each take a contiguous
+range, the first ``n % m`` one more. Co-partitioned topics land together. As Kafka's, it is not
+sticky: a membership change can move ranges; static members keep theirs across restarts.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ Partition = tuple[uuid.UUID, int]
 class MemberSpec:
     topics: frozenset[uuid.UUID]  # subscribed topic ids (that exist)
     current: frozenset[Partition]  # the member's current target partitions
+    instance_id: str | None = None  # a static member's group.instance.id
 
 
 Assignor = Callable[[Mapping[str, MemberSpec], Mapping[uuid.UUID, int]],
@@ -90,7 +92,8 @@ def range_assignor(members: Mapping[str, MemberSpec],
     owned: dict[str, set[Partition]] = {m: set() for m in members}
     subscribed = {t for spec in members.values() for t in spec.topics if t in topics}
     for topic in subscribed:
-        takers = sorted(m for m, spec in members.items() if topic in spec.topics)
+        takers = sorted((m for m, spec in members.items() if topic in spec.topics),
+                        key=lambda m: _range_order(m, members[m]))
         count = topics[topic]
         quota, extra = divmod(count, len(takers))
         start = 0
@@ -99,6 +102,12 @@ def range_assignor(members: Mapping[str, MemberSpec],
             owned[member_id].update((topic, p) for p in range(start, start + size))
             start += size
     return {m: frozenset(ps) for m, ps in owned.items()}
+
+
+def _range_order(member_id: str, spec: MemberSpec) -> tuple:
+    if spec.instance_id is not None:
+        return (0, spec.instance_id)
+    return (1, member_id)
 
 
 #: ``group.consumer.assignors`` names; the first configured one is the group's default.

@@ -335,7 +335,8 @@ class ConsumerGroupCoordinator:
         for m in g.members.values():
             names = _subscribed_names(m, g.topics)
             specs[m.member_id] = MemberSpec(frozenset(ids[n] for n in names if n in ids),
-                                            g.target.get(m.member_id, frozenset()))
+                                            g.target.get(m.member_id, frozenset()),
+                                            m.instance_id)
         target = assignor(specs, counts)
         for member_id in sorted(target):
             if target[member_id] != g.target.get(member_id):
