@@ -16,10 +16,12 @@ from tests.support.kafka_wire import request_class
 def broker(tmp_path_factory):
     b = AclBroker(tmp_path_factory.mktemp("acl-consumer-groups"))
     b.proc.start()
-    admin = b.admin()  # kept: the futures die with the client
-    admin.create_topics([NewTopic("secured", 2, 1)])["secured"].result(15)
-    yield b
-    b.proc.close()
+    try:
+        admin = b.admin()  # kept: the futures die with the client
+        admin.create_topics([NewTopic("secured", 2, 1)])["secured"].result(15)
+        yield b
+    finally:
+        b.proc.close()
 
 
 def heartbeat(broker, group: str):
