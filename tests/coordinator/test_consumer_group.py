@@ -453,3 +453,21 @@ def test_range_puts_static_members_first_by_instance_id():
          "c": MemberSpec(frozenset({T}), frozenset(), instance_id="y")}
     out = range_assignor(m, {T: 3})
     assert (out["c"], out["b"], out["a"]) == ({(T, 0)}, {(T, 1)}, {(T, 2)})
+
+
+def test_an_empty_consumer_group_goes_when_its_offsets_expire():
+    from brook.coordinator.group.offsets import OffsetsConfig
+
+    h = Harness()
+    h.shard = CoordinatorShard(offsets_config=OffsetsConfig(offsets_retention_minutes=1))
+    h.hb("a", 0)
+    h.hb("b", 0, group="other")  # no offsets and members: stays
+    req = OffsetCommit("g", (CommitTopic("t", (CommitPartition(0, 5, -1, "", -1),)),), 1, "a")
+    h.apply(h.shard.commit_offsets(req, h.now))
+    h.now += 120_000
+    assert h.shard.offsets.expire(h.now, h.shard.classic.groups).records == []  # a member
+    h.hb("a", -1)
+    expired = h.shard.offsets.expire(h.now, h.shard.classic.groups).records
+    h.apply(type(h.shard.delete_topics((), h.now))(records=expired))
+    assert "g" not in h.shard.consumer.groups and "other" in h.shard.consumer.groups
+    assert h.shard.fetch_offsets("g", None) == []

@@ -446,7 +446,9 @@ class ConsumerGroupCoordinator:
         """The topics the group's members subscribe to, as last stored (None: no such
         group): their offsets do not expire."""
         group = self.groups.get(group_id)
-        return None if group is None else set(group.topics)
+        if group is None:
+            return None
+        return set(group.topics) if group.members else set()  # an empty group subscribes none
 
     def validate_commit(self, group_id: str, member_id: str, member_epoch: int,
                         transactional: bool = False) -> ErrorCode:

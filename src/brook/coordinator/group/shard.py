@@ -118,6 +118,9 @@ class CoordinatorShard:
         self.offsets = OffsetsManager(offsets_config, self.classic.groups)
         self.consumer = ConsumerGroupCoordinator(consumer_config)
         self.offsets.consumer_subscriptions = self.consumer.subscribed_topics
+        self.offsets.empty_consumer_groups = lambda: [
+            g for g, group in self.consumer.groups.items() if not group.members]
+        self.offsets.consumer_group_tombstones = self.consumer.delete_records
 
     @property
     def groups(self) -> dict[str, ClassicGroup]:
