@@ -471,3 +471,20 @@ def test_an_empty_consumer_group_goes_when_its_offsets_expire():
     h.apply(type(h.shard.delete_topics((), h.now))(records=expired))
     assert "g" not in h.shard.consumer.groups and "other" in h.shard.consumer.groups
     assert h.shard.fetch_offsets("g", None) == []
+
+
+def test_transactional_commits_are_fenced_by_the_member_epoch():
+    from brook.coordinator.group.offsets import TxnOffsetCommit
+
+    h = Harness()
+    h.hb("a", 0)
+
+    def commit(member, epoch):
+        req = TxnOffsetCommit("tx", "g", 7, 0,
+                              (CommitTopic("t", (CommitPartition(0, 5, -1, "", -1),)),),
+                              epoch, member)
+        return h.apply(h.shard.commit_transactional_offsets(req, h.now))
+
+    assert commit("a", 0) == [("t", 0, ErrorCode.illegal_generation)]
+    assert commit("x", 1) == [("t", 0, ErrorCode.unknown_member_id)]
+    assert commit("a", 1) == [("t", 0, ErrorCode.none)]

@@ -332,6 +332,13 @@ class CoordinatorShard:
             request, unknown = _known_partitions(request, partition_count)
             if not request.topics:
                 return CoordinatorResult(response=unknown)
+        if request.group_id in self.consumer.groups:
+            error = self.consumer.validate_commit(request.group_id, request.member_id,
+                                                  request.generation, transactional=True)
+            if error is not ErrorCode.none:
+                return CoordinatorResult(response=unknown + [
+                    (t.name, p.partition, error) for t in request.topics for p in t.partitions])
+            request = request._replace(generation=-1, member_id="", group_instance_id=None)
         committed = self.offsets.commit_transactional(
             request, self.classic.groups.get(request.group_id), now)
         return CoordinatorResult(records=committed.records, response=unknown + committed.errors,
