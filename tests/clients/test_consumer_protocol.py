@@ -190,3 +190,60 @@ def test_a_regex_subscription_takes_topics_as_they_appear(tmp_path):
             assert owned(3) == [("rx-a", 0), ("rx-a", 1), ("rx-b", 0)]
         finally:
             c.close()
+
+
+def test_exactly_once_with_a_consumer_protocol_group(tmp_path):
+    """Read-process-write with a transactional producer that commits the consumer's offsets
+    with its group metadata (KIP-447), the consumer in a group.protocol=consumer group."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    with BrokerProcess(tmp_path / "broker", overrides={
+            **BROKER, "transaction.state.log.num.partitions": 2,
+            "transaction.state.log.replication.factor": 1,
+            "transaction.state.log.min.isr": 1}) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for topic in ("eos-in", "eos-out"):
+            admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(15)
+        source = Producer({"bootstrap.servers": broker.bootstrap})
+        for i in range(20):
+            source.produce("eos-in", str(i).encode(), partition=i % 2)
+        assert source.flush(30) == 0
+
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "eos",
+                      "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False, "isolation.level": "read_committed"})
+        p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "eos-tx"})
+        try:
+            p.init_transactions(30)
+            c.subscribe(["eos-in"])
+            done = 0
+            deadline = time.monotonic() + WAIT
+            while done < 20 and time.monotonic() < deadline:
+                msgs = [m for m in c.consume(20, 0.5) if not m.error()]
+                if not msgs:
+                    continue
+                p.begin_transaction()
+                for m in msgs:
+                    p.produce("eos-out", m.value(), partition=m.partition())
+                p.send_offsets_to_transaction(c.position(c.assignment()),
+                                              c.consumer_group_metadata(), 30)
+                p.commit_transaction(30)
+                done += len(msgs)
+            assert done == 20
+        finally:
+            c.close()
+        committed = _committed(broker.bootstrap, "eos-in", "eos")  # asks for 12 partitions
+        assert {q: committed[q] for q in (0, 1)} == {0: 10, 1: 10}
+        out = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "eos-check",
+                        "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        try:
+            out.assign([TopicPartition("eos-out", q) for q in range(2)])
+            got = []
+            deadline = time.monotonic() + WAIT
+            while len(got) < 20 and time.monotonic() < deadline:
+                m = out.poll(0.2)
+                if m is not None and not m.error():
+                    got.append(int(m.value()))
+            assert sorted(got) == list(range(20))
+        finally:
+            out.close()
