@@ -233,7 +233,7 @@ def test_offsets_decoder(tmp_path):
          encode_value(OffsetCommitValue(42, 0, "hi", T0 + 1))),
         (encode_key(OffsetCommitKey("billing", "orders", 1)), None),
         (encode_key(GroupMetadataKey("billing")), None),
-        (struct.pack(">h", 5) + b"future", b"\x00\x00"),
+        (struct.pack(">h", 10) + b"future", b"\x00\x00"),
         (struct.pack(">h", 1) + b"\x00", b""),
     ]
     path = segment_of(log, records)
@@ -247,7 +247,7 @@ def test_offsets_decoder(tmp_path):
         f"metadata='hi' commit_timestamp={T0 + 1} expire_timestamp=-1",
         "offset_commit group=billing topic=orders partition=1 tombstone",
         "group_metadata group=billing tombstone",
-        "unknown record type 5",
+        "unknown record type 10",
         "corrupt (skipped when the coordinator loads): bad __consumer_offsets key: unpack_from requires a buffer of at least 4 bytes "
         "for unpacking 2 bytes at offset 2 (actual buffer size is 3)",
     ]
@@ -500,3 +500,28 @@ def test_a_txnindex_the_log_disagrees_with(tmp_path):
     assert result.exit_code == 1
     assert "size 35 is not a multiple of 34" in result.stdout
     assert "entry 0: no ABORT marker at offset 4 in the log" in result.stdout
+
+
+def test_offsets_decoder_shows_consumer_group_records(tmp_path):
+    import uuid
+
+    from brook.coordinator.group import consumer_schemas as cs
+
+    topic = uuid.UUID(int=1)
+    log = Log(str(tmp_path / "__consumer_offsets-2"), CONFIG, clock=FakeClock(T0))
+    records = [
+        (cs.encode_key(cs.ConsumerGroupMetadataKey("g")),
+         cs.encode_value(cs.ConsumerGroupMetadataValue(3))),
+        (cs.encode_key(cs.ConsumerGroupCurrentMemberAssignmentKey("g", "m")),
+         cs.encode_value(cs.ConsumerGroupCurrentMemberAssignmentValue(
+             3, 2, 0, ((topic, (0, 1)),), ()))),
+        (cs.encode_key(cs.ConsumerGroupMemberMetadataKey("g", "m")), None),
+    ]
+    lines = decoded_lines(segment_of(log, records), "--offsets-decoder")
+    assert lines == [
+        "consumer_group_metadata group=g epoch=3",
+        "consumer_group_current_member_assignment group=g member_id=m member_epoch=3 "
+        "previous_member_epoch=2 state=0 assigned_partitions=[['00000000-0000-0000-0000-"
+        "000000000001', [0, 1]]] partitions_pending_revocation=[]",
+        "consumer_group_member_metadata group=g member_id=m tombstone",
+    ]

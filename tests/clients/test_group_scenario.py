@@ -143,6 +143,35 @@ def _run_confluent(args, report: Reporter, stop: threading.Event) -> None:
         consumer.close()
 
 
+def _run_confluent_consumer_protocol(args, report: Reporter, stop: threading.Event) -> None:
+    """confluent-kafka with ``group.protocol=consumer`` (KIP-848): the broker assigns, with the
+    server-side assignor ``args.assignor``; sessions and heartbeats are the broker's settings
+    (test_consumer_protocol)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({
+        "bootstrap.servers": args.bootstrap, "group.id": args.group, "client.id": args.name,
+        "group.protocol": "consumer", "group.remote.assignor": args.assignor,
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "topic.metadata.refresh.interval.ms": 1000, "fetch.wait.max.ms": 100,
+        **({"debug": "cgrp"} if os.environ.get("GROUP_WORKER_DEBUG") else {}),
+    })
+    consumer.subscribe([args.topic])
+    report("ready")
+
+    def commit(offsets):
+        consumer.commit(offsets=[TopicPartition(args.topic, p, o) for p, o in offsets.items()],
+                        asynchronous=False)
+
+    try:
+        _consume(report, stop,
+                 lambda: [(m.partition(), m.offset()) for m in consumer.consume(500, 0.1)
+                          if not m.error()],
+                 lambda: [tp.partition for tp in consumer.assignment()], commit)
+    finally:
+        consumer.close()
+
+
 def _run_kafka_python(args, report: Reporter, stop: threading.Event) -> None:
     from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
     from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
@@ -264,7 +293,8 @@ def worker(argv: list[str]) -> None:
     report = Reporter()
     stop = _stop_requested()
     run = {"confluent": _run_confluent, "kafka-python": _run_kafka_python,
-           "aiokafka": _run_aiokafka}[args.client]
+           "aiokafka": _run_aiokafka,
+           "confluent-consumer-protocol": _run_confluent_consumer_protocol}[args.client]
     run(args, report, stop)
     report("closed")
 

@@ -395,7 +395,7 @@ def consumer_partitions(draw):
             layout = draw(layouts())
             assigned[group] = [(group, t, ps, m) for _, t, ps, m in layout]
         else:
-            batches.append([CoordinatorRecord(UnknownKey(5), None)])
+            batches.append([CoordinatorRecord(UnknownKey(10), None)])
     return batches
 
 
@@ -403,7 +403,7 @@ def encoded(batches):
     out = []
     for records in batches:
         if records and type(records[0].key) is UnknownKey:
-            out.append(encode_batch([BatchRecord(0, T0, b"\x00\x05\x00\x01g", b"\x00\x00")]))
+            out.append(encode_batch([BatchRecord(0, T0, b"\x00\x0a\x00\x01g", b"\x00\x00")]))
         else:
             out.append(encode_records(records, T0))
     return out

@@ -157,7 +157,7 @@ def test_loading_skips_record_types_it_does_not_read():
     from brook.records import Record as BatchRecord
     from brook.records import encode_batch
 
-    data.append(encode_batch([BatchRecord(1, T0, b"\x00\x04\x00\x01g", b"\x00\x00")],
+    data.append(encode_batch([BatchRecord(1, T0, b"\x00\x09\x00\x01g", b"\x00\x00")],
                              base_offset=1))
     core, offsets = load(data)
     assert offsets.get("g", "t", 0) == OffsetCommitValue(5)

@@ -229,8 +229,8 @@ def test_loading_replays_the_log_and_skips_unknown_record_types():
         finally:
             await rt.stop()
         index = rt.partition_for("g")
-        # A record type from a newer Kafka (KIP-848 consumer group metadata, type 3).
-        log.append_raw(index, [(b"\x00\x03\x00\x01g", b"\x00\x00")])
+        # A record type from a newer Kafka (a share group's, type 10).
+        log.append_raw(index, [(b"\x00\x0a\x00\x01g", b"\x00\x00")])
         again = await started(new_runtime(log))
         try:
             group = again.contexts[index].shard.groups["g"]
@@ -385,8 +385,8 @@ def test_record_types_brook_does_not_read_are_skipped_with_one_warning(caplog):
     async def main():
         log = MemoryLog()
         index = new_runtime(log).partition_for("g")
-        log.append_raw(index, [(b"\x00\x05\x00\x01g", b"\x00\x00")] * 3
-                       + [(b"\x00\x07\x00\x01g", None)])
+        log.append_raw(index, [(b"\x00\x0a\x00\x01g", b"\x00\x00")] * 3
+                       + [(b"\x00\x0c\x00\x01g", None)])
         log.write(index, [CoordinatorRecord(OffsetCommitKey("g", "t", 0), OffsetCommitValue(9))], 0)
         rt = await started(offsets_runtime(log))
         try:
@@ -400,8 +400,8 @@ def test_record_types_brook_does_not_read_are_skipped_with_one_warning(caplog):
         asyncio.run(main())
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 2
-    assert "skipped 3 record(s) of unknown record type 5" in warnings[0]
-    assert "skipped 1 record(s) of unknown record type 7" in warnings[1]
+    assert "skipped 3 record(s) of unknown record type 10" in warnings[0]
+    assert "skipped 1 record(s) of unknown record type 12" in warnings[1]
 
 
 def test_a_record_that_cannot_be_read_is_skipped_and_its_partition_served(caplog):

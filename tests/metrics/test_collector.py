@@ -941,3 +941,37 @@ def test_a_large_scrape_holds_its_text_about_once(broker, encoding):
     peak, text = asyncio.run(main())
     assert text > 3_000_000
     assert peak < 1.4 * text, f"{peak / 1e6:.1f} MB at the peak for {text / 1e6:.1f} MB of text"
+
+
+def test_consumer_groups_per_state_and_their_rebalances(broker):
+    from brook.coordinator.group.consumer import ConsumerHeartbeat
+
+    metrics = BrokerMetrics(broker)
+    broker.create_topic("t", 2)
+    topics = {"t": (broker.metadata.get("t").topic_id, 2)}
+
+    def heartbeat(member):
+        req = ConsumerHeartbeat("kip848", member, 0, rebalance_timeout_ms=30_000,
+                                subscribed_topic_names=("t",))
+        return lambda shard, now: shard.consumer_group_heartbeat(req, topics, now)
+
+    async def main():
+        rt = await started_groups(broker)
+        try:
+            before = samples(metrics)
+            await rt.run("kip848", heartbeat("a"))
+            got = samples(metrics)
+            states = {k[1][0][1]: v for k, v in got.items()
+                      if k[0] == "brook_coordinator_consumer_groups"}
+            assert states == {"Empty": 0, "Assigning": 0, "Reconciling": 0, "Stable": 1}
+            await rt.run("kip848", heartbeat("b"))  # a waits to revoke: Reconciling
+            got = samples(metrics)
+            assert sample(got, "brook_coordinator_consumer_groups", state="Reconciling") == 1
+            assert sample(got, "brook_coordinator_consumer_group_rebalances_total") == 2 + sample(
+                before, "brook_coordinator_consumer_group_rebalances_total")
+            assert sample(got, "brook_coordinator_consumer_group_reconciliations_total") == 2 + \
+                sample(before, "brook_coordinator_consumer_group_reconciliations_total")
+        finally:
+            await rt.stop()
+
+    asyncio.run(main())

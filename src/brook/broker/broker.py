@@ -20,6 +20,7 @@ from ..security.scram import MECHANISMS as SCRAM_MECHANISMS
 from .dynamic_config import TOPIC_SYNONYMS, BrokerConfigLayers, DynamicConfigError, check_dynamic_configs, replaced
 from ..coordinator.common.runtime import CoordinatorRuntime
 from ..coordinator.group.classic import GroupConfig
+from ..coordinator.group.consumer import ConsumerGroupConfig
 from ..coordinator.group.offsets import OffsetsConfig
 from ..coordinator.group.partitioner import OFFSETS_TOPIC, partition_for
 from ..coordinator.group.shard import CoordinatorShard
@@ -206,7 +207,11 @@ class Broker:
                         max_session_timeout_ms=c.group_max_session_timeout_ms,
                         max_size=c.group_max_size,
                         initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms),
-            OffsetsConfig.from_broker(c))
+            OffsetsConfig.from_broker(c),
+            consumer_config=ConsumerGroupConfig(
+                session_timeout_ms=c.group_consumer_session_timeout_ms,
+                heartbeat_interval_ms=c.group_consumer_heartbeat_interval_ms,
+                max_size=c.group_consumer_max_size, assignors=c.group_consumer_assignors))
 
     def _new_transaction_shard(self) -> TransactionShard:
         c = self.config

@@ -88,6 +88,19 @@ def _authorizer(v: str) -> bool:
     return bool(name)
 
 
+_ASSIGNOR_CLASSES = {"org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+                     "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}
+
+
+def _assignor_names(v: str) -> tuple[str, ...]:
+    """group.consumer.assignors: names (uniform, range) or Kafka's class names of them."""
+    names = tuple(_ASSIGNOR_CLASSES.get(n.strip(), n.strip()) for n in v.split(",") if n.strip())
+    unknown = [n for n in names if n not in ("uniform", "range")]
+    if unknown or not names:
+        raise ValueError(f"unknown assignors {unknown or names}: uniform and range are served")
+    return names
+
+
 def _bool(v: str) -> bool:
     v = str(v).strip().lower()
     if v not in ("true", "false"):
@@ -168,6 +181,11 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3_000
     group_max_size: int = 2**31 - 1
+    # Consumer groups of KIP-848 (Kafka 4's keys and defaults).
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_max_size: int = 2**31 - 1
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
     # Prometheus metrics over HTTP on this port (brook's key; Kafka has JMX instead): off if None.
     metrics_port: int | None = None
     # A cluster on ZooKeeper (Kafka's keys and defaults): off, the embedded single node, if None.
@@ -300,6 +318,12 @@ class BrokerConfig:
             group_max_session_timeout_ms=get("group.max.session.timeout.ms", 1_800_000),
             group_initial_rebalance_delay_ms=get("group.initial.rebalance.delay.ms", 3_000),
             group_max_size=get("group.max.size", 2**31 - 1),
+            group_consumer_session_timeout_ms=get("group.consumer.session.timeout.ms", 45_000),
+            group_consumer_heartbeat_interval_ms=get("group.consumer.heartbeat.interval.ms",
+                                                     5_000),
+            group_consumer_max_size=get("group.consumer.max.size", 2**31 - 1),
+            group_consumer_assignors=get("group.consumer.assignors", ("uniform", "range"),
+                                         _assignor_names),
             metrics_port=get("metrics.port", None),
             zookeeper_connect=zk_connect,
             zookeeper_session_timeout_ms=zk_session_timeout,
@@ -366,6 +390,10 @@ class BrokerConfig:
                               "must be at least 1")
         if cfg.offsets_retention_check_interval_ms < 1:
             raise ConfigError("offsets.retention.check.interval.ms must be at least 1")
+        if cfg.group_consumer_max_size < 1 or cfg.group_consumer_session_timeout_ms < 1 \
+                or cfg.group_consumer_heartbeat_interval_ms < 1:
+            raise ConfigError("group.consumer.max.size, group.consumer.session.timeout.ms and "
+                              "group.consumer.heartbeat.interval.ms must be >= 1")
         if cfg.group_min_session_timeout_ms > cfg.group_max_session_timeout_ms:
             raise ConfigError("group.min.session.timeout.ms is above group.max.session.timeout.ms")
         if cfg.group_initial_rebalance_delay_ms < 0 or cfg.group_max_size < 1:

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import logging
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
-from confluent_kafka import (ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError,
-                             KafkaException, TopicCollection, TopicPartition)
+from confluent_kafka import (ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType,
+                             KafkaError, KafkaException, TopicCollection, TopicPartition)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from . import options
 from .errors import CliError
+from .wire import consumer_group_describe
 
 TP = tuple[str, int]
 
@@ -107,6 +108,9 @@ class Member:
     client_id: str
     host: str
     partitions: tuple[TP, ...]
+    #: KIP-848 consumer groups only: the member's epoch and target partitions.
+    member_epoch: int | None = None
+    target: tuple[TP, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,10 @@ class Group:
     simple: bool
     coordinator: tuple[int, str, int] | None  # (id, host, port)
     members: tuple[Member, ...] = field(default=())
+    group_type: str = "classic"  # or "consumer" (KIP-848)
+    #: KIP-848 consumer groups only: the group epoch and the target assignment's epoch.
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
 
     @property
     def exists(self) -> bool:
@@ -280,7 +288,23 @@ class Cluster:
         if not group_ids:
             return []
         futures = self.admin.describe_consumer_groups(group_ids, request_timeout=self.timeout)
-        return [_group(self.wait(futures[g], f"cannot describe group '{g}'")) for g in group_ids]
+        groups = [_group(self.wait(futures[g], f"cannot describe group '{g}'")) for g in group_ids]
+        return [self._with_epochs(g) if g.group_type == "consumer" else g for g in groups]
+
+    def _with_epochs(self, group: Group) -> Group:
+        """A consumer group with its epochs and its own state name, asked of its coordinator."""
+        if group.coordinator is None:
+            return group
+        _, host, port = group.coordinator
+        described = consumer_group_describe(host, port, group.group_id, self.timeout,
+                                            self.security)
+        if described is None:
+            return group
+        state, epoch, assignment_epoch, member_epochs = described
+        members = tuple(replace(m, member_epoch=member_epochs.get(m.member_id))
+                        for m in group.members)
+        return replace(group, state=state, group_epoch=epoch,
+                       assignment_epoch=assignment_epoch, members=members)
 
     def group(self, group_id: str) -> Group:
         return self.groups([group_id])[0]
@@ -338,10 +362,15 @@ class Cluster:
 
 def _group(desc) -> Group:
     coordinator = desc.coordinator
+    consumer = getattr(desc, "type", None) == ConsumerGroupType.CONSUMER
     members = tuple(
         Member(m.member_id, m.group_instance_id, m.client_id, m.host,
                tuple(sorted((tp.topic, tp.partition) for tp in
-                            (m.assignment.topic_partitions if m.assignment else []))))
+                            (m.assignment.topic_partitions if m.assignment else []))),
+               target=tuple(sorted((tp.topic, tp.partition) for tp in
+                                   (m.target_assignment.topic_partitions
+                                    if getattr(m, "target_assignment", None) else [])))
+               if consumer else None)
         for m in desc.members)
     return Group(
         group_id=desc.group_id,
@@ -350,4 +379,5 @@ def _group(desc) -> Group:
         simple=bool(desc.is_simple_consumer_group),
         coordinator=(coordinator.id, coordinator.host, coordinator.port) if coordinator else None,
         members=members,
+        group_type="consumer" if consumer else "classic",
     )

@@ -58,11 +58,19 @@ def offset_rows(group: "Group", committed: Mapping[TP, int],
 
 
 def member_rows(group: "Group") -> list[dict[str, Any]]:
-    return [{
-        "consumer_id": m.member_id, "group_instance_id": m.group_instance_id, "host": m.host,
-        "client_id": m.client_id,
-        "partitions": [{"topic": t, "partition": p} for t, p in m.partitions],
-    } for m in group.members]
+    """The members; a KIP-848 consumer group's also with each one's epoch and target
+    partitions (and the target assignment's epoch), as Kafka 4's tool shows them."""
+    rows = []
+    for m in group.members:
+        row = {"consumer_id": m.member_id, "group_instance_id": m.group_instance_id,
+               "host": m.host, "client_id": m.client_id,
+               "partitions": [{"topic": t, "partition": p} for t, p in m.partitions]}
+        if group.group_type == "consumer":
+            row["member_epoch"] = m.member_epoch
+            row["target_epoch"] = group.assignment_epoch
+            row["target_partitions"] = [{"topic": t, "partition": p} for t, p in m.target or ()]
+        rows.append(row)
+    return rows
 
 
 def assignment_text(partitions: list[dict[str, Any]]) -> str:
@@ -78,9 +86,13 @@ def state_view(group: "Group") -> dict[str, Any]:
     if group.coordinator:
         cid, host, port = group.coordinator
         coordinator = {"id": cid, "host": host, "port": port}
-    return {"group": group.group_id, "coordinator": coordinator,
+    view = {"group": group.group_id, "coordinator": coordinator,
             "assignment_strategy": group.assignor or None, "state": group.state,
             "members": len(group.members)}
+    if group.group_type == "consumer":
+        view.update(type="consumer", group_epoch=group.group_epoch,
+                    target_assignment_epoch=group.assignment_epoch)
+    return view
 
 
 def change_rows(group_id: str, changes: list[Change]) -> list[dict[str, Any]]:
@@ -236,6 +248,8 @@ def offsets_failure(group_id: str, rows: list[dict[str, Any]]) -> str | None:
 def list_groups(
     state: Optional[str] = typer.Option(
         None, "--state", help="Only groups in these states, comma-separated (e.g. Stable,Empty)."),
+    show_type: bool = typer.Option(
+        False, "--type", help="With each group's type: classic, or consumer (KIP-848)."),
     bootstrap: Optional[str] = bootstrap_option(),
     timeout: Optional[float] = timeout_option(),
     fmt: Format = output_option(),
@@ -245,10 +259,15 @@ def list_groups(
     states = [s for s in (state or "").split(",") if s.strip()]
     ids = [g for g, _ in cluster.group_ids(states)]
     groups = cluster.groups(ids)
-    rows = [{"group": g.group_id, "state": g.state, "protocol": g.assignor or None,
-             "members": len(g.members)} for g in groups]
+    rows = [{"group": g.group_id, "type": g.group_type, "state": g.state,
+             "protocol": g.assignor or None, "members": len(g.members)} for g in groups]
     if fmt is Format.json:
         output.print_json(rows)
+        return
+    if show_type:
+        output.table(("GROUP", "TYPE", "STATE", "PROTOCOL", "MEMBERS"),
+                     [(r["group"], r["type"], r["state"], r["protocol"], r["members"])
+                      for r in rows])
         return
     output.table(("GROUP", "STATE", "PROTOCOL", "MEMBERS"),
                  [(r["group"], r["state"], r["protocol"], r["members"]) for r in rows])
@@ -277,6 +296,12 @@ def describe(
             return
         coord = view["coordinator"]
         coord_text = f"{coord['host']}:{coord['port']} ({coord['id']})" if coord else None
+        if group.group_type == "consumer":
+            output.table(("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE",
+                          "GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"),
+                         [(group_id, coord_text, view["assignment_strategy"], group.state,
+                           group.group_epoch, group.assignment_epoch, view["members"])])
+            return
         output.table(("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
                      [(group_id, coord_text, view["assignment_strategy"], group.state,
                        view["members"])])
@@ -288,13 +313,19 @@ def describe(
             return
         _state_note(group)
         static = any(r["group_instance_id"] for r in rows)
+        epochs = verbose and group.group_type == "consumer"  # Kafka 4's columns
         columns = ["GROUP", "CONSUMER-ID"] + (["GROUP-INSTANCE-ID"] if static else []) + [
-            "HOST", "CLIENT-ID", "#PARTITIONS"] + (["ASSIGNMENT"] if verbose else [])
+            "HOST", "CLIENT-ID", "#PARTITIONS"] + (
+            ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
+            if epochs else ["ASSIGNMENT"] if verbose else [])
         table_rows = []
         for r in rows:
             cells = [group_id, r["consumer_id"]] + ([r["group_instance_id"]] if static else []) + [
                 r["host"], r["client_id"], len(r["partitions"])]
-            if verbose:
+            if epochs:
+                cells += [r["member_epoch"], assignment_text(r["partitions"]) or None,
+                          r["target_epoch"], assignment_text(r["target_partitions"]) or None]
+            elif verbose:
                 cells.append(assignment_text(r["partitions"]) or None)
             table_rows.append(cells)
         output.table(columns, table_rows)

@@ -2,19 +2,25 @@
 metadata and tombstones, decoded by brook.coordinator.group.schemas (Kafka's formats).
 
 Members of `consumer` groups have their subscription and assignment decoded with Kafka's
-ConsumerProtocol schemas (kio); other protocols' bytes are shown by size.
+ConsumerProtocol schemas (kio); other protocols' bytes are shown by size. The records of KIP-848
+consumer groups (types 3-8, brook.coordinator.group.consumer_schemas) are shown field by field,
+topics by id.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import uuid
 from typing import Any
 
 from kio.schema.consumer_protocol_assignment.v0 import ConsumerProtocolAssignment
 from kio.schema.consumer_protocol_subscription.v0 import ConsumerProtocolSubscription
 from kio.serial import entity_reader
 
+from ..coordinator.group.consumer_schemas import CONSUMER_GROUP_KEYS, decode_key, decode_value
 from ..coordinator.group.schemas import (CorruptOffsetsRecordError, GroupMetadataKey,
-                                         OffsetCommitKey, UnknownKey, decode_key, decode_value)
+                                         OffsetCommitKey, UnknownKey)
 
 _read_subscription = entity_reader(ConsumerProtocolSubscription)
 _read_assignment = entity_reader(ConsumerProtocolAssignment)
@@ -55,6 +61,8 @@ def decode(key: bytes | None, value: bytes | None) -> dict[str, Any]:
         v = decode_value(k, value)
     except CorruptOffsetsRecordError as exc:
         return {"type": "corrupt", "error": str(exc)}
+    if type(k) in CONSUMER_GROUP_KEYS:
+        return _consumer_group_record(k, v)
     if isinstance(k, OffsetCommitKey):
         out: dict[str, Any] = {"type": "offset_commit", "group": k.group, "topic": k.topic,
                                "partition": k.partition}
@@ -90,6 +98,30 @@ def decode(key: bytes | None, value: bytes | None) -> dict[str, Any]:
     return out
 
 
+def _consumer_group_record(key, value) -> dict[str, Any]:
+    """A KIP-848 record: its type from the key's name (consumer_group_member_metadata, ...),
+    the key's fields, then the value's (topic ids as text, partitions as lists)."""
+    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", type(key).__name__.removesuffix("Key")).lower()
+    out: dict[str, Any] = {"type": kind, **dataclasses.asdict(key)}
+    if value is None:
+        out["tombstone"] = True
+    else:
+        out.update({f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)})
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return f"{len(value)} bytes"
+    return value
+
+
 def unreadable(d: dict[str, Any]) -> str | None:
     """The line of a record a coordinator's decoder could not read (this one's and
     transaction_log_decoder's), None for one it read."""
@@ -105,6 +137,9 @@ def describe(d: dict[str, Any]) -> str:
     kind = d["type"]
     if kind in ("unknown", "corrupt"):
         return unreadable(d)
+    if kind.startswith("consumer_group_"):
+        return kind + "".join(f" {k}={v}" if k != "tombstone" else " tombstone"
+                              for k, v in d.items() if k != "type")
     if kind == "offset_commit":
         head = f"offset_commit group={d['group']} topic={d['topic']} partition={d['partition']}"
         if d.get("tombstone"):

@@ -51,6 +51,23 @@ def offset_delete(host: str, port: int, group_id: str, topics: dict[str, list[in
     return response.error_code, errors
 
 
+CONSUMER_GROUP_DESCRIBE = 69
+
+
+def consumer_group_describe(host: str, port: int, group_id: str, timeout: float, security=None):
+    """ConsumerGroupDescribe v0 (KIP-848) to the group's coordinator: (state, group epoch,
+    target assignment epoch, {member id: member epoch}), or None when it is not a consumer
+    group there (confluent-kafka's Python client shows neither the epochs nor the states
+    Assigning and Reconciling)."""
+    response = request(host, port, request_class(CONSUMER_GROUP_DESCRIBE, 0)(
+        group_ids=(group_id,), include_authorized_operations=False), timeout, security)
+    g = response.groups[0]
+    if g.error_code != ErrorCode.none:
+        return None
+    return (g.group_state, g.group_epoch, g.assignment_epoch,
+            {m.member_id: m.member_epoch for m in g.members})
+
+
 DESCRIBE_CLUSTER = 60
 
 

@@ -252,7 +252,7 @@ def _described(d, mod):
                          client_host=m.client_host, member_metadata=m.metadata,
                          member_assignment=m.assignment) for m in d.members)
     return dict(group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol,
-                members=members)
+                members=members), d.error, d.message
 
 
 async def handle_describe_groups(broker, request, connection):
@@ -261,7 +261,7 @@ async def handle_describe_groups(broker, request, connection):
     out = []
     include_ops = getattr(body, "include_authorized_operations", False)
     for group_id in body.groups:
-        code, summary = ErrorCode.none, None
+        code, summary, text = ErrorCode.none, None, None
         ops = INT32_MIN
         if not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.GROUP, group_id):
             code = ErrorCode.group_authorization_failed
@@ -273,14 +273,14 @@ async def handle_describe_groups(broker, request, connection):
                     raise CoordinatorNotAvailable()
                 described = await broker.coordinator.read(
                     group_id, lambda shard, now: shard.describe_group(group_id))
-                summary = _described(described, mod)
-                if include_ops:
+                summary, code, text = _described(described, mod)
+                if include_ops and code == ErrorCode.none:
                     ops = authz.authorized_operations(broker, connection, authz.GROUP, group_id)
             except CoordinatorError as exc:
                 code = exc.code
         if summary is None:
             summary = dict(group_state="", protocol_type="", protocol_data="", members=())
-        out.append(make(mod.DescribedGroup, error_code=code, error_message=None, group_id=group_id,
+        out.append(make(mod.DescribedGroup, error_code=code, error_message=text, group_id=group_id,
                         authorized_operations=ops, **summary))
     return make(response_class(DESCRIBE_GROUPS, version), throttle_time=NO_THROTTLE,
                 groups=tuple(out))
@@ -297,7 +297,7 @@ async def handle_list_groups(broker, request, connection):
     code = ErrorCode.none
     groups = []
     runtime = broker.coordinator
-    if types and "classic" not in types:
+    if types and not types & {"classic", "consumer"}:
         pass
     elif runtime is None or not runtime.started:
         code = ErrorCode.coordinator_not_available
@@ -306,8 +306,9 @@ async def handle_list_groups(broker, request, connection):
         if loading:
             code = ErrorCode.coordinator_load_in_progress
         groups = [make(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
-                       group_state=g.state, group_type="classic")
-                  for shard_groups in listed for g in shard_groups]
+                       group_state=g.state, group_type=g.group_type)
+                  for shard_groups in listed for g in shard_groups
+                  if not types or g.group_type in types]
         if broker.authorizer is not None and not authz.cluster_allowed(broker, connection, authz.Op.DESCRIBE,
                                                                        log_denied=False):
             # without Cluster Describe, only the groups it may Describe (silently)

@@ -142,12 +142,13 @@ def _by_topic(fetched) -> list:
 
 
 async def fetch_group(broker, group_id: str, topics, connection=None,
-                      require_stable: bool = False):
+                      require_stable: bool = False, member: tuple[str | None, int] | None = None):
     """(error, topics) for one group; ``topics`` as (name, partitions) pairs or None. With
     ACLs: Group Describe, and only topics the principal may Describe (those asked for by
     name and refused answer TOPIC_AUTHORIZATION_FAILED; of all topics, the others are left out).
     With ``require_stable``, UNSTABLE_OFFSET_COMMIT for a partition with a pending
-    transactional offset."""
+    transactional offset. ``member``: (member id, member epoch) of OffsetFetch v9+, checked
+    against a consumer group's (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID)."""
     checked = broker.authorizer is not None
     refused = []
     if checked:
@@ -158,11 +159,20 @@ async def fetch_group(broker, group_id: str, topics, connection=None,
             refused = [(t, [(p, NO_OFFSET, NO_EPOCH, "", ErrorCode.topic_authorization_failed) for p in ps])
                        for t, ps in topics if t not in may]
             topics = [(t, ps) for t, ps in topics if t in may]
+
+    def read(shard, now):
+        if member is not None and group_id in shard.consumer_groups():
+            error = shard.consumer.validate_fetch(group_id, *member)
+            if error != ErrorCode.none:
+                return error, []
+        return ErrorCode.none, shard.fetch_offsets(group_id, topics, require_stable)
+
     try:
-        fetched = await _runtime(broker).read(
-            group_id, lambda shard, now: shard.fetch_offsets(group_id, topics, require_stable))
+        code, fetched = await _runtime(broker).read(group_id, read)
     except CoordinatorError as exc:
         return exc.code, None
+    if code != ErrorCode.none:
+        return code, None
     found = _by_topic(fetched)
     if checked and topics is None:
         may = authz.describable_topics(broker, connection, (t for t, _ in found), log_denied=False)
@@ -182,8 +192,9 @@ async def handle_offset_fetch(broker, request, connection):
     if version >= 8:
         groups = []
         for g in body.groups:
+            member = (g.member_id, g.member_epoch) if version >= 9 else None
             code, topics = await fetch_group(broker, g.group_id, _topics_of(g.topics), connection,
-                                             stable)
+                                             stable, member)
             groups.append((g.group_id, topics or [], code))
         return _raw(offset_fetch_groups_response(version, request.correlation_id, groups))
     requested = _topics_of(body.topics)

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from ...coordinator.group.classic_group import GroupState
+from ...coordinator.group.consumer_group import ConsumerGroupState
 from .counts import BUCKET_LABELS
 
 log = logging.getLogger(__package__)
@@ -108,13 +109,26 @@ class BrokerCollector:
         return count, seconds
 
     def _groups(self, figures):
-        states, rebalances, offsets, cache_bytes, loads = figures
+        states, rebalances, offsets, cache_bytes, loads, consumer = figures
         per_state = GaugeMetricFamily("brook_coordinator_groups",
                                       "Consumer groups of this coordinator, by state.",
                                       labels=["state"])
         for state, n in states.items():
             per_state.add_metric([state], n)
         yield per_state
+        consumer_states, epoch_bumps, reconciliations = consumer
+        per_state = GaugeMetricFamily(
+            "brook_coordinator_consumer_groups",
+            "KIP-848 consumer groups of this coordinator, by state.", labels=["state"])
+        for state, n in consumer_states.items():
+            per_state.add_metric([state], n)
+        yield per_state
+        yield CounterMetricFamily("brook_coordinator_consumer_group_rebalances",
+                                  "Group epoch bumps of KIP-848 consumer groups.",
+                                  value=epoch_bumps)
+        yield CounterMetricFamily("brook_coordinator_consumer_group_reconciliations",
+                                  "Members of KIP-848 consumer groups moved to a new epoch.",
+                                  value=reconciliations)
         yield CounterMetricFamily("brook_coordinator_rebalances",
                                   "Completed rebalances (join phases) of classic groups.",
                                   value=rebalances)
@@ -189,7 +203,9 @@ def _group_figures(broker):
     state, rebalances, cached offsets, cache bytes, [(partition, load seconds, records
     loaded)])."""
     states = dict.fromkeys((s.value for s in GroupState), 0)
-    rebalances = offsets = cache_bytes = 0
+    consumer_states = dict.fromkeys((s.value for s in ConsumerGroupState
+                                     if s is not ConsumerGroupState.DEAD), 0)
+    rebalances = offsets = cache_bytes = epoch_bumps = reconciliations = 0
     loads = []
     runtime = broker.coordinator
     for ctx in list(runtime.contexts.values()) if runtime is not None else []:
@@ -197,6 +213,10 @@ def _group_figures(broker):
         for group in list(shard.groups.values()):  # simple consumers' groups too (Empty)
             states[group.state.value] += 1
         rebalances += shard.classic.rebalances
+        for consumer_group in list(shard.consumer.groups.values()):
+            consumer_states[consumer_group.state.value] += 1
+        epoch_bumps += shard.consumer.rebalances
+        reconciliations += shard.consumer.reconciliations
         offsets += shard.offsets.cached_offsets
         cache_bytes += _cache_bytes(shard.offsets)
         load_time_ms = ctx.load_time_ms
@@ -204,7 +224,8 @@ def _group_figures(broker):
             loads.append((ctx.partition, load_time_ms / 1000, ctx.records_loaded,
                           ctx.records_skipped))
         yield
-    return states, rebalances, offsets, cache_bytes, loads
+    return (states, rebalances, offsets, cache_bytes, loads,
+            (consumer_states, epoch_bumps, reconciliations))
 
 
 def _cache_bytes(manager) -> int:

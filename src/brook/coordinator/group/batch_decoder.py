@@ -51,9 +51,8 @@ from .schemas import (
     UnknownKey,
     _bytes_of,
     _Corrupt,
-    decode_key,
-    decode_value,
 )
+from .consumer_schemas import decode_key, decode_value  # every record type, classic ones too
 
 __all__ = ["CommitBlock", "DecodedRecord", "RecordsDecoder", "UnreadableRecords"]
 

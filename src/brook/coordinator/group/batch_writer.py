@@ -26,9 +26,8 @@ from .schemas import (
     OffsetCommitValue,
     _pack_h,
     _string,
-    encode_key,
-    encode_value,
 )
+from .consumer_schemas import encode_key, encode_value  # every record type, classic ones too
 
 __all__ = ["encode_commit_batch", "encode_records"]
 

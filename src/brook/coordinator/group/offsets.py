@@ -33,7 +33,7 @@ removed by the expiry; deleting offsets, a group or a topic deletes the pending 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -301,6 +301,13 @@ class OffsetsManager:
         #: The undo records of the writes applied but not yet committed.
         self.uncommitted = Uncommitted()
         self.groups: Mapping[str, ClassicGroup] = {} if groups is None else groups
+        #: The topics a consumer group of KIP-848 subscribes to (None: no such group), whose
+        #: offsets are kept while it does, as Kafka keeps them; the shard sets it.
+        self.consumer_subscriptions: Callable[[str], Collection[str] | None] = lambda g: None
+        #: The empty consumer groups, and the tombstones that delete one (Kafka deletes an empty
+        #: group once its offsets have all expired); the shard sets them.
+        self.empty_consumer_groups: Callable[[], Iterable[str]] = lambda: ()
+        self.consumer_group_tombstones: Callable[[str], list[CoordinatorRecord]] = lambda g: []
         self._next_expiry: int | None = None
 
     # --- replay: the only place offsets change --------------------------------------------
@@ -687,9 +694,15 @@ class OffsetsManager:
         cache = self.cache
         records: list[CoordinatorRecord] = []
         dead: list[str] = []
-        for group_id in [*cache.groups(), *(g for g in groups if not cache.has_group(g))]:
+        empty_consumer = set(self.empty_consumer_groups())
+        for group_id in [*cache.groups(), *(g for g in groups if not cache.has_group(g)),
+                         *(g for g in empty_consumer if not cache.has_group(g))]:
             group = groups.get(group_id)
-            if group is None:
+            consumer_topics = self.consumer_subscriptions(group_id) if group is None else None
+            if consumer_topics is not None:  # from commit timestamps, but for subscribed topics
+                state, protocol_type, state_ts = "Stable", CONSUMER_PROTOCOL_TYPE, -1
+                subscribed = consumer_topics
+            elif group is None:
                 state, protocol_type, state_ts, subscribed = None, None, -1, None
             else:
                 state, protocol_type = str(group.state), group.protocol_type
@@ -715,6 +728,9 @@ class OffsetsManager:
             if (all_expired and group is not None and group.is_in(S.EMPTY)
                     and not self.pending.has_open_transactions(group_id)):
                 dead.append(group_id)
+            elif (all_expired and group_id in empty_consumer
+                  and not self.pending.has_open_transactions(group_id)):
+                records += self.consumer_group_tombstones(group_id)
         return ExpireResult(records, dead)
 
     # --- the periodic expiry task ----------------------------------------------------------

@@ -36,12 +36,22 @@ from .classic import (
     GroupConfig,
     Heartbeat,
     JoinGroup,
+    JoinGroupResponse,
     LeaveGroup,
     SyncGroup,
     random_member_id,
 )
 from .classic_group import ClassicGroup, GroupState
 from .commit_runs import CommitBlock, CommitRun
+from .consumer import (
+    ConsumerGroupConfig,
+    ConsumerGroupCoordinator,
+    ConsumerHeartbeat,
+    ConsumerHeartbeatResponse,
+    TopicsImage,
+)
+from .consumer_group import ConsumerGroup
+from .consumer_schemas import CONSUMER_GROUP_KEYS
 from .loader import GroupBatchReplayer
 from .offsets import (
     CommitTopic,
@@ -64,6 +74,7 @@ class ListedGroup(NamedTuple):
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"  # or "consumer" (KIP-848)
 
 
 class DescribedMember(NamedTuple):
@@ -83,6 +94,9 @@ class DescribedGroup(NamedTuple):
     protocol_type: str
     protocol: str
     members: tuple[DescribedMember, ...]
+    #: GROUP_ID_NOT_FOUND for a KIP-848 consumer group (ConsumerGroupDescribe describes it)
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
 
 
 _partition_of = itemgetter(0)  # CommitPartition.partition
@@ -98,9 +112,15 @@ class CoordinatorShard:
         *,
         classic: ClassicGroupCoordinator | None = None,
         new_member_id: Callable[[str, str | None], str] = random_member_id,
+        consumer_config: ConsumerGroupConfig | None = None,
     ) -> None:
         self.classic = classic or ClassicGroupCoordinator(group_config, new_member_id)
         self.offsets = OffsetsManager(offsets_config, self.classic.groups)
+        self.consumer = ConsumerGroupCoordinator(consumer_config)
+        self.offsets.consumer_subscriptions = self.consumer.subscribed_topics
+        self.offsets.empty_consumer_groups = lambda: [
+            g for g, group in self.consumer.groups.items() if not group.members]
+        self.offsets.consumer_group_tombstones = self.consumer.delete_records
 
     @property
     def groups(self) -> dict[str, ClassicGroup]:
@@ -116,9 +136,21 @@ class CoordinatorShard:
         kind = type(key)
         if kind is OffsetCommitKey:
             self.offsets.replay(key, value, now, producer_id)
-            self.classic.replay(key, value, now)
+            if key.group not in self.consumer.groups:  # type: ignore[attr-defined]
+                self.classic.replay(key, value, now)
         elif kind is GroupMetadataKey:
             self.classic.replay(key, value, now)
+        elif kind in CONSUMER_GROUP_KEYS:
+            self.consumer.replay(key, value)
+            if value is not None:
+                self._drop_shadowed_classic(key.group)  # type: ignore[attr-defined]
+
+    def _drop_shadowed_classic(self, group_id: str) -> None:
+        """A consumer group's id is not also a classic group's: the empty classic group a
+        commit made of it (a simple consumer's, derived state, no record) goes."""
+        classic = self.classic.groups.get(group_id)
+        if classic is not None and classic.is_in(S.EMPTY) and not classic.members:
+            del self.classic.groups[group_id]
 
     def replay_marker(self, producer_id: int, committed: bool, now: int) -> None:
         """Apply a transaction marker: the producer's pending offsets are committed or
@@ -129,7 +161,8 @@ class CoordinatorShard:
         """Apply a run of plain offset commits (see ``CommitRun``)."""
         rows = run.rows if type(run.rows) is list else list(run.rows)
         self.offsets.replay_commits(run.group, run.topic, rows, now)
-        self.classic.replay_commits(run.group, run.topic, rows, now)
+        if run.group not in self.consumer.groups:
+            self.classic.replay_commits(run.group, run.topic, rows, now)
 
     def replay_blocks(self, blocks: list[CommitBlock], now: int) -> None:
         """Apply ``CommitBlock``s (offset commits to consecutive partitions, the loader's bulk
@@ -181,6 +214,9 @@ class CoordinatorShard:
         """The partition is loaded: members get session deadlines, the cache gives back the
         memory it grew with."""
         result = self.classic.loaded(now)
+        for group_id in self.consumer.groups:  # the bulk replay of commits made them
+            self._drop_shadowed_classic(group_id)
+        self.consumer.loaded(now)
         self.offsets.loaded()
         return result
 
@@ -188,21 +224,38 @@ class CoordinatorShard:
 
     def next_deadline(self) -> int | None:
         """The earliest deadline of the managers' timers (None: none)."""
-        deadline = self.classic.timers.next_deadline()
-        other = self.offsets.next_deadline()
-        if other is not None and (deadline is None or other < deadline):
-            deadline = other
-        return deadline
+        deadlines = [d for d in (self.classic.timers.next_deadline(),
+                                 self.consumer.timers.next_deadline(),
+                                 self.offsets.next_deadline()) if d is not None]
+        return min(deadlines) if deadlines else None
 
     def poll(self, now: int) -> list[CoordinatorResult]:
         """What is due at ``now``, as separate writes: the groups' timers (sessions, join and
         sync deadlines), then the offsets' expiry check."""
-        return [self.classic.poll(now), self.offsets.poll(now)]
+        return [self.classic.poll(now), self.consumer.poll(now), self.offsets.poll(now)]
 
     # --- the classic group protocol -------------------------------------------------------
 
     def join_group(self, request: JoinGroup, now: int) -> CoordinatorResult:
-        return self.classic.join_group(request, now)
+        consumer = self.consumer.groups.get(request.group_id)
+        if consumer is not None and consumer.members:
+            # classic members inside a consumer group (online migration): not served
+            return CoordinatorResult(response=JoinGroupResponse(
+                error=ErrorCode.inconsistent_group_protocol, member_id=request.member_id),
+                replay=False)
+        if consumer is None:
+            return self.classic.join_group(request, now)
+        # An empty consumer group becomes a classic group, its offsets kept (Kafka's offline
+        # downgrade): its records' tombstones go first. The classic operations apply their own
+        # state (their records are not replayed), so the tombstones are applied here too.
+        tombstones = self.consumer.delete_records(request.group_id)
+        result = self.classic.join_group(request, now)
+        if not result.replay or not result.records:
+            for record in tombstones:
+                self.consumer.replay(record.key, record.value)
+            result.replay = False
+        result.records[:0] = tombstones
+        return result
 
     def sync_group(self, request: SyncGroup, now: int) -> CoordinatorResult:
         return self.classic.sync_group(request, now)
@@ -212,6 +265,29 @@ class CoordinatorShard:
 
     def leave_group(self, request: LeaveGroup, now: int) -> CoordinatorResult:
         return self.classic.leave_group(request, now)
+
+    # --- the consumer group protocol (KIP-848) --------------------------------------------
+
+    def consumer_group_heartbeat(self, request: ConsumerHeartbeat, topics: TopicsImage,
+                                 now: int) -> CoordinatorResult:
+        """A ConsumerGroupHeartbeat (``ConsumerHeartbeatResponse``). A classic group with
+        members keeps its id (GROUP_ID_NOT_FOUND); an empty one, a simple consumer's, becomes
+        the consumer group, its metadata tombstoned, as Kafka converts it."""
+        group_id = request.group_id
+        classic = self.classic.groups.get(group_id)
+        converts = (classic is not None and group_id not in self.consumer.groups
+                    and classic.is_in(S.EMPTY) and not classic.members)
+        in_use = classic is not None and group_id not in self.consumer.groups and not converts
+        result = self.consumer.heartbeat(request, topics, now, classic_group_exists=in_use)
+        response = result.response
+        if (converts and result.records and type(response) is ConsumerHeartbeatResponse
+                and response.error == ErrorCode.none):
+            result.records.insert(0, CoordinatorRecord(GroupMetadataKey(group_id), None))
+        return result
+
+    def consumer_groups(self) -> dict[str, ConsumerGroup]:
+        """The partition's consumer groups by id (read-only for callers)."""
+        return self.consumer.groups
 
     # --- offsets --------------------------------------------------------------------------
 
@@ -229,6 +305,14 @@ class CoordinatorShard:
             request, unknown = _known_partitions(request, partition_count)
             if not request.topics:
                 return CoordinatorResult(response=unknown)
+        if request.group_id in self.consumer.groups:
+            error = self.consumer.validate_commit(request.group_id, request.member_id,
+                                                  request.generation)
+            if error is not ErrorCode.none:
+                return CoordinatorResult(response=unknown + [
+                    (t.name, p.partition, error) for t in request.topics for p in t.partitions])
+            # validated: committed as a group-less commit (the offsets are the same records)
+            request = request._replace(generation=-1, member_id="", group_instance_id=None)
         committed = self.offsets.commit(request, self.classic.groups.get(request.group_id), now)
         if committed.records:
             self.classic.commit_heartbeat(request.group_id, request.member_id, now)
@@ -248,6 +332,13 @@ class CoordinatorShard:
             request, unknown = _known_partitions(request, partition_count)
             if not request.topics:
                 return CoordinatorResult(response=unknown)
+        if request.group_id in self.consumer.groups:
+            error = self.consumer.validate_commit(request.group_id, request.member_id,
+                                                  request.generation, transactional=True)
+            if error is not ErrorCode.none:
+                return CoordinatorResult(response=unknown + [
+                    (t.name, p.partition, error) for t in request.topics for p in t.partitions])
+            request = request._replace(generation=-1, member_id="", group_instance_id=None)
         committed = self.offsets.commit_transactional(
             request, self.classic.groups.get(request.group_id), now)
         return CoordinatorResult(records=committed.records, response=unknown + committed.errors,
@@ -297,6 +388,13 @@ class CoordinatorShard:
     def delete_group(self, group_id: str, now: int) -> CoordinatorResult:
         """A DeleteGroups of one group, with Kafka's rules: only a group without members;
         tombstones for its offsets and its metadata. The response is the group's error."""
+        consumer = self.consumer.groups.get(group_id)
+        if consumer is not None:
+            if consumer.members:
+                return CoordinatorResult(response=ErrorCode.non_empty_group)
+            records = self.offsets.delete_group(group_id)
+            records += self.consumer.delete_records(group_id)
+            return CoordinatorResult(records=records, response=ErrorCode.none)
         group = self.classic.groups.get(group_id)
         if group is None or group.is_in(S.DEAD):
             if not self.offsets.has_offsets(group_id):
@@ -317,9 +415,17 @@ class CoordinatorShard:
             if states and state.lower() not in states:
                 continue
             listed.append(ListedGroup(g.group_id, g.protocol_type or "", state))
+        for c in self.consumer.groups.values():
+            state = str(c.state)
+            if states and state.lower() not in states:
+                continue
+            listed.append(ListedGroup(c.group_id, "consumer", state, "consumer"))
         return listed
 
     def describe_group(self, group_id: str) -> DescribedGroup:
+        if group_id in self.consumer.groups:  # Kafka 4 answers as for no group, with a word
+            return DescribedGroup(str(S.DEAD), "", "", (), ErrorCode.group_id_not_found,
+                                  f"Group {group_id} is not a classic group.")
         group = self.classic.groups.get(group_id)
         if group is None:
             return DescribedGroup(str(S.DEAD), "", "", ())

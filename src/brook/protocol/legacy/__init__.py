@@ -63,4 +63,5 @@ KAFKA_39_VERSIONS: dict[int, tuple[int, int]] = {
     44: (0, 1), 45: (0, 0), 46: (0, 0), 47: (0, 0), 48: (0, 1), 49: (0, 1), 50: (0, 0), 51: (0, 0),
     56: (0, 3), 65: (0, 0), 66: (0, 1),
     60: (0, 1), 61: (0, 0),
+    68: (0, 0), 69: (0, 0),  # ConsumerGroupHeartbeat, ConsumerGroupDescribe (KIP-848)
 }
