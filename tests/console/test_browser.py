@@ -23,6 +23,8 @@ from tests.support.console_harness import (OFFSETS_PARTITIONS, ConsoleProcess,
 from tests.support.group_offsets import commit, committed
 from tests.support.group_offsets import unique_name as name
 
+from .transactional import write_transactions
+
 SHOTS = Path(os.environ.get("BROOK_SCREENSHOTS")
              or Path(__file__).parents[2] / "build" / "console-screenshots")
 
@@ -183,6 +185,38 @@ def test_the_message_browser_shows_json_pretty_printed_and_binary_in_hex(broker,
     assert browser.find_element("css selector", "#m2 pre.kind-text[data-part=value]").text == "plain words"
     assert "source: shop" in browser.find_element("css selector", "#m0").text
     shot(browser, "messages.png")
+
+
+def test_the_message_browser_marks_transaction_markers_and_aborted_records(broker, admin, console,
+                                                                          browser):
+    from selenium.webdriver.support.ui import Select
+
+    topic = make_topic(admin, 1)
+    write_transactions(broker.bootstrap, topic, name("txn"))
+    browser.get(f"{console.url}topics/{topic}/messages?order=oldest")
+
+    def article(offset: int):
+        return browser.find_element("css selector", f"#m{offset}")
+
+    assert "COMMIT marker" in article(4).text and "ABORT marker" in article(7).text
+    assert not article(4).find_elements("css selector", "pre")  # no key or value as data
+    for offset in (1, 2, 3):
+        assert "committed transaction" in article(offset).text
+    for offset in (5, 6):
+        assert "aborted transaction" in article(offset).text
+        value = article(offset).find_element("css selector", "pre[data-part=value]")
+        assert value.value_of_css_property("text-decoration-line") == "line-through"
+    assert "transaction" not in article(0).text and "transaction" not in article(8).text
+    shot(browser, "messages-transactions.png")
+    # read_committed, chosen on the page: the markers and the aborted records are gone
+    Select(by_id(browser, "m-isolation")).select_by_value("read_committed")
+    by_id(browser, "browse-form").submit()
+    wait_for(lambda: "isolation=read_committed" in browser.current_url, what="the new page")
+    shown = [a.get_attribute("id") for a in browser.find_elements("css selector",
+                                                                  "article.message")]
+    assert shown == ["m0", "m1", "m2", "m3", "m8"]
+    assert "last stable offset 9" in browser.find_element("tag name", "main").text
+    shot(browser, "messages-read-committed.png")
 
 
 def test_the_offsets_topic_page_names_the_partition_and_broker_coordinating_a_group(

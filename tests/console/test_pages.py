@@ -23,6 +23,8 @@ from tests.support.console_harness import OFFSETS_PARTITIONS
 from tests.support.group_offsets import commit, committed
 from tests.support.group_offsets import unique_name as name
 
+from .transactional import write_transactions
+
 
 
 @pytest.fixture(scope="module")
@@ -252,6 +254,55 @@ def test_messages_json_pretty_binary_hex_headers_filters_and_order(broker, admin
     assert r.status_code == 400 and "has no partition 3" in text(r.text)
     r = console.get(f"/topics/{name('missing')}/messages")
     assert r.status_code == 404 and "unknown topic" in text(r.text)
+
+
+def marks(html: str) -> dict[int, tuple[str, str]]:
+    """The message browser's articles: offset -> (marker type, transaction outcome)."""
+    out = {}
+    for tag in re.findall(r"<article [^>]*>", html):
+        attr = dict(re.findall(r'([\w-]+)="([^"]*)"', tag))
+        out[int(attr["id"][1:])] = (attr.get("data-control", ""),
+                                    attr.get("data-transaction", ""))
+    return out
+
+
+def test_messages_mark_transaction_markers_and_aborted_records(broker, admin, console):
+    topic = make_topic(admin, 1)
+    write_transactions(broker.bootstrap, topic, name("txn"))
+    html = console.get(f"/topics/{topic}/messages?partition=0&order=oldest").text
+    shown = marks(html)
+    assert shown == {0: ("", ""), 1: ("", "committed"), 2: ("", "committed"),
+                     3: ("", "committed"), 4: ("COMMIT", ""), 5: ("", "aborted"),
+                     6: ("", "aborted"), 7: ("ABORT", ""), 8: ("", "")}
+    page = text(html)
+    assert "COMMIT marker" in page and "ABORT marker" in page
+    assert page.count("aborted transaction") == 2 and page.count("committed transaction") == 3
+    # A marker is no message: its key and value are not shown as if they were data.
+    marker = html[html.index('id="m4"'):html.index('id="m5"')]
+    assert 'data-part="value"' not in marker and "00000000" not in marker
+    # Newest first pages the same records the other way round.
+    html = console.get(f"/topics/{topic}/messages?partition=0&limit=4").text
+    assert [int(o) for o in re.findall(r'id="m(\d+)"', html)] == [8, 7, 6, 5]
+    # read_committed: what a read_committed consumer reads, no marker, no aborted record.
+    html = console.get(f"/topics/{topic}/messages?partition=0&order=oldest"
+                       "&isolation=read_committed").text
+    assert [int(o) for o in re.findall(r'id="m(\d+)"', html)] == [0, 1, 2, 3, 8]
+    assert "aborted-" not in html and "marker" not in text(html).replace("markers", "")
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": name("g"),
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    values, deadline = [], time.time() + 20
+    while len(values) < 5 and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            values.append((m.offset(), m.value()))
+    c.close()
+    assert [o for o, _ in values] == [0, 1, 2, 3, 8]
+    # A filter looks into records only: markers are not what it finds.
+    html = console.get(f"/topics/{topic}/messages?partition=0&contains=aborted").text
+    assert [int(o) for o in re.findall(r'id="m(\d+)"', html)] == [6, 5]
+    r = console.get(f"/topics/{topic}/messages?isolation=snapshot")
+    assert r.status_code == 400 and "read_committed" in text(r.text)
 
 
 def test_messages_from_a_time(broker, admin, console):
