@@ -12,7 +12,8 @@ with an offset committed on every partition of topic i % topics. Then:
    brook_requests_total, by API, before and after).
 2. A `brook console` process with a sampling interval long enough not to run during the
    measurement: each page asked `--rounds` times over HTTP after one warm-up; the median and
-   worst time, and the broker requests the last of them sent.
+   worst time, and the broker requests the last of them sent. Then the pages the console's
+   metadata snapshot serves, each round after the snapshot expired.
 3. The broker's CPU over `--idle` seconds without the console, then with a console sampling
    every 5 s (its default) and no page open: the difference is what the sampling costs.
 
@@ -41,6 +42,9 @@ PAGES = ["/groups", "/groups/g-0", "/lag/g-0", "/reset/g-0?to=earliest&scope=all
          "/offsets-topic", "/offsets-topic?group=g-0", "/offsets-topic/0",
          "/cluster", "/cluster/brokers/1", "/topics", "/topics/t-0",
          "/topics/t-0/messages", "/topics/t-0/messages?contains=zzz", "/security"]
+# The pages the shared metadata snapshot serves (brook.console.topology), asked again once it
+# has expired: what a page costs when nobody opened one in the last few seconds.
+COLD_PAGES = ["/topics", "/cluster", "/topics/t-0/messages"]
 
 
 def requests_by_api(metrics_port: int) -> dict[str, float]:
@@ -175,6 +179,19 @@ def main() -> None:
             sent = delta(before, requests_by_api(metrics_port))
             print(f"{page:45} {statistics.median(times):9.0f} {max(times):9.0f} {status:6}  "
                   f"{requests_text(sent)}", flush=True)
+        from brook.console.topology import MAX_AGE
+
+        for page in COLD_PAGES:
+            times = []
+            for i in range(args.rounds):
+                time.sleep(MAX_AGE + 0.2)
+                if i == args.rounds - 1:
+                    before = requests_by_api(metrics_port)
+                seconds, status = fetch(url + page)
+                times.append(seconds * 1000)
+            sent = delta(before, requests_by_api(metrics_port))
+            print(f"{page + ' (snapshot expired)':45} {statistics.median(times):9.0f} "
+                  f"{max(times):9.0f} {status:6}  {requests_text(sent)}", flush=True)
         console.terminate()
         console.wait(30)
         console = None

@@ -151,6 +151,8 @@ class PartitionReader:
             while len(out) < limit and position < stop and time.monotonic() < deadline:
                 data = self._fetch(topic, partition, position,
                                    READ_COMMITTED if committed_only else READ_UNCOMMITTED)
+                if data is None:
+                    break
                 records = bytes(data.records or b"")
                 records = records[:whole_batches_size(records)]
                 if not records:
@@ -163,8 +165,9 @@ class PartitionReader:
                                                     int(data.last_stable_offset))
                     elif any(h.is_transactional for h in headers):
                         stable = self._fetch(topic, partition, position, READ_COMMITTED)
-                        states = transaction_states(headers, _aborted(stable),
-                                                    int(stable.last_stable_offset))
+                        states = transaction_states(
+                            headers, _aborted(stable) if stable else [],
+                            int(stable.last_stable_offset) if stable else -1)
                     else:
                         states = [None] * len(headers)
                     decoded = [decode_batch(records, pos, verify=False) for pos, _ in batches]
@@ -212,10 +215,19 @@ class PartitionReader:
                 if attempt == 2:
                     raise CliError(f"cannot read {topic}-{partition}: {exc}") from None
                 continue
+            except Exception as exc:  # noqa: BLE001 - an answer kio cannot read
+                self._connections.pop(address, None)
+                raise CliError(f"cannot read {topic}-{partition}: {address[0]}:{address[1]} "
+                               f"answered Fetch v{FETCH_VERSION} with what cannot be read "
+                               f"({type(exc).__name__})") from None
             if response.error_code != ErrorCode.none:
                 raise CliError(f"cannot read {topic}-{partition}: "
                                f"{response.error_code.name.upper()}")
-            data = response.responses[0].partitions[0]
+            found = [p for t in response.responses if t.topic == topic
+                     for p in t.partitions if p.partition_index == partition]
+            if not found:  # an answer without the partition: nothing to read now
+                return None
+            data = found[0]
             if data.error_code in _RETRIABLE and attempt == 1:
                 self._forget()
                 continue
@@ -228,7 +240,9 @@ class PartitionReader:
 
 def _fetch_body(topic: str, partition: int, position: int, isolation: int):
     return request_class(FETCH, FETCH_VERSION)(
-        replica_id=-1, max_wait=timedelta(milliseconds=0), min_bytes=0,
+        # min_bytes 0: the answer comes at once; a max_wait of 0 makes some brokers (Tansu)
+        # answer nothing at all
+        replica_id=-1, max_wait=timedelta(milliseconds=10), min_bytes=0,
         max_bytes=PARTITION_MAX_BYTES, isolation_level=isolation, session_id=0,
         session_epoch=-1,
         topics=(_FETCH.FetchTopic(topic=topic, partitions=(_FETCH.FetchPartition(
