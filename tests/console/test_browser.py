@@ -347,3 +347,64 @@ def test_a_login_is_required_with_basic_authentication(broker, browser, tmp_path
         with urllib.request.urlopen(request, timeout=10) as r:
             assert r.status == 200
         assert "open-sesame" not in auth.stderr()
+
+
+def focusables(driver) -> list[str]:
+    """Each visible link, button and field of the page, tagged with a number (data-k)."""
+    return driver.execute_script("""
+        const out = [];
+        document.querySelectorAll("a[href], button, input:not([type=hidden]), select, textarea")
+          .forEach((el, i) => {
+            const box = el.getBoundingClientRect();
+            if (el.disabled || (box.width === 0 && box.height === 0 && !el.matches(".skip")))
+              return;
+            el.dataset.k = String(i);
+            out.push(String(i));
+          });
+        return out;""")
+
+
+def test_keyboard_reaches_every_control_and_every_control_has_a_name(broker, admin, console,
+                                                                    browser):
+    """Tab first to "Skip to content", then to every link, button and field of the page in
+    turn; "/" puts the cursor in the page's filter; "g" then a letter opens a page; and every
+    control has an accessible name as Chromium computes it (its label)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    topic = make_topic(admin, 1)
+    group = name("keys")
+    commit(admin, group, {(topic, 0): 0})
+    for path in ("security", "topics", f"topics/{topic}", f"topics/{topic}/messages",
+                 f"groups/{group}", "offsets-topic", "cluster"):
+        browser.get(console.url + path)
+        wait_for(lambda: browser.execute_script("return document.readyState") == "complete")
+        for el in browser.find_elements("css selector", "input:not([type=hidden]), select, "
+                                                        "textarea, button"):
+            assert el.accessible_name.strip(), (path, el.get_attribute("outerHTML")[:200])
+    browser.get(console.url + "security")
+    wanted = set(focusables(browser))
+    body = browser.find_element("tag name", "body")
+    body.click()
+    ActionChains(browser).send_keys(Keys.TAB).perform()
+    first = browser.switch_to.active_element
+    assert first.text == "Skip to content"
+    reached = set()
+    for _ in range(len(wanted) + 10):
+        k = browser.switch_to.active_element.get_attribute("data-k")
+        if k is not None:
+            reached.add(k)
+        ActionChains(browser).send_keys(Keys.TAB).perform()
+    assert wanted <= reached, sorted(wanted - reached)
+    # "/" from anywhere but a field: the page's filter field
+    browser.get(console.url + "security")
+    browser.find_element("tag name", "h1").click()
+    ActionChains(browser).send_keys("/").perform()
+    assert browser.switch_to.active_element.get_attribute("id") == "af"
+    # "g" then "t": the topics page; "g" then "k": the cluster
+    browser.find_element("tag name", "h1").click()
+    ActionChains(browser).send_keys("g").send_keys("t").perform()
+    wait_for(lambda: browser.current_url.endswith("/topics"), what="the topics page")
+    browser.find_element("tag name", "h1").click()
+    ActionChains(browser).send_keys("g").send_keys("k").perform()
+    wait_for(lambda: browser.current_url.endswith("/cluster"), what="the cluster page")

@@ -191,6 +191,22 @@ def test_cluster_and_broker_configs(broker, console):
     assert re.search(rf"1 {re.escape(broker.bootstrap)} - yes \d+ \d+ configs", page), page
     page = text(console.get("/cluster/brokers/1").text)
     assert "offsets.topic.num.partitions 5 STATIC_BROKER_CONFIG" in page
+    # a config set dynamically shows its source, and is highlighted as not at its default
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def alter(op, value=None):
+        resource = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+            ConfigEntry("log.retention.hours", value, incremental_operation=op)])
+        admin.incremental_alter_configs([resource], request_timeout=10)[resource].result(10)
+    alter(AlterConfigOpType.SET, "50")
+    try:
+        html = console.get("/cluster/brokers/1").text
+        assert re.search(r'<tr class="set"><td class="mono">log\.retention\.hours</td>\s*'
+                         r'<td class="mono wrap">50</td>\s*<td>DYNAMIC_BROKER_CONFIG</td>'
+                         r'<td>yes</td>', html), text(html)[:3000]
+    finally:
+        alter(AlterConfigOpType.DELETE)
     r = console.get("/cluster/brokers/7")
     assert r.status_code == 502 and "no broker 7" in text(r.text)
 
