@@ -25,6 +25,7 @@ METADATA = 3
 METADATA_VERSION = 9  # Kafka 2.4 and later answer it; 4.0 too
 MAX_AGE = 3.0  # seconds a snapshot serves the pages before it is asked for again
 STALE_AGE = 10.0  # seconds an older one still serves them while the next is asked for
+REFRESH_DELAY = 0.3  # seconds after a page found the snapshot old that the next is asked for
 log = logging.getLogger("brook.console")
 _REQUEST = load_payload_module(METADATA, METADATA_VERSION, EntityType.request)
 
@@ -112,6 +113,15 @@ def take_snapshot(fetch: Callable[[], object], taken: float) -> Snapshot:
             gc.enable()
 
 
+def _after_the_page(fn: Callable[[], None]) -> None:
+    """Run `fn` in a thread of its own once the page that asked has had time to be served:
+    decoding 10,000 partitions at the same time would slow that page down (one interpreter
+    lock)."""
+    timer = threading.Timer(REFRESH_DELAY, fn)
+    timer.name, timer.daemon = "brook-console-metadata", True
+    timer.start()
+
+
 class MetadataCache:
     """The last snapshot while it is younger than `max_age`. An older one, up to `stale_age`,
     still serves the page that finds it, while one request in the background (`spawn` runs it)
@@ -126,8 +136,7 @@ class MetadataCache:
         self.max_age = max_age
         self.stale_age = stale_age
         self._clock = clock
-        self._spawn = spawn or (lambda fn: threading.Thread(
-            target=fn, name="brook-console-metadata", daemon=True).start())
+        self._spawn = spawn or _after_the_page
         self._lock = threading.Lock()  # one request at a time
         self._snapshot: Snapshot | None = None
         self._refreshing = False
