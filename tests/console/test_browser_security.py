@@ -62,6 +62,7 @@ def test_an_acl_added_and_deleted_through_the_forms(secured, admin_console,  # n
     browser.get(admin_console.url + "security")
     fill(browser, {"a-resource": "Topic", "a-name": topic, "a-principal": principal,
                    "a-operation": "Write", "a-permission": "Allow"})
+    assert PASSWORDS["admin"] not in browser.page_source  # the console's own password
     shot(browser, "security-acl-form.png")
     answer = submit(browser, "acl-add")
     assert "Added the ACL: ALLOW" in answer, answer
@@ -102,7 +103,9 @@ def test_a_scram_credential_set_and_deleted_through_the_forms(secured, admin_con
     answer = submit(browser, "user-delete")
     assert f"User {user}: SCRAM-SHA-256 deleted." in answer, answer
     assert not scram_login(secured, user, password)
+    # neither the new password nor the console's own (--command-config) in its log
     assert password not in admin_console.stderr()
+    assert PASSWORDS["admin"] not in admin_console.stderr()
 
 
 def test_a_client_quota_set_and_removed_through_the_forms(secured, admin_console,  # noqa: F811

@@ -321,6 +321,32 @@ def test_messages_mark_transaction_markers_and_aborted_records(broker, admin, co
     assert r.status_code == 400 and "read_committed" in text(r.text)
 
 
+def test_the_offsets_topic_marks_offsets_committed_in_a_transaction(broker, admin, console):
+    topic, group = make_topic(admin, 1), name("txn-group")
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": name("tx")})
+    p.init_transactions(30)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        p.begin_transaction()
+        p.produce(topic, b"out", partition=0)
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 42)],
+                                      c.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+    finally:
+        c.close()
+    partition = partition_for(group, OFFSETS_PARTITIONS)
+    deadline, html = time.time() + 20, ""
+    while time.time() < deadline:
+        html = console.get(f"/offsets-topic/{partition}?limit=500").text
+        if "COMMIT marker" in html:
+            break
+        time.sleep(0.3)
+    page = text(html)
+    assert re.search(rf"offset_commit committed transaction {re.escape(group)} offset_commit "
+                     rf"group={re.escape(group)} topic={topic} partition=0 offset=42", page), page
+    assert "COMMIT marker" in page and "Traceback" not in page
+
+
 def test_messages_from_a_time(broker, admin, console):
     topic = make_topic(admin, 1)
     base = 1_700_000_000_000
