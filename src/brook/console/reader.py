@@ -170,18 +170,22 @@ class PartitionReader:
                             int(stable.last_stable_offset) if stable else -1)
                     else:
                         states = [None] * len(headers)
-                    decoded = [decode_batch(records, pos, verify=False) for pos, _ in batches]
+                    # the records of the batches asked for (a page of 50 needs few of the
+                    # megabyte read), and every marker (they decide transactions)
+                    decoded = {i: decode_batch(records, pos, verify=False)
+                               for i, (pos, h) in enumerate(batches)
+                               if h.is_control or (h.last_offset >= start and h.base_offset < stop)}
                 except CorruptRecordError as exc:
                     raise CliError(f"cannot read {topic}-{partition} at offset {position}: "
                                    f"a damaged record batch ({exc})") from None
                 markers = {}
-                for i, batch in enumerate(decoded):
+                for i, batch in decoded.items():
                     if batch.is_control and batch.records:
                         r = batch.records[0]
                         markers[i] = _control_name(r.key, r.value)
                 states = decide_by_markers(headers, states, markers)
-                for i, batch in enumerate(decoded):
-                    position = max(position, batch.last_offset + 1)
+                position = max(position, headers[-1].last_offset + 1)
+                for i, batch in sorted(decoded.items()):
                     if committed_only and (batch.is_control or states[i] == "aborted"):
                         continue
                     ts_type = "LogAppendTime" if batch.timestamp_type == LOG_APPEND_TIME \
