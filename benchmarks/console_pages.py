@@ -18,6 +18,8 @@ with an offset committed on every partition of topic i % topics. Then:
    metadata snapshot serves, each round after the snapshot grew old, and after it was gone.
 3. The broker's CPU over `--idle` seconds without the console, then with a console sampling
    every 5 s (its default) and no page open: the difference is what the sampling costs.
+4. Pages asked in turn for `--busy` seconds while that console samples every 5 s: what a page
+   takes with a sampling round running beside it.
 
 Not a test and not part of `make bench`: a measurement to read (docs/console.md has the last).
 """
@@ -49,6 +51,9 @@ PAGES = ["/groups", "/groups/g-0", "/lag/g-0", "/reset/g-0?to=earliest&scope=all
 # (STALE_AGE: the page waits for a Metadata answer): what a page costs when nobody opened one
 # in the last few seconds.
 COLD_PAGES = ["/topics", "/cluster", "/topics/t-0/messages"]
+
+
+BUSY_PAGES = ["/groups", "/groups/g-0", "/topics", "/topics/t-0/messages", "/cluster"]
 
 
 def requests_by_api(metrics_port: int) -> dict[str, float]:
@@ -159,6 +164,7 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--idle", type=float, default=60.0)
+    ap.add_argument("--busy", type=float, default=60.0)
     args = ap.parse_args()
 
     WORK_ROOT.mkdir(exist_ok=True)
@@ -230,6 +236,21 @@ def main() -> None:
         print(f"\nbroker CPU over {args.idle:.0f} s: {idle * 100:.1f} % of a core without the "
               f"console, {sampling * 100:.1f} % with it sampling every 5 s "
               f"(the sampling: {(sampling - idle) * 100:.1f} %)")
+
+        # The pages while that console samples every 5 s (its default), for --busy seconds:
+        # what a page takes when a sampling round runs beside it.
+        print(f"\npages asked in turn for {args.busy:.0f} s while the console samples every 5 s"
+              f"\n{'page':45} {'median ms':>9} {'p90 ms':>9} {'worst ms':>9} {'asked':>6}")
+        busy: dict[str, list[float]] = {page: [] for page in BUSY_PAGES}
+        deadline = time.monotonic() + args.busy
+        while time.monotonic() < deadline:
+            for page in BUSY_PAGES:
+                busy[page].append(fetch(url + page)[0] * 1000)
+                time.sleep(0.2)
+        for page, ms in busy.items():
+            ms.sort()
+            print(f"{page:45} {statistics.median(ms):9.0f} {ms[int(len(ms) * 0.9)]:9.0f} "
+                  f"{ms[-1]:9.0f} {len(ms):6}", flush=True)
     finally:
         if console is not None:
             console.terminate()
