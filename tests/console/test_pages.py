@@ -415,3 +415,35 @@ def test_sampling_in_batches_reads_what_one_request_a_group_reads(broker, admin,
     assert groups[busy].state == "Stable" and groups[busy].assignor == "range"
     assert {tp for m in groups[busy].members for tp in m.partitions} == {(topic, 0), (topic, 1)}
     assert committed[idle] == {(topic, 0): 0, (topic, 1): 1}
+
+
+def test_the_groups_list_starts_no_round_while_one_is_under_way(broker, admin):
+    """On a busy machine a sampling round can outlast the interval: the groups page then shows
+    the last sample at once instead of starting a second round beside it."""
+    import threading
+
+    commit(admin, name("g"), {(make_topic(admin, 1), 0): 0})
+    backend = Backend(broker.bootstrap, 10.0, ClientSecurity(), lag_interval=0.5)
+    backend.sample()
+    last = backend.groups_overview()[0]
+    time.sleep(2.1)  # older than 2 intervals and a second: a page would sample again
+    real, started, release = backend._read_groups, threading.Event(), threading.Event()
+
+    def slow_round(*args):  # the sampler's round, held up
+        started.set()
+        release.wait(10)
+        return real(*args)
+    backend._read_groups = slow_round
+    sampler = threading.Thread(target=backend.sample)
+    sampler.start()
+    try:
+        assert started.wait(10)
+        t0 = time.monotonic()
+        at, rows = backend.groups_overview()
+        assert time.monotonic() - t0 < 1 and at == last and rows
+    finally:
+        release.set()
+        sampler.join(20)
+    backend._read_groups = real
+    time.sleep(2.1)
+    assert backend.groups_overview()[0] > last  # no round under way: a new one

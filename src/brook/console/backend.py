@@ -46,6 +46,7 @@ class Backend:
         self._reader: PartitionReader | None = None
         self._producer = None
         self._overview: tuple[float, list[dict[str, Any]]] | None = None
+        self._sampling_rounds = 0  # rounds under way (the sampler's, a page's)
         self._batched = True  # FindCoordinator v4 and OffsetFetch v8 work: Kafka 3.0 or later
         self._batch_failures = 0
         self.rates = rates or BrokerRates()  # the brokers' metrics (brook's): none by default
@@ -127,6 +128,15 @@ class Backend:
     def sample(self, now: float | None = None) -> list[dict[str, Any]]:
         """Every group's state and lag now: the sampler's work, and the groups list's. Adds a
         sample to the lag history of each group."""
+        with self._lock:
+            self._sampling_rounds += 1
+        try:
+            return self._sample(now)
+        finally:
+            with self._lock:
+                self._sampling_rounds -= 1
+
+    def _sample(self, now: float | None) -> list[dict[str, Any]]:
         now = time.time() if now is None else now
         cluster = self.sampling_cluster()
         ids = [g for g, _ in cluster.group_ids()]
@@ -184,12 +194,15 @@ class Backend:
         return described, committed
 
     def groups_overview(self) -> tuple[float, list[dict[str, Any]]]:
-        """The last sample when it is recent, else a new one: (its time, its rows)."""
+        """The last sample when it is recent, or while a round is under way (on a busy machine
+        a round can take longer than the interval: a page starting one more would only slow
+        both), else a new one: (its time, its rows)."""
         overview = self._overview
-        if overview is None or time.time() - overview[0] > 2 * self.lag_interval + 1:
-            rows = self.sample()
-            return time.time(), rows
-        return overview
+        if overview is not None and (self._sampling_rounds > 0 or
+                                     time.time() - overview[0] <= 2 * self.lag_interval + 1):
+            return overview
+        rows = self.sample()
+        return time.time(), rows
 
     @staticmethod
     def _offsets_metadata(cluster):
