@@ -12,9 +12,14 @@ with an offset committed on every partition of topic i % topics. Then:
    brook_requests_total, by API, before and after).
 2. A `brook console` process with a sampling interval long enough not to run during the
    measurement: each page asked `--rounds` times over HTTP after one warm-up; the median and
-   worst time, and the broker requests the last of them sent.
+   worst time, the median CPU time the console and the broker ran for during a request (their
+   threads' run time: what the page costs, which other work on a shared machine moves far less
+   than the wall time), and the broker requests the last of them sent. Then the pages the console's
+   metadata snapshot serves, each round after the snapshot grew old, and after it was gone.
 3. The broker's CPU over `--idle` seconds without the console, then with a console sampling
    every 5 s (its default) and no page open: the difference is what the sampling costs.
+4. Pages asked in turn for `--busy` seconds while that console samples every 5 s: what a page
+   takes with a sampling round running beside it.
 
 Not a test and not part of `make bench`: a measurement to read (docs/console.md has the last).
 """
@@ -35,12 +40,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from brokers import WORK_ROOT, brook_broker, free_port  # noqa: E402
+from brokers import WORK_ROOT, brook_broker, free_port, process_schedstat  # noqa: E402
 
 PAGES = ["/groups", "/groups/g-0", "/lag/g-0", "/reset/g-0?to=earliest&scope=all",
          "/offsets-topic", "/offsets-topic?group=g-0", "/offsets-topic/0",
          "/cluster", "/cluster/brokers/1", "/topics", "/topics/t-0",
          "/topics/t-0/messages", "/topics/t-0/messages?contains=zzz", "/security"]
+# The pages the shared metadata snapshot serves (brook.console.topology), asked again once it
+# is old (MAX_AGE: it serves the page and is renewed in the background) and once it is gone
+# (STALE_AGE: the page waits for a Metadata answer): what a page costs when nobody opened one
+# in the last few seconds.
+COLD_PAGES = ["/topics", "/cluster", "/topics/t-0/messages"]
+
+
+BUSY_PAGES = ["/groups", "/groups/g-0", "/topics", "/topics/t-0/messages", "/cluster"]
 
 
 def requests_by_api(metrics_port: int) -> dict[str, float]:
@@ -126,6 +139,24 @@ def fetch(url: str) -> tuple[float, int]:
     return time.perf_counter() - t0, status
 
 
+def timed(url: str, console_pid: int, broker_pid: int) -> tuple[float, int, float, float]:
+    """fetch(url), and the CPU the console and the broker ran for meanwhile (their threads'
+    run time, nanosecond resolution: unlike the wall time, little moved by other work on the
+    machine): (seconds, status, console CPU seconds, broker CPU seconds)."""
+    c0, b0 = process_schedstat(console_pid)[0], process_schedstat(broker_pid)[0]
+    seconds, status = fetch(url)
+    return (seconds, status, process_schedstat(console_pid)[0] - c0,
+            process_schedstat(broker_pid)[0] - b0)
+
+
+def row(page: str, results: list[tuple[float, int, float, float]], sent: dict) -> str:
+    ms = [r[0] * 1000 for r in results]
+    return (f"{page:45} {statistics.median(ms):9.0f} {max(ms):9.0f} "
+            f"{statistics.median(r[2] * 1000 for r in results):8.0f} "
+            f"{statistics.median(r[3] * 1000 for r in results):8.0f} {results[-1][1]:6}  "
+            f"{requests_text(sent)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--topics", type=int, default=1000)
@@ -133,6 +164,7 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--idle", type=float, default=60.0)
+    ap.add_argument("--busy", type=float, default=60.0)
     args = ap.parse_args()
 
     WORK_ROOT.mkdir(exist_ok=True)
@@ -163,18 +195,32 @@ def main() -> None:
 
         console, url = start_console(broker.bootstrap, 60, work / "console.log")
         fetch(url + "/groups")  # the first sample
-        print(f"\n{'page':45} {'median ms':>9} {'worst ms':>9} status  broker requests (last)")
+        pids = (console.pid, broker.proc.pid)
+        print(f"\n{'page':45} {'median ms':>9} {'worst ms':>9} {'console':>8} {'broker':>8} "
+              "status  broker requests (last)\n"
+              f"{'':45} {'':9} {'':9} {'CPU ms':>8} {'CPU ms':>8}")
         for page in PAGES:
             fetch(url + page)  # warm-up
-            times = []
+            results = []
             for i in range(args.rounds):
                 if i == args.rounds - 1:
                     before = requests_by_api(metrics_port)
-                seconds, status = fetch(url + page)
-                times.append(seconds * 1000)
+                results.append(timed(url + page, *pids))
             sent = delta(before, requests_by_api(metrics_port))
-            print(f"{page:45} {statistics.median(times):9.0f} {max(times):9.0f} {status:6}  "
-                  f"{requests_text(sent)}", flush=True)
+            print(row(page, results, sent), flush=True)
+        from brook.console.topology import MAX_AGE, STALE_AGE
+
+        for wait, why in ((MAX_AGE, "snapshot old"), (STALE_AGE, "no snapshot")):
+            for page in COLD_PAGES:
+                results = []
+                for i in range(args.rounds):
+                    time.sleep(wait + 0.2)
+                    if i == args.rounds - 1:
+                        before = requests_by_api(metrics_port)
+                    results.append(timed(url + page, *pids))
+                time.sleep(0.5)  # a refresh in the background is counted with its page
+                sent = delta(before, requests_by_api(metrics_port))
+                print(row(f"{page} ({why})", results, sent), flush=True)
         console.terminate()
         console.wait(30)
         console = None
@@ -190,6 +236,21 @@ def main() -> None:
         print(f"\nbroker CPU over {args.idle:.0f} s: {idle * 100:.1f} % of a core without the "
               f"console, {sampling * 100:.1f} % with it sampling every 5 s "
               f"(the sampling: {(sampling - idle) * 100:.1f} %)")
+
+        # The pages while that console samples every 5 s (its default), for --busy seconds:
+        # what a page takes when a sampling round runs beside it.
+        print(f"\npages asked in turn for {args.busy:.0f} s while the console samples every 5 s"
+              f"\n{'page':45} {'median ms':>9} {'p90 ms':>9} {'worst ms':>9} {'asked':>6}")
+        busy: dict[str, list[float]] = {page: [] for page in BUSY_PAGES}
+        deadline = time.monotonic() + args.busy
+        while time.monotonic() < deadline:
+            for page in BUSY_PAGES:
+                busy[page].append(fetch(url + page)[0] * 1000)
+                time.sleep(0.2)
+        for page, ms in busy.items():
+            ms.sort()
+            print(f"{page:45} {statistics.median(ms):9.0f} {ms[int(len(ms) * 0.9)]:9.0f} "
+                  f"{ms[-1]:9.0f} {len(ms):6}", flush=True)
     finally:
         if console is not None:
             console.terminate()

@@ -1,6 +1,6 @@
 """`make console`: a first look at the web console. Starts a `brook broker` process on a free
 port (temporary data dir), keeps sample traffic going (page views, JSON orders, a few binary
-readings) with consumer groups that keep up, fall behind and catch up again, and serves
+readings, payments in transactions of which every fourth is aborted) with consumer groups that keep up, fall behind and catch up again, and serves
 `brook console` on CONSOLE_LISTEN (default 127.0.0.1:8080) until Ctrl-C."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 
 from .demo_broker import _Broker, _free_port, say
 
-TOPICS = {"page-views": 4, "orders": 2, "sensor-readings": 1}
+TOPICS = {"page-views": 4, "orders": 2, "sensor-readings": 1, "payments": 1}
 
 
 def _producer(bootstrap: str, stop: threading.Event) -> None:
@@ -43,6 +43,29 @@ def _producer(bootstrap: str, stop: threading.Event) -> None:
         n += 1
         stop.wait(1.0)
     p.flush(10)
+
+
+def _payments(bootstrap: str, stop: threading.Event) -> None:
+    """A transactional producer: a payment's records in a transaction every 3 s, every fourth
+    aborted, so the message browser has markers and aborted records to show."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "demo-payments",
+                  "log_level": 2})
+    p.init_transactions(30)
+    n = 0
+    while not stop.is_set():
+        p.begin_transaction()
+        for step in ("authorized", "captured"):
+            p.produce("payments", key=f"payment-{n}".encode(),
+                      value=json.dumps({"payment": n, "step": step}).encode())
+        if n % 4 == 3:
+            p.flush(10)
+            p.abort_transaction(30)
+        else:
+            p.commit_transaction(30)
+        n += 1
+        stop.wait(3.0)
 
 
 def _consumer(bootstrap: str, group: str, topics: list[str], per_second: float,
@@ -91,10 +114,12 @@ def main() -> None:
         # a group with offsets and no members: its lag only grows (try a reset on it)
         admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
             "archive", [TopicPartition("orders", p, 0) for p in range(2)])])["archive"].result(10)
-        say("sample traffic: page views, orders and sensor readings every second; groups "
+        say("sample traffic: page views, orders and sensor readings every second, payments in "
+            "transactions (every fourth aborted) every 3 s; groups "
             "dashboard (keeps up), billing (falls behind in the busy spells, catches up in the "
             "quiet ones), archive (no members)")
         threads = [threading.Thread(target=_producer, args=(bootstrap, stop), daemon=True),
+                   threading.Thread(target=_payments, args=(bootstrap, stop), daemon=True),
                    threading.Thread(target=_consumer, args=(bootstrap, "dashboard",
                                                             ["page-views"], 10_000, stop),
                                     daemon=True),

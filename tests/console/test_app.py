@@ -188,3 +188,13 @@ def test_every_control_has_a_label():
             wrapped = text.rfind("<label", 0, m.start()) > text.rfind("</label>", 0, m.start())
             found = re.search(r'id="([^"]+)"', attrs)
             assert wrapped or (found and found.group(1) in labelled), (template.name, m.group(0))
+
+
+def test_the_console_listens_on_loopback_unless_told_otherwise():
+    import inspect
+
+    from brook.console.command import DEFAULT_LISTEN, console, is_loopback, parse_listen
+
+    default = inspect.signature(console).parameters["listen"].default.default
+    assert default == DEFAULT_LISTEN == "127.0.0.1:8080"
+    assert is_loopback(parse_listen(default)[0])

@@ -23,6 +23,8 @@ from tests.support.console_harness import (OFFSETS_PARTITIONS, ConsoleProcess,
 from tests.support.group_offsets import commit, committed
 from tests.support.group_offsets import unique_name as name
 
+from .transactional import write_transactions
+
 SHOTS = Path(os.environ.get("BROOK_SCREENSHOTS")
              or Path(__file__).parents[2] / "build" / "console-screenshots")
 
@@ -185,6 +187,38 @@ def test_the_message_browser_shows_json_pretty_printed_and_binary_in_hex(broker,
     shot(browser, "messages.png")
 
 
+def test_the_message_browser_marks_transaction_markers_and_aborted_records(broker, admin, console,
+                                                                          browser):
+    from selenium.webdriver.support.ui import Select
+
+    topic = make_topic(admin, 1)
+    write_transactions(broker.bootstrap, topic, name("txn"))
+    browser.get(f"{console.url}topics/{topic}/messages?order=oldest")
+
+    def article(offset: int):
+        return browser.find_element("css selector", f"#m{offset}")
+
+    assert "COMMIT marker" in article(4).text and "ABORT marker" in article(7).text
+    assert not article(4).find_elements("css selector", "pre")  # no key or value as data
+    for offset in (1, 2, 3):
+        assert "committed transaction" in article(offset).text
+    for offset in (5, 6):
+        assert "aborted transaction" in article(offset).text
+        value = article(offset).find_element("css selector", "pre[data-part=value]")
+        assert value.value_of_css_property("text-decoration-line") == "line-through"
+    assert "transaction" not in article(0).text and "transaction" not in article(8).text
+    shot(browser, "messages-transactions.png")
+    # read_committed, chosen on the page: the markers and the aborted records are gone
+    Select(by_id(browser, "m-isolation")).select_by_value("read_committed")
+    by_id(browser, "browse-form").submit()
+    wait_for(lambda: "isolation=read_committed" in browser.current_url, what="the new page")
+    shown = [a.get_attribute("id") for a in browser.find_elements("css selector",
+                                                                  "article.message")]
+    assert shown == ["m0", "m1", "m2", "m3", "m8"]
+    assert "last stable offset 9" in browser.find_element("tag name", "main").text
+    shot(browser, "messages-read-committed.png")
+
+
 def test_the_offsets_topic_page_names_the_partition_and_broker_coordinating_a_group(
         broker, admin, console, browser):
     topic = make_topic(admin, 1)
@@ -313,3 +347,62 @@ def test_a_login_is_required_with_basic_authentication(broker, browser, tmp_path
         with urllib.request.urlopen(request, timeout=10) as r:
             assert r.status == 200
         assert "open-sesame" not in auth.stderr()
+
+
+def focusables(driver) -> list[str]:
+    """Each visible link, button and field of the page, tagged with a number (data-k)."""
+    return driver.execute_script("""
+        const out = [];
+        document.querySelectorAll("a[href], button, input:not([type=hidden]), select, textarea")
+          .forEach((el, i) => {
+            const box = el.getBoundingClientRect();
+            if (el.disabled || (box.width === 0 && box.height === 0 && !el.matches(".skip")))
+              return;
+            el.dataset.k = String(i);
+            out.push(String(i));
+          });
+        return out;""")
+
+
+def test_keyboard_reaches_every_control_and_every_control_has_a_name(broker, admin, console,
+                                                                    browser):
+    """Tab first to "Skip to content", then to every link, button and field of the page in
+    turn; "/" puts the cursor in the page's filter; "g" then a letter opens a page; and every
+    control has an accessible name as Chromium computes it (its label)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    topic = make_topic(admin, 1)
+    group = name("keys")
+    commit(admin, group, {(topic, 0): 0})
+    for path in ("security", "topics", f"topics/{topic}", f"topics/{topic}/messages",
+                 f"groups/{group}", "offsets-topic", "cluster"):
+        browser.get(console.url + path)
+        wait_for(lambda: browser.execute_script("return document.readyState") == "complete")
+        for el in browser.find_elements("css selector", "input:not([type=hidden]), select, "
+                                                        "textarea, button"):
+            assert el.accessible_name.strip(), (path, el.get_attribute("outerHTML")[:200])
+    browser.get(console.url + "security")
+    wanted = set(focusables(browser))
+    ActionChains(browser).send_keys(Keys.TAB).perform()  # from the page as loaded
+    first = browser.switch_to.active_element
+    assert first.text == "Skip to content"
+    reached = set()
+    for _ in range(len(wanted) + 10):
+        k = browser.switch_to.active_element.get_attribute("data-k")
+        if k is not None:
+            reached.add(k)
+        ActionChains(browser).send_keys(Keys.TAB).perform()
+    assert wanted <= reached, sorted(wanted - reached)
+    # "/" from anywhere but a field: the page's search field
+    browser.get(console.url + "topics")
+    browser.find_element("tag name", "h1").click()
+    ActionChains(browser).send_keys("/").perform()
+    assert browser.switch_to.active_element.get_attribute("id") == "q"
+    # "g" then "t": the topics page; "g" then "k": the cluster
+    browser.find_element("tag name", "h1").click()
+    ActionChains(browser).send_keys("g").send_keys("t").perform()
+    wait_for(lambda: browser.current_url.endswith("/topics"), what="the topics page")
+    browser.find_element("tag name", "h1").click()
+    ActionChains(browser).send_keys("g").send_keys("k").perform()
+    wait_for(lambda: browser.current_url.endswith("/cluster"), what="the cluster page")

@@ -23,6 +23,8 @@ from tests.support.console_harness import OFFSETS_PARTITIONS
 from tests.support.group_offsets import commit, committed
 from tests.support.group_offsets import unique_name as name
 
+from .transactional import write_transactions
+
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +191,22 @@ def test_cluster_and_broker_configs(broker, console):
     assert re.search(rf"1 {re.escape(broker.bootstrap)} - yes \d+ \d+ configs", page), page
     page = text(console.get("/cluster/brokers/1").text)
     assert "offsets.topic.num.partitions 5 STATIC_BROKER_CONFIG" in page
+    # a config set dynamically shows its source, and is highlighted as not at its default
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def alter(op, value=None):
+        resource = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+            ConfigEntry("log.retention.hours", value, incremental_operation=op)])
+        admin.incremental_alter_configs([resource], request_timeout=10)[resource].result(10)
+    alter(AlterConfigOpType.SET, "50")
+    try:
+        html = console.get("/cluster/brokers/1").text
+        assert re.search(r'<tr class="set"><td class="mono">log\.retention\.hours</td>\s*'
+                         r'<td class="mono wrap">50</td>\s*<td>DYNAMIC_BROKER_CONFIG</td>'
+                         r'<td>yes</td>', html), text(html)[:3000]
+    finally:
+        alter(AlterConfigOpType.DELETE)
     r = console.get("/cluster/brokers/7")
     assert r.status_code == 502 and "no broker 7" in text(r.text)
 
@@ -252,6 +270,81 @@ def test_messages_json_pretty_binary_hex_headers_filters_and_order(broker, admin
     assert r.status_code == 400 and "has no partition 3" in text(r.text)
     r = console.get(f"/topics/{name('missing')}/messages")
     assert r.status_code == 404 and "unknown topic" in text(r.text)
+
+
+def marks(html: str) -> dict[int, tuple[str, str]]:
+    """The message browser's articles: offset -> (marker type, transaction outcome)."""
+    out = {}
+    for tag in re.findall(r"<article [^>]*>", html):
+        attr = dict(re.findall(r'([\w-]+)="([^"]*)"', tag))
+        out[int(attr["id"][1:])] = (attr.get("data-control", ""),
+                                    attr.get("data-transaction", ""))
+    return out
+
+
+def test_messages_mark_transaction_markers_and_aborted_records(broker, admin, console):
+    topic = make_topic(admin, 1)
+    write_transactions(broker.bootstrap, topic, name("txn"))
+    html = console.get(f"/topics/{topic}/messages?partition=0&order=oldest").text
+    shown = marks(html)
+    assert shown == {0: ("", ""), 1: ("", "committed"), 2: ("", "committed"),
+                     3: ("", "committed"), 4: ("COMMIT", ""), 5: ("", "aborted"),
+                     6: ("", "aborted"), 7: ("ABORT", ""), 8: ("", "")}
+    page = text(html)
+    assert "COMMIT marker" in page and "ABORT marker" in page
+    assert page.count("aborted transaction") == 2 and page.count("committed transaction") == 3
+    # A marker is no message: its key and value are not shown as if they were data.
+    marker = html[html.index('id="m4"'):html.index('id="m5"')]
+    assert 'data-part="value"' not in marker and "00000000" not in marker
+    # Newest first pages the same records the other way round.
+    html = console.get(f"/topics/{topic}/messages?partition=0&limit=4").text
+    assert [int(o) for o in re.findall(r'id="m(\d+)"', html)] == [8, 7, 6, 5]
+    # read_committed: what a read_committed consumer reads, no marker, no aborted record.
+    html = console.get(f"/topics/{topic}/messages?partition=0&order=oldest"
+                       "&isolation=read_committed").text
+    assert [int(o) for o in re.findall(r'id="m(\d+)"', html)] == [0, 1, 2, 3, 8]
+    assert "aborted-" not in html and "marker" not in text(html).replace("markers", "")
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": name("g"),
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    values, deadline = [], time.time() + 20
+    while len(values) < 5 and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            values.append((m.offset(), m.value()))
+    c.close()
+    assert [o for o, _ in values] == [0, 1, 2, 3, 8]
+    # A filter looks into records only: markers are not what it finds.
+    html = console.get(f"/topics/{topic}/messages?partition=0&contains=aborted").text
+    assert [int(o) for o in re.findall(r'id="m(\d+)"', html)] == [6, 5]
+    r = console.get(f"/topics/{topic}/messages?isolation=snapshot")
+    assert r.status_code == 400 and "read_committed" in text(r.text)
+
+
+def test_the_offsets_topic_marks_offsets_committed_in_a_transaction(broker, admin, console):
+    topic, group = make_topic(admin, 1), name("txn-group")
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": name("tx")})
+    p.init_transactions(30)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        p.begin_transaction()
+        p.produce(topic, b"out", partition=0)
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 42)],
+                                      c.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+    finally:
+        c.close()
+    partition = partition_for(group, OFFSETS_PARTITIONS)
+    deadline, html = time.time() + 20, ""
+    while time.time() < deadline:
+        html = console.get(f"/offsets-topic/{partition}?limit=500").text
+        if "COMMIT marker" in html:
+            break
+        time.sleep(0.3)
+    page = text(html)
+    assert re.search(rf"offset_commit committed transaction {re.escape(group)} offset_commit "
+                     rf"group={re.escape(group)} topic={topic} partition=0 offset=42", page), page
+    assert "COMMIT marker" in page and "Traceback" not in page
 
 
 def test_messages_from_a_time(broker, admin, console):
@@ -322,3 +415,35 @@ def test_sampling_in_batches_reads_what_one_request_a_group_reads(broker, admin,
     assert groups[busy].state == "Stable" and groups[busy].assignor == "range"
     assert {tp for m in groups[busy].members for tp in m.partitions} == {(topic, 0), (topic, 1)}
     assert committed[idle] == {(topic, 0): 0, (topic, 1): 1}
+
+
+def test_the_groups_list_starts_no_round_while_one_is_under_way(broker, admin):
+    """On a busy machine a sampling round can outlast the interval: the groups page then shows
+    the last sample at once instead of starting a second round beside it."""
+    import threading
+
+    commit(admin, name("g"), {(make_topic(admin, 1), 0): 0})
+    backend = Backend(broker.bootstrap, 10.0, ClientSecurity(), lag_interval=0.5)
+    backend.sample()
+    last = backend.groups_overview()[0]
+    time.sleep(2.1)  # older than 2 intervals and a second: a page would sample again
+    real, started, release = backend._read_groups, threading.Event(), threading.Event()
+
+    def slow_round(*args):  # the sampler's round, held up
+        started.set()
+        release.wait(10)
+        return real(*args)
+    backend._read_groups = slow_round
+    sampler = threading.Thread(target=backend.sample)
+    sampler.start()
+    try:
+        assert started.wait(10)
+        t0 = time.monotonic()
+        at, rows = backend.groups_overview()
+        assert time.monotonic() - t0 < 1 and at == last and rows
+    finally:
+        release.set()
+        sampler.join(20)
+    backend._read_groups = real
+    time.sleep(2.1)
+    assert backend.groups_overview()[0] > last  # no round under way: a new one

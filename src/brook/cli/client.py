@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from confluent_kafka import (ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType,
-                             KafkaError, KafkaException, TopicCollection, TopicPartition)
+                             IsolationLevel, KafkaError, KafkaException, TopicCollection,
+                             TopicPartition)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from . import options
@@ -235,11 +236,12 @@ class Cluster:
                 raise CliError(f"topic '{topic}' has no partition {partition} "
                                f"(it has {len(known[topic])})")
 
-    def log_offsets(self, tps: Iterable[TP], spec: str | int,
-                    missing_ok: bool = False) -> dict[TP, tuple[int, int]]:
+    def log_offsets(self, tps: Iterable[TP], spec: str | int, missing_ok: bool = False,
+                    isolation: str = "read_uncommitted") -> dict[TP, tuple[int, int]]:
         """(offset, timestamp) per partition for "earliest", "latest" or a timestamp in ms.
 
         For a timestamp the offset is that of the first record at or after it, -1 if none.
+        With `isolation` "read_committed", latest is the last stable offset (KIP-98).
         With `missing_ok`, partitions the broker cannot answer for (a deleted topic) are left
         out instead of failing the command.
         """
@@ -252,8 +254,10 @@ class Cluster:
             offset_spec = OffsetSpec.latest()
         else:
             offset_spec = OffsetSpec.for_timestamp(int(spec))
+        level = (IsolationLevel.READ_COMMITTED if isolation == "read_committed"
+                 else IsolationLevel.READ_UNCOMMITTED)
         futures = self.admin.list_offsets({TopicPartition(t, p): offset_spec for t, p in tps},
-                                          request_timeout=self.timeout)
+                                          isolation_level=level, request_timeout=self.timeout)
         out = {}
         for tp, fut in futures.items():
             try:
@@ -265,10 +269,12 @@ class Cluster:
             out[(tp.topic, tp.partition)] = (info.offset, info.timestamp)
         return out
 
-    def log_start_end(self, tps: Iterable[TP]) -> tuple[dict[TP, int], dict[TP, int]]:
+    def log_start_end(self, tps: Iterable[TP], isolation: str = "read_uncommitted"
+                      ) -> tuple[dict[TP, int], dict[TP, int]]:
         tps = list(tps)
         start = {tp: o for tp, (o, _) in self.log_offsets(tps, "earliest").items()}
-        end = {tp: o for tp, (o, _) in self.log_offsets(tps, "latest").items()}
+        end = {tp: o for tp, (o, _) in self.log_offsets(tps, "latest",
+                                                          isolation=isolation).items()}
         return start, end
 
     # -- groups ----------------------------------------------------------------------------

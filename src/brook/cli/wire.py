@@ -31,6 +31,11 @@ def request(host: str, port: int, body, timeout: float, security=None,
         return connection.request(body, response_cls=response_cls)
     except KafkaClientError as exc:
         raise CliError(str(exc)) from exc
+    except Exception as exc:  # noqa: BLE001 - an answer that cannot be read: a message
+        name = type(body).__name__.removesuffix("Request")
+        raise CliError(f"{host}:{port} answered {name} v{type(body).__version__} with what "
+                       f"cannot be read ({type(exc).__name__}): the broker may not support "
+                       "it") from exc
     finally:
         connection.close()
 

@@ -36,6 +36,7 @@ from ..cli.errors import CliError
 from . import render, safety
 from .backend import OFFSETS_TOPIC, Backend
 from .lag import duration_text
+from .reader import ISOLATION_LEVELS
 
 log = logging.getLogger("brook.console")
 HERE = Path(__file__).parent
@@ -407,12 +408,17 @@ def create_app(backend: Backend, settings: ConsoleSettings, sampler=None) -> Sta
         newest_first = params.get("order", "newest") != "oldest"
         key_filter = params.get("key", "")
         contains = params.get("contains", "")
+        isolation = params.get("isolation", "read_uncommitted")
+        if isolation not in ISOLATION_LEVELS:
+            raise ValueError("isolation is read_uncommitted or read_committed")
         view = await call(backend.topic, name)
         pg, rows = await call(backend.messages, name, partition, offset=offset,
                               timestamp=timestamp, newest_first=newest_first, limit=limit,
-                              fmt=fmt, key_filter=key_filter, contains=contains)
+                              fmt=fmt, key_filter=key_filter, contains=contains,
+                              isolation=isolation)
         return page(request, "messages.html", nav="topics", t=view, partition=partition,
                     pg=pg, rows=rows, limit=limit, fmt=fmt, newest_first=newest_first,
+                    isolation=isolation,
                     key_filter=key_filter, contains=contains, offset=offset, time_text=ts_text,
                     produced=params.get("produced"))
 

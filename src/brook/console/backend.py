@@ -20,6 +20,7 @@ from . import render
 from .lag import LagHistory, duration_text, time_behind
 from .metrics import BrokerRates
 from .reader import Page, PartitionReader, browse
+from .topology import MetadataCache, metadata_request
 
 log = logging.getLogger("brook.console")
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -40,14 +41,17 @@ class Backend:
         self.history = history or LagHistory()
         self.lag_interval = lag_interval
         self._cluster = None
+        self._sampling = None
         self._lock = threading.Lock()
         self._reader: PartitionReader | None = None
         self._producer = None
         self._overview: tuple[float, list[dict[str, Any]]] | None = None
+        self._sampling_rounds = 0  # rounds under way (the sampler's, a page's)
         self._batched = True  # FindCoordinator v4 and OffsetFetch v8 work: Kafka 3.0 or later
         self._batch_failures = 0
         self.rates = rates or BrokerRates()  # the brokers' metrics (brook's): none by default
         self._brokers: list[dict[str, Any]] | None = None  # the cluster page's last list
+        self.metadata = MetadataCache(self._fetch_metadata)  # shared by the pages
 
     # -- the connection --------------------------------------------------------------------
 
@@ -60,18 +64,50 @@ class Backend:
                                         client_id=CLIENT_ID)
             return self._cluster
 
+    def sampling_cluster(self):
+        """The sampler's own client: its rounds (the log end offsets of every partition a
+        group has, on 10,000 partitions) held a page's requests behind them for up to 2 s in a
+        client shared with the pages."""
+        from ..cli.client import Cluster
+
+        with self._lock:
+            if self._sampling is None:
+                self._sampling = Cluster(self.bootstrap, self.timeout, security=self.security,
+                                         client_id=CLIENT_ID + "-sampler")
+            return self._sampling
+
     def reader(self) -> PartitionReader:
-        cluster = self.cluster()
         with self._lock:
             if self._reader is None:
-                def make():
-                    from confluent_kafka import Consumer
-                    return Consumer(cluster.config(**{
-                        "group.id": CLIENT_ID, "enable.auto.commit": False,
-                        "enable.auto.offset.store": False, "enable.partition.eof": True,
-                        "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10}))
-                self._reader = PartitionReader(make, self.timeout)
+                self._reader = PartitionReader(self._leader, self.metadata.invalidate,
+                                               self.security, self.timeout, CLIENT_ID)
             return self._reader
+
+    def _fetch_metadata(self):
+        from ..cli.wire import request
+
+        cluster = self.cluster()
+        host, port = self._address(cluster)
+        return request(host, port, metadata_request(), cluster.timeout, self.security)
+
+    def _leader(self, topic: str, partition: int) -> tuple[str, int]:
+        """The address of a partition's leader, from the shared metadata."""
+        info = self.metadata.topic(topic)
+        pm = info.partitions.get(partition) if info is not None else None
+        if pm is None:
+            raise CliError(f"topic '{topic}' has no partition {partition}", code=2)
+        snap = self.metadata.get()
+        broker = snap.brokers.get(pm.leader)
+        if broker is None:
+            raise CliError(f"{topic}-{partition} has no leader now")
+        return broker[0], broker[1]
+
+    def partitions(self, topic: str) -> list[int]:
+        """A topic's partitions (from the shared metadata); CliError if there is no such topic."""
+        info = self.metadata.topic(topic)
+        if info is None or info.error is not None:
+            raise CliError(f"unknown topic '{topic}'")
+        return sorted(info.partitions)
 
     def close(self) -> None:
         if self._reader is not None:
@@ -92,8 +128,17 @@ class Backend:
     def sample(self, now: float | None = None) -> list[dict[str, Any]]:
         """Every group's state and lag now: the sampler's work, and the groups list's. Adds a
         sample to the lag history of each group."""
+        with self._lock:
+            self._sampling_rounds += 1
+        try:
+            return self._sample(now)
+        finally:
+            with self._lock:
+                self._sampling_rounds -= 1
+
+    def _sample(self, now: float | None) -> list[dict[str, Any]]:
         now = time.time() if now is None else now
-        cluster = self.cluster()
+        cluster = self.sampling_cluster()
         ids = [g for g, _ in cluster.group_ids()]
         described, committed = self._read_groups(cluster, ids)
         ids = [g for g in ids if g in described]
@@ -149,12 +194,15 @@ class Backend:
         return described, committed
 
     def groups_overview(self) -> tuple[float, list[dict[str, Any]]]:
-        """The last sample when it is recent, else a new one: (its time, its rows)."""
+        """The last sample when it is recent, or while a round is under way (on a busy machine
+        a round can take longer than the interval: a page starting one more would only slow
+        both), else a new one: (its time, its rows)."""
         overview = self._overview
-        if overview is None or time.time() - overview[0] > 2 * self.lag_interval + 1:
-            rows = self.sample()
-            return time.time(), rows
-        return overview
+        if overview is not None and (self._sampling_rounds > 0 or
+                                     time.time() - overview[0] <= 2 * self.lag_interval + 1):
+            return overview
+        rows = self.sample()
+        return time.time(), rows
 
     @staticmethod
     def _offsets_metadata(cluster):
@@ -295,7 +343,10 @@ class Backend:
         decoded: dict[int, dict] = {}
 
         def keep(r) -> bool:
-            d = decode(r.key, r.value)
+            if r.control is not None:  # a transaction's marker (offsets committed in it)
+                d = {"type": f"{r.control} marker"}
+            else:
+                d = decode(r.key, r.value)
             decoded[r.offset] = d
             return not group_filter or d.get("group") == group_filter
 
@@ -305,43 +356,53 @@ class Backend:
             d = decoded[r.offset]
             rows.append({"offset": r.offset, "timestamp": render.timestamp_text(r.timestamp),
                          "type": d["type"], "group": d.get("group"),
-                         "tombstone": bool(d.get("tombstone")), "text": describe(d)})
+                         "tombstone": bool(d.get("tombstone")),
+                         "text": (f"producer {r.producer_id}" if r.control is not None
+                                  else describe(d)),
+                         "control": r.control, "transaction": r.transaction})
         return page, rows
 
     # -- messages --------------------------------------------------------------------------
 
     def _page(self, topic: str, partition: int, offset: int | None, limit: int,
-              newest_first: bool, keep, timestamp: int | None = None) -> Page:
+              newest_first: bool, keep, timestamp: int | None = None,
+              isolation: str = "read_uncommitted") -> Page:
         cluster = self.cluster()
         limit = max(1, min(limit, MAX_LIMIT))
         tp = (topic, partition)
-        start, end = cluster.log_start_end([tp])
+        start, end = cluster.log_start_end([tp], isolation)
         low, high = start[tp], end[tp]
         if timestamp is not None:
-            found = cluster.log_offsets([tp], timestamp)[tp][0]
+            found = cluster.log_offsets([tp], timestamp, isolation=isolation)[tp][0]
             position = found if found >= 0 else high
         elif offset is None:
             position = high if newest_first else low
         else:
             position = offset
         reader = self.reader()
-        return browse(lambda a, b, n: reader.read_range(topic, partition, a, b, n), low, high,
-                      position, newest_first, limit, keep, SCAN_MAX)
+        return browse(lambda a, b, n: reader.read_range(topic, partition, a, b, n, isolation),
+                      low, high, position, newest_first, limit, keep, SCAN_MAX)
 
     def messages(self, topic: str, partition: int, *, offset: int | None = None,
                  timestamp: int | None = None, newest_first: bool = True, limit: int = 50,
-                 fmt: str = "auto", key_filter: str = "", contains: str = ""
-                 ) -> tuple[Page, list[dict[str, Any]]]:
-        partitions = self.cluster().partitions(topic)
+                 fmt: str = "auto", key_filter: str = "", contains: str = "",
+                 isolation: str = "read_uncommitted") -> tuple[Page, list[dict[str, Any]]]:
+        partitions = self.partitions(topic)
         if partition not in partitions:
             raise CliError(f"topic '{topic}' has no partition {partition} (it has "
                            f"{len(partitions)})", code=2)
-        page = self._page(topic, partition, offset, limit, newest_first,
-                          lambda r: render.matches(r.key, r.value, r.headers, key_filter,
-                                                   contains), timestamp)
+
+        def keep(r) -> bool:
+            if r.control is not None:  # a marker: shown unless a filter asks for content
+                return not (key_filter or contains)
+            return render.matches(r.key, r.value, r.headers, key_filter, contains)
+
+        page = self._page(topic, partition, offset, limit, newest_first, keep, timestamp,
+                          isolation)
         rows = [{
             "offset": r.offset, "timestamp": render.timestamp_text(r.timestamp),
             "timestamp_type": r.timestamp_type,
+            "control": r.control, "producer_id": r.producer_id, "transaction": r.transaction,
             "key": render.show_bytes(r.key, "text" if fmt == "hex" else fmt),
             "value": render.show_bytes(r.value, fmt),
             "headers": [(k, render.show_bytes(v, "text")) for k, v in r.headers],
@@ -354,7 +415,7 @@ class Backend:
         from confluent_kafka import Producer
 
         cluster = self.cluster()
-        partitions = cluster.partitions(topic)
+        partitions = self.partitions(topic)
         if partition is not None and partition not in partitions:
             raise CliError(f"topic '{topic}' has no partition {partition}", code=2)
         with self._lock:
@@ -383,31 +444,33 @@ class Backend:
 
         cluster = self.cluster()
         view = cluster_view(cluster.bootstrap, cluster.timeout, self.security)
-        md = cluster.metadata()
+        snap = self.metadata.get()
         leaders: dict[int, int] = {}
         replicas: dict[int, int] = {}
         under, offline = [], []
         total = 0
-        for name, topic in sorted(md.topics.items()):
+        for name, topic in sorted(snap.topics.items()):
             for p, pm in sorted(topic.partitions.items()):
                 total += 1
                 if pm.leader >= 0:
                     leaders[pm.leader] = leaders.get(pm.leader, 0) + 1
                 for r in pm.replicas:
                     replicas[r] = replicas.get(r, 0) + 1
+                if pm.leader >= 0 and len(pm.isr) >= len(pm.replicas):
+                    continue
                 row = {"topic": name, "partition": p,
                        "leader": pm.leader if pm.leader >= 0 else None,
-                       "replicas": list(pm.replicas), "isr": list(pm.isrs)}
+                       "replicas": list(pm.replicas), "isr": list(pm.isr)}
                 if pm.leader < 0:
                     offline.append(row)
-                elif len(pm.isrs) < len(pm.replicas):
+                else:
                     under.append(row)
         self._brokers = [dict(b) for b in view["brokers"]]
         for b in view["brokers"]:
             b["leaders"] = leaders.get(b["id"], 0)
             b["partitions"] = replicas.get(b["id"], 0)
             b["controller"] = b["id"] == view["controller"]
-        return {**view, "topics": len(md.topics), "partitions": total,
+        return {**view, "topics": len(snap.topics), "partitions": total,
                 "under_replicated": under, "offline": offline}
 
     def broker_rates(self) -> dict[str, Any]:
@@ -441,21 +504,16 @@ class Backend:
 
     def topics(self) -> list[dict[str, Any]]:
         """Every topic with its partitions, replication factor, under-replicated and offline
-        partitions and whether it is internal: one Metadata request (on 10,000 partitions the
-        AdminClient's list and describe take three times as long)."""
-        from ..cli.client import _addresses
-        from ..cli.wire import topic_metadata
-
-        cluster = self.cluster()
-        host, port = _addresses(cluster.bootstrap)[0]
+        partitions and whether it is internal, from the shared metadata (one Metadata request
+        every few seconds at most, however many pages ask)."""
         rows = []
-        for t in topic_metadata(host, port, cluster.timeout, self.security):
-            parts = t["partitions"]
+        for name, t in sorted(self.metadata.get().topics.items()):
+            parts = t.partitions.values()
             rows.append({
-                "topic": t["topic"], "internal": t["internal"], "partitions": len(parts),
-                "replication_factor": max((len(p["replicas"]) for p in parts), default=0),
-                "under_replicated": sum(1 for p in parts if len(p["isr"]) < len(p["replicas"])),
-                "offline": sum(1 for p in parts if p["leader"] < 0),
+                "topic": name, "internal": t.internal, "partitions": len(t.partitions),
+                "replication_factor": max((len(p.replicas) for p in parts), default=0),
+                "under_replicated": sum(1 for p in parts if len(p.isr) < len(p.replicas)),
+                "offline": sum(1 for p in parts if p.leader < 0),
             })
         return rows
 
@@ -475,13 +533,23 @@ class Backend:
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int,
                      configs: dict[str, str]) -> None:
-        cli_topics.create_topic(self.cluster(), topic, partitions, replication_factor, configs)
+        try:
+            cli_topics.create_topic(self.cluster(), topic, partitions, replication_factor,
+                                    configs)
+        finally:
+            self.metadata.invalidate()
 
     def delete_topic(self, topic: str) -> None:
-        cli_topics.delete_topics(self.cluster(), [topic])
+        try:
+            cli_topics.delete_topics(self.cluster(), [topic])
+        finally:
+            self.metadata.invalidate()
 
     def add_partitions(self, topic: str, total: int) -> int:
-        return cli_topics.add_partitions(self.cluster(), topic, total)
+        try:
+            return cli_topics.add_partitions(self.cluster(), topic, total)
+        finally:
+            self.metadata.invalidate()
 
     def alter_topic_configs(self, topic: str, to_set: dict[str, str],
                             to_delete: list[str]) -> None:
