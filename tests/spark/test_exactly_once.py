@@ -32,12 +32,24 @@ pytestmark = pytest.mark.timeout(600)
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def eos_broker(data_dir) -> BrokerProcess:
+    return BrokerProcess(data_dir, overrides={
+        "num.partitions": 3, "offsets.topic.num.partitions": 3,
+        "transaction.state.log.num.partitions": 3, "group.initial.rebalance.delay.ms": 0})
+
+
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory):
-    with BrokerProcess(tmp_path_factory.mktemp("broker-spark-eos"), overrides={
-            "num.partitions": 3, "offsets.topic.num.partitions": 3,
-            "transaction.state.log.num.partitions": 3,
-            "group.initial.rebalance.delay.ms": 0}) as proc:
+    with eos_broker(tmp_path_factory.mktemp("broker-spark-eos")) as proc:
+        yield proc
+
+
+@pytest.fixture
+def own_kafka(tmp_path):
+    """A broker of the test's own: the kill test uses no SparkSession of the run (its drivers
+    are processes of their own), so it stays out of the xdist group that holds the session's
+    tests and runs on another worker beside them."""
+    with eos_broker(tmp_path / "broker") as proc:
         yield proc
 
 
@@ -174,7 +186,8 @@ class Driver:
 
 
 @pytest.mark.spark
-def test_driver_killed_at_random_points_and_in_the_commit_window(kafka, tmp_path):
+def test_driver_killed_at_random_points_and_in_the_commit_window(own_kafka, tmp_path):
+    kafka = own_kafka
     kills = int(os.environ.get("BROOK_SPARK_EOS_KILLS", "1"))
     values = fill(kafka, "killed-in", 600)  # 100 per trigger: 6 micro-batches
     create_topic_confluent(kafka.bootstrap, "killed-out", partitions=3)
