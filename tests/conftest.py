@@ -23,6 +23,7 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 import pytest  # noqa: E402
 
 from tests.support.broker_harness import BROKER_DEFAULTS, BrokerProcess  # noqa: E402
+from tests.support.cluster_harness import zookeeper_server  # noqa: E402,F401 (one for the run)
 
 
 @pytest.fixture(scope="module")
