@@ -6,11 +6,15 @@ import types
 
 from hypothesis import HealthCheck, settings
 
+from tests.support.examples import examples
+
+# The examples of property tests that set no number of their own: a quarter of them under
+# BROOK_EXAMPLE_SCALE=0.25 (make test-fast), as for those that do (tests/support/examples.py).
 settings.register_profile(
-    "ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "ci", max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile(
-    "dev", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "dev", max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
@@ -19,6 +23,7 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 import pytest  # noqa: E402
 
 from tests.support.broker_harness import BROKER_DEFAULTS, BrokerProcess  # noqa: E402
+from tests.support.cluster_harness import zookeeper_server  # noqa: E402,F401 (one for the run)
 
 
 @pytest.fixture(scope="module")

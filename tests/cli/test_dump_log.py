@@ -29,6 +29,7 @@ from brook.coordinator.group.schemas import (GroupMetadataKey, GroupMetadataValu
 from brook.records import Codec, Record, encode_batch, read_header
 from brook.storage.config import LogConfig
 from brook.storage.log import Log
+from tests.support.examples import examples
 
 runner = CliRunner()
 T0 = 1_700_000_000_000
@@ -431,7 +432,7 @@ def test_transaction_log_of_a_brokers_transaction(broker_factory):
     assert " partitions=[] " in decoded[3]
 
 
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(st.lists(st.integers(1, 5), min_size=1, max_size=6), st.data())
 def test_scan_finds_every_batch_and_stops_at_any_tear(sizes, data):
     """segment_reader on batches laid end to end: all found with their positions; cut anywhere

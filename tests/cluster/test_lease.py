@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from brook.cluster.lease import MARGIN, SessionLease
 from tests.support.cluster_harness import own_zookeeper, wait_for  # noqa: F401
+from tests.support.examples import examples
 
 PING = -2
 WATCH = -1
@@ -109,7 +110,7 @@ events = st.lists(st.one_of(st.just(("send",)), st.just(("receive",)), st.just((
                             st.tuples(st.just("wait"), st.floats(0, 10))), max_size=60)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(events, st.integers(1000, 60_000))
 def test_while_the_lease_holds_zookeeper_has_not_expired_the_session(events, timeout_ms):
     """ZooKeeper expires the session ``timeout`` after it last received something from the

@@ -17,6 +17,7 @@ from brook.replication.replica_tracker import ReplicaTracker
 from brook.replication.truncation import truncation_offset
 from brook.cluster.zk_data import PartitionState
 from brook.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET, LeaderEpochCache
+from tests.support.examples import examples
 
 # ------------------------------------------------------------------------ LeaderEpochCache
 
@@ -162,7 +163,7 @@ def truncate_until_finished(follower: list[int], follower_epochs: LeaderEpochCac
     raise AssertionError("truncation never finished")
 
 
-@settings(max_examples=1000)  # cheap, and the interleavings that matter are rare
+@settings(max_examples=examples(1000))  # cheap, and the interleavings that matter are rare
 @given(leader_histories())
 @example(([[], [0], [], [], [3], [0, 4], [], [3]], 5, 0))
 def test_a_follower_truncates_to_what_it_shares_with_its_leader(history):

@@ -62,8 +62,8 @@ the same log on every replica.
 
 A failing seed prints itself and the command that replays it alone:
 `BROOK_SIM_SEED=<seed> python -m pytest tests/cluster/test_replication_simulation.py -k replay`.
-`BROOK_SIM_SEEDS=<n>` runs n seeds (500 by default, 2,000 where `CI` is set; `BROOK_SIM_FIRST`
-moves the first one); `BROOK_SIM_WIRING_TODAY=maximal_isr,...` replays with a rule switched off.
+`BROOK_SIM_SEEDS=<n>` runs n seeds (500 by default, 2,000 where `CI` is set, a quarter of 500
+in `make test-fast`, which sets BROOK_EXAMPLE_SCALE=0.25; `BROOK_SIM_FIRST` moves the first one); `BROOK_SIM_WIRING_TODAY=maximal_isr,...` replays with a rule switched off.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ from brook.replication.replica_tracker import ReplicaTracker
 from brook.replication.truncation import truncation_offset
 from brook.cluster.zk_data import PartitionState
 from brook.storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
+from tests.support.examples import SCALE
 
 TOPIC = "t"
 
@@ -1361,7 +1362,8 @@ def run_seed(seed: int, trace: bool = False) -> Outcome:
 # ---------------------------------------------------------------------------------- the tests
 
 FIRST_SEED = int(os.environ.get("BROOK_SIM_FIRST", "0"))
-SEED_COUNT = int(os.environ.get("BROOK_SIM_SEEDS", "2000" if os.environ.get("CI") else "500"))
+SEED_COUNT = int(os.environ.get("BROOK_SIM_SEEDS", 2000 if os.environ.get("CI")
+                                else int(500 * min(1.0, SCALE))))
 BLOCK = 50
 BLOCKS = [(s, min(s + BLOCK, FIRST_SEED + SEED_COUNT))
           for s in range(FIRST_SEED, FIRST_SEED + SEED_COUNT, BLOCK)]

@@ -10,7 +10,6 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.support.examples import examples
 
 from brook.coordinator.common.loader import replay_batches
 from brook.coordinator.common.result import CoordinatorRecord
@@ -37,6 +36,7 @@ from brook.records import Record as BatchRecord
 from brook.records import decode_batch, encode_batch
 from brook.records.batch import CONTROL_BIT, HEADER_SIZE, decode_records, read_header
 from brook.records.errors import RecordsError
+from tests.support.examples import examples
 
 T0 = 1_700_000_000_000
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -439,7 +439,7 @@ def test_a_decoder_over_its_template_budget_forgets_its_templates_and_reads_on(m
     assert snapshot(shard) == snapshot(replay_one_by_one(data))
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(consumer_partitions(), st.data())
 def test_compressed_and_control_batches_load_in_bulk_as_record_by_record(batches, data):
     """The same partition with some batches compressed and transaction markers between them:

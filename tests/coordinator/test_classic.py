@@ -27,6 +27,7 @@ from brook.coordinator.group.classic_group import GroupState as S
 from brook.coordinator.group.schemas import GroupMetadataKey, GroupMetadataValue
 from tests.support.classic_harness import Harness, mm, stored
 from tests.support.coordinator_harness import CoordinatorHarness
+from tests.support.examples import SCALE
 
 # --- JoinGroup ------------------------------------------------------------------------------------
 
@@ -647,7 +648,7 @@ class Simulation:
             assert fresh.groups[gid].to_metadata_value() == value
 
 
-@pytest.mark.parametrize("seed", range(200))
+@pytest.mark.parametrize("seed", range(int(200 * min(1.0, SCALE))))  # 50 in make test-fast
 def test_simulation(seed):
     sim = Simulation(seed)
     stable_seen = False

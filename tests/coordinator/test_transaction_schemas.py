@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.examples import examples
 from tests.support.schema_bytes import compact_string, i16, i32, i64, string, uvarint
 
 from brook.coordinator.transaction.partitioner import TRANSACTION_STATE_TOPIC, partition_for
@@ -133,7 +134,7 @@ def test_partition_for_is_kafkas_hash():
     assert partition_for("polygenelubricants", 50) == 0
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=80))
 def test_garbage_raises_only_the_corrupt_record_error(data):
     for decode in (decode_key, decode_value):
@@ -155,7 +156,7 @@ values = st.builds(
     client_transaction_version=st.integers(0, 3))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(values)
 def test_round_trip_and_the_schema_agree(value):
     assert encode_value(value) == value_bytes(1, value)

@@ -27,6 +27,7 @@ from brook.coordinator.transaction.shard import (
     TransactionShard,
     metadata_equal,
 )
+from tests.support.examples import examples
 
 S = TransactionState
 T0 = 1_700_000_000_000
@@ -334,7 +335,7 @@ ops = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(ops, min_size=10, max_size=80))
 def test_random_operations_keep_kafkas_rules_and_replay_to_the_same_state(steps):
     h = Harness(TransactionConfig(max_timeout_ms=60_000, id_expiration_ms=20_000))
@@ -449,7 +450,7 @@ pending_ops = st.one_of(ops, st.tuples(st.just("commit"), st.just(None), st.just
                                   st.sampled_from(PARTITIONS)))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(pending_ops, min_size=10, max_size=80))
 def test_writes_rolled_back_leave_the_state_their_log_says(steps):
     """Whatever is rolled back, the state served is what the log, loaded again, gives."""

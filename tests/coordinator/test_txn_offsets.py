@@ -46,6 +46,7 @@ from brook.storage.cleaner import clean_log
 from brook.storage.config import LogConfig
 from brook.storage.log import Log
 from brook.storage.producer_state import AppendOrigin
+from tests.support.examples import examples
 
 MINUTE = 60_000
 CONFIG = OffsetsConfig(offsets_retention_minutes=10, offsets_retention_check_interval_ms=MINUTE)
@@ -373,7 +374,7 @@ def state(shard: CoordinatorShard) -> tuple:
     return committed, offsets.pending.state(), {g: str(s.state) for g, s in shard.groups.items()}
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(operations)
 def test_live_handling_follows_kafka_and_a_load_gives_the_same_state(ops):
     c = Coordinator()
@@ -431,7 +432,7 @@ def _record_count(lg) -> int:
     return total
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(operations)
 def test_a_compacted_log_loads_to_the_same_offsets(tmp_path_factory, ops):
     """The batches written through a real log (the partition's producer state checks the

@@ -19,6 +19,7 @@ from brook.coordinator.group.offsets_cache import OffsetsCache, RowsSnapshot, sa
 from brook.coordinator.group.schemas import OffsetCommitKey, OffsetCommitValue
 from brook.coordinator.group.shard import CoordinatorShard
 from brook.coordinator.group.uncommitted import Uncommitted
+from tests.support.examples import examples
 
 NOW = 1_000
 
@@ -170,7 +171,7 @@ steps = st.lists(st.one_of(st.tuples(st.just("write"), st.lists(records, min_siz
                  max_size=40)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(steps)
 def test_fetch_answers_exactly_the_committed_writes_whatever_fails(steps):
     shard = CoordinatorShard()

@@ -34,6 +34,7 @@ from brook.coordinator.group.schemas import OffsetCommitKey, OffsetCommitValue
 from brook.protocol.fetch_response import PartitionResult, TopicResult
 from brook.records import Record, encode_batch
 from tests.support.broker_harness import free_port
+from tests.support.examples import examples
 from tests.support.runtime_ops import join_and_sync
 
 
@@ -153,7 +154,7 @@ def topics_broker(tmp_path_factory):
         b.close()
 
 
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from(["in", "out"]),
                           st.integers(0, 10_000), st.integers(0, 50)), max_size=40))
 def test_counters_are_the_sums_of_what_was_counted(topics_broker, ops):

@@ -17,6 +17,7 @@ from kio.static.primitive import Records, i32, i64
 from brook.protocol import legacy
 from brook.protocol.messages import encode_response, parse_request, request_class, response_class
 from tests.support import kafka_wire
+from tests.support.examples import examples
 
 st.register_type_strategy(Records, st.binary(max_size=256))  # Produce and Fetch carry record bytes
 
@@ -56,7 +57,8 @@ def test_every_legacy_version_is_below_kafka_4s_minimum_and_in_kafka_39s_range()
         assert response_class(key, version).__version__ == version
 
 
-ROUND_TRIP = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+ROUND_TRIP = settings(max_examples=examples(30), deadline=None,
+                      suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.parametrize("key, version", LEGACY)

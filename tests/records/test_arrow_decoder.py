@@ -24,8 +24,10 @@ from brook.records import (
 from brook.records.arrow import arrow_schema, decode
 from brook.records.batch import ATTRIBUTES_OFFSET, CRC_OFFSET
 from brook.records.crc import crc32c
+from tests.support.examples import examples
 
-SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SOME = settings(max_examples=examples(60), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 small_bytes = st.one_of(st.none(), st.binary(max_size=40))
 headers = st.lists(st.tuples(st.text(max_size=8), small_bytes), max_size=3).map(tuple)

@@ -9,7 +9,6 @@ import pytest
 from brook.records.crc import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support.examples import examples
 
 from brook.records import (
     CREATE_TIME,
@@ -27,8 +26,10 @@ from brook.records import (
     verify_crc,
 )
 from brook.records.compression import compress
+from tests.support.examples import examples
 
-SOME = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SOME = settings(max_examples=examples(40), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 FEW = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 INT16 = st.integers(-(2**15), 2**15 - 1)

@@ -10,13 +10,14 @@ import cramjam
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support.examples import examples
 
 from brook.records import Codec, CorruptRecordError, UnsupportedCompressionError
 from brook.records.compression import codec_of, compress, decompress, inflated_bound
 from brook.records.errors import InflationLimitError
+from tests.support.examples import examples
 
-SOME = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SOME = settings(max_examples=examples(40), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
 LZ4_MAGIC = b"\x04\x22\x4d\x18"
@@ -197,7 +198,7 @@ def test_random_bytes_decompress_or_raise_corrupt(codec, garbage):
 
 
 @pytest.mark.parametrize("codec", [c for c in Codec if c != Codec.NONE])
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     data=st.binary(min_size=1, max_size=500),
     flips=st.lists(st.tuples(st.integers(0), st.integers(1, 255)), min_size=1, max_size=3),

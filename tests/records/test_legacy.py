@@ -10,7 +10,6 @@ import cramjam
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support.examples import examples
 
 from brook.records import (
     CREATE_TIME,
@@ -33,8 +32,10 @@ from brook.records import (
 )
 from brook.records.compression import compress, decompress
 from brook.records.legacy import xxh32
+from tests.support.examples import examples
 
-SOME = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SOME = settings(max_examples=examples(40), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 LEGACY_CODECS = [Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4]
 
 

@@ -19,6 +19,7 @@ from brook.security.acls import (
     bitfield,
     parse_super_users,
 )
+from tests.support.examples import examples
 
 ALLOW, DENY = Permission.ALLOW, Permission.DENY
 ALICE, BOB = "User:alice", "User:bob"
@@ -181,7 +182,7 @@ def _reference(acls, super_users, allow_if_none, principal, host, op, rt, name) 
     return any(b.permission == ALLOW and b.operation in implied for b in mine)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.lists(bindings, max_size=8), st.booleans(), st.booleans(),
        st.sampled_from([ALICE, BOB]), st.sampled_from(["10.0.0.1", "10.0.0.2"]), OPS,
        st.sampled_from([RT.TOPIC, RT.GROUP]), st.sampled_from(["a", "ab", "abc", "b", "c"]))
@@ -192,7 +193,7 @@ def test_decisions_follow_the_rules(acls, alice_super, allow_if_none, principal,
                                                                       principal, host, op, rt, name)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(bindings, max_size=8), bindings, st.sampled_from([ALICE, BOB]), OPS,
        st.sampled_from(["a", "ab", "c"]))
 def test_a_deny_never_grants_and_an_allow_never_takes_away(acls, extra, principal, op, name):
@@ -204,7 +205,7 @@ def test_a_deny_never_grants_and_an_allow_never_takes_away(acls, extra, principa
         assert not (before and not after)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(bindings, max_size=10), st.sampled_from([ALICE, BOB]), OPS,
        st.sampled_from([RT.TOPIC, RT.GROUP]))
 def test_authorize_any_is_true_when_some_resource_is_authorized(acls, principal, op, rt):
@@ -223,7 +224,7 @@ def test_authorize_any_is_true_when_some_resource_is_authorized(acls, principal,
             assert a.authorize_any(principal, HOST, op, rt)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(bindings, max_size=8), st.builds(
     AclFilter, st.sampled_from([RT.ANY, RT.TOPIC, RT.GROUP]), st.one_of(st.none(), NAMES),
     st.sampled_from([PT.ANY, PT.MATCH, PT.LITERAL, PT.PREFIXED]), st.one_of(st.none(), PRINCIPALS),

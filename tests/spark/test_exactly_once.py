@@ -34,12 +34,24 @@ pytestmark = pytest.mark.timeout(600)
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def eos_broker(data_dir) -> BrokerProcess:
+    return BrokerProcess(data_dir, overrides={
+        "num.partitions": 3, "offsets.topic.num.partitions": 3,
+        "transaction.state.log.num.partitions": 3, "group.initial.rebalance.delay.ms": 0})
+
+
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory):
-    with BrokerProcess(tmp_path_factory.mktemp("broker-spark-eos"), overrides={
-            "num.partitions": 3, "offsets.topic.num.partitions": 3,
-            "transaction.state.log.num.partitions": 3,
-            "group.initial.rebalance.delay.ms": 0}) as proc:
+    with eos_broker(tmp_path_factory.mktemp("broker-spark-eos")) as proc:
+        yield proc
+
+
+@pytest.fixture
+def own_kafka(tmp_path):
+    """A broker of the test's own: the kill tests use no SparkSession of the run (their
+    drivers are processes of their own), so they stay out of the xdist group that holds the
+    session's tests and run on other workers beside them."""
+    with eos_broker(tmp_path / "broker") as proc:
         yield proc
 
 
@@ -178,7 +190,8 @@ class Driver:
 
 
 @pytest.mark.spark
-def test_driver_killed_at_random_points_and_in_the_commit_window(kafka, tmp_path):
+def test_driver_killed_at_random_points_and_in_the_commit_window(own_kafka, tmp_path):
+    kafka = own_kafka
     kills = int(os.environ.get("BROOK_SPARK_EOS_KILLS", "2"))
     values = fill(kafka, "killed-in", 600)  # 100 per trigger: 6 micro-batches
     create_topic_confluent(kafka.bootstrap, "killed-out", partitions=3)
@@ -226,10 +239,11 @@ def _running_tasks(events: pathlib.Path) -> list[tuple[int, str]]:
 
 
 @pytest.mark.spark
-def test_python_workers_killed_in_their_tasks(kafka, tmp_path):
+def test_python_workers_killed_in_their_tasks(own_kafka, tmp_path):
     """Each kill fails a task attempt (local[2,3] tries a task three times); the next attempt
     fences the killed one's open transaction, or finds its batch committed and writes nothing.
     After each kill two tasks end before the next, so no task is killed three times."""
+    kafka = own_kafka
     values = fill(kafka, "workers-in", 600)  # 100 per trigger: 6 micro-batches
     create_topic_confluent(kafka.bootstrap, "workers-out", partitions=3)
     rng = random.Random(31)

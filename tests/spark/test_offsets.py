@@ -116,11 +116,17 @@ def test_limit_takes_exactly_the_limit_or_all_that_is_available(ranges, max_offs
     assert taken == min(max_offsets, available)
 
 
-@given(partitions, st.integers(1, 10**6))
-def test_limit_reaches_the_latest_offsets_in_finitely_many_triggers(ranges, max_offsets):
+# A limit of at least a 200th of what is available: at most 200 triggers, where a limit of 1
+# on 12 partitions of a million offsets each looped 12 million times (over 30 s of one core).
+# Any ratio of the limit to the sizes is still drawn (a limit of 1 where up to 200 offsets are
+# available), and each single trigger's total is checked for any limit above.
+@given(partitions, st.data())
+def test_limit_reaches_the_latest_offsets_in_finitely_many_triggers(ranges, data):
     start = {("t", i): s for i, (s, _) in enumerate(ranges)}
     latest = {("t", i): s + max(n, 0) for i, (s, n) in enumerate(ranges)}
     available = sum(latest[tp] - start[tp] for tp in start)
+    max_offsets = data.draw(st.integers(max(1, -(-available // 200)), max(1, 2 * available)),
+                            label="max_offsets")
     triggers = 0
     while start != latest:
         start = om.limit(start, latest, max_offsets)
@@ -140,9 +146,16 @@ def test_split_by_max_records_and_min_partitions():
     assert [r.partition for r in om.split(ranges, min_partitions=6)] == [0] * 5 + [2]
 
 
+# A limit of at least a 200th of the largest range: at most 200 pieces a range, where a limit
+# of 1 on ranges of a million offsets made millions of pieces (from a second to minutes of a
+# core). Any ratio of the limit to the sizes up to 200 is still drawn.
 @given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 10**6)), max_size=8),
-       st.one_of(st.none(), st.integers(1, 10**5)), st.one_of(st.none(), st.integers(1, 64)))
-def test_split_covers_each_range_exactly_with_bounded_pieces(ranges, max_records, min_parts):
+       st.data(), st.one_of(st.none(), st.integers(1, 64)))
+def test_split_covers_each_range_exactly_with_bounded_pieces(ranges, data, min_parts):
+    largest = max((n for _, n in ranges), default=0)
+    max_records = data.draw(st.one_of(st.none(), st.integers(max(1, -(-largest // 200)),
+                                                             max(1, 2 * largest))),
+                            label="max_records")
     wanted = [Range("t", i, s, s + n) for i, (s, n) in enumerate(ranges)]
     pieces = om.split(wanted, max_records, min_parts)
     for r in wanted:

@@ -17,6 +17,7 @@ from brook.storage.config import LogConfig
 from brook.storage.log import Log
 from brook.storage.manager import LogManager, ManagerConfig
 
+from tests.support.examples import examples
 from tests.support.storage_helpers import read_all
 
 HOUR = 3600 * 1000
@@ -71,7 +72,7 @@ workloads = st.lists(
     min_size=2, max_size=30)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(workloads, st.integers(0, 3))
 def test_a_pass_on_the_thread_leaves_what_an_inline_pass_leaves(batches, passes):
     with tempfile.TemporaryDirectory() as tmp:

@@ -18,6 +18,7 @@ from brook.storage.config import LogConfig
 from brook.storage.fd_cache import SEGMENT_FILES, FdCache, capacity_for
 from brook.storage.log import Log
 from brook.storage.manager import LogManager, ManagerConfig
+from tests.support.examples import examples
 from tests.support.storage_helpers import make_batch, read_all
 
 CAPACITY = 8
@@ -283,7 +284,7 @@ class Model:
         self.evict()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(capacity=st.integers(1, 4),
        ops=st.lists(st.tuples(st.sampled_from(["pin", "pin", "unpin", "close", "resize"]),
                               st.integers(0, FILES - 1), st.integers(1, 4)), max_size=80))

@@ -31,6 +31,7 @@ from brook.storage.producer_state import (
     snapshot_file_name,
 )
 
+from tests.support.examples import examples
 from tests.support.storage_helpers import read_all
 
 INT32_MAX = 2**31 - 1
@@ -555,7 +556,7 @@ op_st = st.one_of(
 )
 
 
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(st.lists(op_st, min_size=1, max_size=40), st.booleans())
 def test_state_after_reload_equals_state_before(tmp_path_factory, ops, clean):
     """Whatever a mix of producers, epochs, gaps, retries and rolls does, the state a load

@@ -32,9 +32,11 @@ def skip_without_zookeeper() -> None:
         pytest.skip(reason)
 
 
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory):
-    """One ZooKeeper server for a test module (tests keep apart by chroot)."""
+@pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory):
+    """The run's ZooKeeper server (one for each xdist worker), started when a test first needs
+    it. tests/conftest.py registers it once: a fixture imported into several test modules is a
+    fixture of each, and would start one server per module."""
     skip_without_zookeeper()
     server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
     server.start()
@@ -42,6 +44,14 @@ def zookeeper(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def zookeeper(zookeeper_server):
+    """ZooKeeper for a test module: the run's server, shared by the modules (tests keep apart
+    by chroot, the ``zk`` fixture) rather than a JVM started for each. A test that stops or
+    restarts ZooKeeper takes ``own_zookeeper``."""
+    return zookeeper_server
 
 
 @pytest.fixture
