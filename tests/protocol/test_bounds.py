@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import struct
 
@@ -11,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.support.examples import examples
 from kio.serial import entity_writer
-from kio.static.primitive import Records
+from kio.static.primitive import Records, i64Timedelta
 
 from brook.broker.handlers import registry
 from brook.protocol import bounds
@@ -19,6 +20,11 @@ from brook.protocol.messages import MalformedRequestError, make, parse_request, 
 from brook.protocol.nulls import first_null
 
 st.register_type_strategy(Records, st.binary(max_size=256))
+# kio's strategy draws durations up to timedelta's limit, its native reader reads them back only
+# within 64 bits of microseconds (docs/protocol.md, "Malformed requests")
+_READABLE_MS = 2**63 // 1000
+st.register_type_strategy(i64Timedelta, st.integers(-_READABLE_MS, _READABLE_MS).map(
+    lambda ms: i64Timedelta.parse(datetime.timedelta(milliseconds=ms))))
 
 APIS = sorted((key, version) for key, api in registry().items()
               for version in range(api.min_version, api.max_version + 1))
