@@ -36,6 +36,7 @@ from .consumer_schemas import (
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
     ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataKey,
@@ -44,7 +45,8 @@ from .consumer_schemas import (
 from .reconciliation import MemberAssignment, MemberState
 from .schemas import GroupMetadataKey
 
-__all__ = ["MalformedProtocol", "classic_group_of", "consumer_group_records"]
+__all__ = ["MalformedProtocol", "classic_group_of", "consumer_group_records", "group_records",
+           "tombstones"]
 
 
 def consumer_group_records(classic: ClassicGroup,
@@ -99,6 +101,33 @@ def tombstones(group: ConsumerGroup) -> list[CoordinatorRecord]:
         records.append(CoordinatorRecord(ConsumerGroupMemberMetadataKey(gid, member_id), None))
     records.append(CoordinatorRecord(ConsumerGroupPartitionMetadataKey(gid), None))
     records.append(CoordinatorRecord(ConsumerGroupMetadataKey(gid), None))
+    return records
+
+
+def group_records(group: ConsumerGroup) -> list[CoordinatorRecord]:
+    """Records that make ``group`` again from nothing, replayed after ``tombstones`` of what is
+    there now (a failed write rolled back): its members, subscribed topics, epoch, target
+    assignment and each member's current assignment."""
+    gid = group.group_id
+    records = [CoordinatorRecord(ConsumerGroupMemberMetadataKey(gid, m.member_id),
+                                 m.metadata_value()) for m in group.members.values()]
+    if group.topics:
+        records.append(CoordinatorRecord(
+            ConsumerGroupPartitionMetadataKey(gid),
+            ConsumerGroupPartitionMetadataValue(tuple(group.topics[n]
+                                                      for n in sorted(group.topics)))))
+    records.append(CoordinatorRecord(ConsumerGroupMetadataKey(gid),
+                                     ConsumerGroupMetadataValue(group.group_epoch)))
+    for member_id, partitions in group.target.items():
+        records.append(CoordinatorRecord(ConsumerGroupTargetAssignmentMemberKey(gid, member_id),
+                                         ConsumerGroupTargetAssignmentMemberValue(
+                                             by_topic(partitions))))
+    records.append(CoordinatorRecord(ConsumerGroupTargetAssignmentMetadataKey(gid),
+                                     ConsumerGroupTargetAssignmentMetadataValue(
+                                         group.assignment_epoch)))
+    for m in group.members.values():
+        records.append(CoordinatorRecord(ConsumerGroupCurrentMemberAssignmentKey(gid, m.member_id),
+                                         current_assignment_value(m.assignment)))
     return records
 
 

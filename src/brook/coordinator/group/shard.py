@@ -19,10 +19,12 @@ transaction marker for the partition is an operation of the shard too
 is committed (a cluster's, until the high watermark passes it) keeps what it replaced of the
 committed offsets until the runtime calls ``committed`` or ``roll_back``
 (``brook.coordinator.group.uncommitted``); OffsetFetch answers the committed offsets meanwhile.
+The consumer groups such a write changed are copied before it, and put back by ``roll_back``.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from operator import itemgetter
 from typing import NamedTuple
@@ -55,7 +57,13 @@ from .consumer_group import ConsumerGroup
 from .consumer_group import replay as replay_consumer
 from .consumer_schemas import CONSUMER_GROUP_KEYS
 from .loader import GroupBatchReplayer
-from .migration import MalformedProtocol, classic_group_of, consumer_group_records, tombstones
+from .migration import (
+    MalformedProtocol,
+    classic_group_of,
+    consumer_group_records,
+    group_records,
+    tombstones,
+)
 from .offsets import (
     CommitTopic,
     FetchedOffset,
@@ -125,6 +133,9 @@ class CoordinatorShard:
             g for g, group in self.consumer.groups.items() if not group.members]
         self.offsets.consumer_group_tombstones = self.consumer.delete_records
         self.classic_members = ClassicMembers(self.consumer)
+        #: the consumer groups as they were before each uncommitted write that changed them:
+        #: (end, {group id: the group before, None if there was none}), oldest first
+        self._consumer_undo: deque[tuple[int, dict[str, ConsumerGroup | None]]] = deque()
         self.consumer.downgrade = self._downgrade
 
     @property
@@ -188,6 +199,15 @@ class CoordinatorShard:
         the committed offsets is kept until ``committed`` or ``roll_back``."""
         if end is not None:
             self.offsets.begin_write()
+            before = {}
+            for record in records:
+                if type(record) is CoordinatorRecord and type(record.key) in CONSUMER_GROUP_KEYS:
+                    gid = record.key.group  # type: ignore[attr-defined]
+                    if gid not in before:
+                        group = self.consumer.groups.get(gid)
+                        before[gid] = group.copy() if group is not None else None
+            if before:
+                self._consumer_undo.append((end, before))
         try:
             for record in records:
                 kind = type(record)
@@ -208,12 +228,27 @@ class CoordinatorShard:
         """The high watermark reached ``offset``: the writes that end there or before are
         committed."""
         self.offsets.committed(offset)
+        undo = self._consumer_undo
+        while undo and undo[0][0] <= offset:
+            undo.popleft()
 
     def roll_back(self, end: int) -> list[CoordinatorRecord]:
-        """The write ending at ``end`` failed: the offsets it and every later uncommitted write
-        changed go back to what they were, as records to replay and write (group membership
-        is not rolled back)."""
-        return self.offsets.roll_back(end)
+        """The write ending at ``end`` failed: the offsets and the consumer groups it and every
+        later uncommitted write changed go back to what they were, as records to replay and
+        write (a consumer group: tombstones of what it is now, then the records of what it
+        was; classic groups are not rolled back)."""
+        records = self.offsets.roll_back(end)
+        restored: dict[str, ConsumerGroup | None] = {}
+        undo = self._consumer_undo
+        while undo and undo[-1][0] >= end:
+            restored.update(undo.pop()[1])  # an earlier write's group wins
+        for gid, group in restored.items():
+            now = self.consumer.groups.get(gid)
+            if now is not None:
+                records += tombstones(now)
+            if group is not None:
+                records += group_records(group)
+        return records
 
     def loaded(self, now: int) -> CoordinatorResult:
         """The partition is loaded: members get session deadlines, the cache gives back the
