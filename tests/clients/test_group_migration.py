@@ -16,6 +16,7 @@ import pytest
 
 pytest.importorskip("confluent_kafka")
 
+from tests.cluster.test_consumer_group_failover import ownership_callbacks  # noqa: E402
 from tests.support.broker_harness import BrokerProcess  # noqa: E402
 
 PARTITIONS = 6
@@ -78,21 +79,7 @@ class Members:
             conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
         c = Consumer(conf)
 
-        def assigned(consumer, partitions):
-            with self.lock:
-                for tp in partitions:
-                    other = self.owner.get(tp.partition)
-                    if other is not None and other != name:
-                        self.violations.append(f"{tp.partition} given to {name} while {other} "
-                                               f"holds it")
-                    self.owner[tp.partition] = name
-
-        def revoked(consumer, partitions):
-            with self.lock:
-                for tp in partitions:
-                    if self.owner.get(tp.partition) == name:
-                        del self.owner[tp.partition]
-
+        assigned, revoked = ownership_callbacks(self, name)
         c.subscribe(["migrating"], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
         try:
             while not stop.is_set():

@@ -48,6 +48,29 @@ def _describe(bootstrap: str):
     return None
 
 
+def ownership_callbacks(tracker, name: str):
+    """on_assign and on_revoke/on_lost callbacks of consumer ``name`` that keep
+    ``tracker.owner`` (partition -> consumer) under ``tracker.lock`` and note in
+    ``tracker.violations`` a partition given to one consumer while another holds it."""
+
+    def assigned(consumer, partitions):
+        with tracker.lock:
+            for tp in partitions:
+                other = tracker.owner.get(tp.partition)
+                if other is not None and other != name:
+                    tracker.violations.append(f"{tp.partition} given to {name} while {other} "
+                                              f"holds it")
+                tracker.owner[tp.partition] = name
+
+    def revoked(consumer, partitions):
+        with tracker.lock:
+            for tp in partitions:
+                if tracker.owner.get(tp.partition) == name:
+                    del tracker.owner[tp.partition]
+
+    return assigned, revoked
+
+
 class Consumers:
     """Consumer threads of the group; every partition change checked against the others."""
 
@@ -73,21 +96,7 @@ class Consumers:
                       "auto.offset.reset": "earliest", "enable.auto.commit": True,
                       "auto.commit.interval.ms": 200, "fetch.wait.max.ms": 100})
 
-        def assigned(consumer, partitions):
-            with self.lock:
-                for tp in partitions:
-                    other = self.owner.get(tp.partition)
-                    if other is not None and other != name:
-                        self.violations.append(f"{tp.partition} given to {name} while {other} "
-                                               f"holds it")
-                    self.owner[tp.partition] = name
-
-        def revoked(consumer, partitions):
-            with self.lock:
-                for tp in partitions:
-                    if self.owner.get(tp.partition) == name:
-                        del self.owner[tp.partition]
-
+        assigned, revoked = ownership_callbacks(self, name)
         c.subscribe(["events"], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
         try:
             while not self.stop.is_set():

@@ -119,6 +119,17 @@ def stable_classic_group(h):
     return a, b, gen
 
 
+def migrated_group():
+    """A classic group of a and b upgraded by c, a and b rejoined as classic members."""
+    h = Harness()
+    a, b, _ = stable_classic_group(h)
+    h.hb("c", 0)
+    for m in (a, b):
+        j = h.join(m)
+        h.sync(m, j.generation)
+    return h, a, b
+
+
 def test_a_classic_group_is_upgraded_when_a_member_joins_with_the_new_protocol():
     h = Harness()
     a, b, gen = stable_classic_group(h)
@@ -164,12 +175,7 @@ def test_a_classic_group_is_upgraded_when_a_member_joins_with_the_new_protocol()
 
 
 def test_the_last_new_protocol_member_leaving_downgrades_the_group():
-    h = Harness()
-    a, b, gen = stable_classic_group(h)
-    h.hb("c", 0)
-    for m in (a, b):
-        j = h.join(m)
-        h.sync(m, j.generation)
+    h, a, b = migrated_group()
     epoch = h.shard.consumer.groups["g"].group_epoch
     before = len(h.written)
     assert h.hb("c", -1).member_epoch == -1
@@ -194,12 +200,7 @@ def test_the_last_new_protocol_member_leaving_downgrades_the_group():
 
 
 def test_a_fenced_new_protocol_member_downgrades_the_group_too():
-    h = Harness()
-    a, b, gen = stable_classic_group(h)
-    h.hb("c", 0)
-    for m in (a, b):
-        j = h.join(m)
-        h.sync(m, j.generation)
+    h, a, b = migrated_group()
     for _ in range(12):  # the classic members heartbeat, c does not
         h.advance(5_000)
         if "g" not in h.shard.consumer.groups:
