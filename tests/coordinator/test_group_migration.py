@@ -13,9 +13,13 @@ from kio.schema.consumer_protocol_subscription.v1.data import (
     ConsumerProtocolSubscription,
     TopicPartition,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 from kio.static.primitive import i32
+
+from tests.support.examples import examples
 
 from brook.coordinator.group.classic import GroupConfig, Heartbeat, JoinGroup, LeaveGroup, \
     LeavingMember, SyncGroup
@@ -285,3 +289,96 @@ def test_the_upgrade_records_load_into_the_same_groups():
     loaded.replay_records(h.written, h.now)
     assert loaded.consumer.groups == h.shard.consumer.groups
     assert "g" not in loaded.classic.groups
+
+
+def test_a_loaded_classic_member_has_its_own_session_timeout():
+    h, a, b = migrated_group()
+    loaded = CoordinatorShard()
+    loaded.replay_records(h.written, h.now)
+    loaded.loaded(h.now)
+    timers = loaded.consumer.timers
+    deadlines = {timers.deadline(k) for k in timers.keys() if "session" in k}
+    assert deadlines == {h.now + 10_000, h.now + 45_000}  # a and b's own, c's the group's
+
+
+ops = st.lists(st.tuples(st.sampled_from(["hb"] * 4 + ["chb"] * 4 + ["join", "cjoin"] * 2
+                                         + ["leave", "cleave", "expire"]),
+                         st.integers(0, 3)), max_size=60)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(ops)
+def test_no_partition_is_owned_twice_with_classic_members_inside(steps):
+    """Consumer-protocol members and eager classic members (they let go of everything before
+    rejoining) in any order: no partition is counted for two members, and what every client
+    holds the coordinator counts as its own, until the group is classic again."""
+    h = Harness()
+    first = h.hb("m-first", 0)
+    consumers = {"m-first": (first.member_epoch, parts(first))}
+    classics = {}  # member id -> (generation, what it holds)
+    names = {}  # k -> a classic client's member id
+
+    def classic_join(k, member_id):
+        j = h.join(member_id)
+        if j.error != ErrorCode.none:
+            classics.pop(member_id, None)
+            names.pop(k, None)
+            return
+        names[k] = j.member_id
+        classics[j.member_id] = (j.generation, set())
+        s = h.sync(j.member_id, j.generation)
+        if s.error == ErrorCode.none:
+            held = {(T, p) for p in decode_assignment(s.assignment).get("t", ())}
+            classics[j.member_id] = (j.generation, held)
+        elif s.error != ErrorCode.rebalance_in_progress:
+            del classics[j.member_id]
+            names.pop(k, None)
+
+    for op, k in steps:
+        mid = f"m{k}"
+        if op == "join" and mid not in consumers:
+            r = h.hb(mid, 0)
+            if r.error == ErrorCode.none:
+                consumers[mid] = (r.member_epoch, parts(r))
+        elif op == "hb" and mid in consumers:
+            epoch, owned = consumers[mid]
+            r = h.hb(mid, epoch, owned=owned)
+            if r.error != ErrorCode.none:
+                del consumers[mid]
+            else:
+                consumers[mid] = (r.member_epoch,
+                                  parts(r) if r.assignment is not None else owned)
+        elif op == "leave" and mid in consumers:
+            h.hb(mid, -1)
+            del consumers[mid]
+        elif op == "cjoin" and k not in names:
+            classic_join(k, "")
+        elif op == "chb" and k in names:
+            member_id = names[k]
+            gen, held = classics[member_id]
+            r = h.heartbeat(member_id, gen)
+            if r.error == ErrorCode.rebalance_in_progress:
+                classics[member_id] = (gen, set())  # eager: everything revoked, then rejoin
+                classic_join(k, member_id)
+            elif r.error != ErrorCode.none:
+                del classics[member_id]
+                del names[k]
+        elif op == "cleave" and k in names:
+            member_id = names.pop(k)
+            del classics[member_id]
+            h.apply(h.shard.leave_group(LeaveGroup("g", (LeavingMember(member_id),)), h.now))
+        elif op == "expire":
+            h.advance(46_000)
+        g = h.shard.consumer.groups.get("g")
+        if g is None or not g.members:
+            return  # classic, or empty: the classic protocol's own tests take over
+        consumers = {m: c for m, c in consumers.items() if m in g.members}
+        for key in [key for key, m in names.items() if m not in g.members]:
+            del classics[names.pop(key)]
+        seen = {}
+        for m in g.members.values():
+            for p in m.assignment.assigned | m.assignment.pending_revocation:
+                assert p not in seen, f"{p} owned by {seen[p]} and {m.member_id}"
+                seen[p] = m.member_id
+        for member_id, (_, owned) in [*consumers.items(), *classics.items()]:
+            assert all(seen.get(p) == member_id for p in owned), (member_id, owned, seen)

@@ -175,7 +175,9 @@ class ConsumerGroupCoordinator:
         and one asked to revoke partitions its rebalance timeout to do it."""
         for group in self.groups.values():
             for member in group.members.values():
-                self._schedule_session(group.group_id, member.member_id, now)
+                self._schedule_session(group.group_id, member.member_id, now,
+                                       member.classic.session_timeout_ms
+                                       if member.classic is not None else None)
                 self._schedule_revocation(group.group_id, member, MemberAssignment(),
                                           member.assignment, now)
 
