@@ -662,8 +662,9 @@ class ClassicMembers:
             protocol_type=PROTOCOL_TYPE, protocol=names[0])
         return result
 
-    def _member(self, group_id: str, member_id: str,
-                instance_id: str | None) -> tuple[ConsumerGroup, ConsumerMember | ErrorCode]:
+    def _member(self, group_id: str, member_id: str, instance_id: str | None,
+                generation: int) -> tuple[ConsumerGroup, ConsumerMember | ErrorCode]:
+        """The classic member a SyncGroup or Heartbeat is from, or the error to answer."""
         g = self.c.groups[group_id]
         if instance_id is not None:
             static_id = g.static_members.get(instance_id)
@@ -674,14 +675,15 @@ class ClassicMembers:
         member = g.members.get(member_id)
         if member is None or member.classic is None:
             return g, ErrorCode.unknown_member_id
+        if generation != member.member_epoch:
+            return g, ErrorCode.illegal_generation
         return g, member
 
     def sync(self, req: SyncGroup, now: int) -> CoordinatorResult:
-        g, member = self._member(req.group_id, req.member_id, req.group_instance_id)
+        g, member = self._member(req.group_id, req.member_id, req.group_instance_id,
+                                 req.generation)
         if isinstance(member, ErrorCode):
             return CoordinatorResult(response=SyncGroupResponse(member))
-        if req.generation != member.member_epoch:
-            return CoordinatorResult(response=SyncGroupResponse(ErrorCode.illegal_generation))
         assert member.classic is not None
         protocols = member.classic.supported_protocols
         if ((req.protocol_type is not None and req.protocol_type != PROTOCOL_TYPE)
@@ -702,11 +704,10 @@ class ClassicMembers:
             PROTOCOL_TYPE, req.protocol or protocols[0][0]))
 
     def heartbeat(self, req: Heartbeat, now: int) -> CoordinatorResult:
-        g, member = self._member(req.group_id, req.member_id, req.group_instance_id)
+        g, member = self._member(req.group_id, req.member_id, req.group_instance_id,
+                                 req.generation)
         if isinstance(member, ErrorCode):
             return CoordinatorResult(response=HeartbeatResponse(member))
-        if req.generation != member.member_epoch:
-            return CoordinatorResult(response=HeartbeatResponse(ErrorCode.illegal_generation))
         assert member.classic is not None
         self.c._schedule_session(g.group_id, member.member_id, now,
                                  member.classic.session_timeout_ms)
