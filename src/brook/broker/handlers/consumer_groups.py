@@ -102,7 +102,8 @@ def _described(group: ConsumerGroup, assignor: str, mod, names: dict[uuid.UUID, 
 
     members = []
     for m in group.members.values():
-        extra = {"member_type": 1} if version >= 1 else {}
+        # MemberType (v1): 0 a classic member (JoinGroup) inside the group, 1 a consumer one
+        extra = {"member_type": 0 if m.classic is not None else 1} if version >= 1 else {}
         members.append(make(
             mod.Member, member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
             member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
