@@ -1,5 +1,7 @@
 """Online migration with a real client: a classic group of confluent-kafka consumers
-(``group.protocol=classic``, librdkafka's eager range assignor) consuming while records flow;
+(``group.protocol=classic``, with librdkafka's eager range assignor, and with its cooperative
+sticky one: a cooperative member inside the consumer group says what it still owns when it
+rejoins) consuming while records flow;
 its consumers restarted one by one with ``group.protocol=consumer`` (the group becomes a
 consumer group when the first one joins, the classic members carry on inside it), then one by
 one back to classic (a classic group again when the last new-protocol member leaves). The
@@ -50,8 +52,9 @@ class Members:
     """Consumer threads of the group, each with its protocol; every assignment checked
     against the others'."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, strategy: str) -> None:
         self.bootstrap = bootstrap
+        self.strategy = strategy
         self.lock = threading.Lock()
         self.owner: dict[int, str] = {}
         self.violations: list[str] = []
@@ -83,7 +86,8 @@ class Members:
                 "enable.auto.commit": True, "auto.commit.interval.ms": 200,
                 "fetch.wait.max.ms": 100}
         if protocol == "classic":
-            conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+            conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                         "partition.assignment.strategy": self.strategy})
         c = Consumer(conf)
 
         assigned, revoked = ownership_callbacks(self, name)
@@ -103,7 +107,9 @@ class Members:
                     del self.owner[p]
 
 
-def test_a_classic_group_migrates_to_the_new_protocol_and_back_while_consuming(tmp_path):
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_a_classic_group_migrates_to_the_new_protocol_and_back_while_consuming(tmp_path,
+                                                                               strategy):
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -137,7 +143,7 @@ def test_a_classic_group_migrates_to_the_new_protocol_and_back_while_consuming(t
                 time.sleep(0.02)
             assert p.flush(30) == 0
 
-        members = Members(bootstrap)
+        members = Members(bootstrap, strategy)
         feeder = threading.Thread(target=feed, daemon=True)
         feeder.start()
 
