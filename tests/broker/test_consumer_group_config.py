@@ -11,6 +11,13 @@ def test_defaults_are_kafkas():
     assert cfg.group_consumer_heartbeat_interval_ms == 5_000
     assert cfg.group_consumer_max_size == 2**31 - 1
     assert cfg.group_consumer_assignors == ("uniform", "range")
+    assert cfg.group_consumer_migration_policy == "bidirectional"
+
+
+def test_migration_policy_is_read_as_kafka_reads_it():
+    for policy in ("bidirectional", "upgrade", "downgrade", "disabled"):
+        cfg = BrokerConfig.from_props({"group.consumer.migration.policy": policy.upper()})
+        assert cfg.group_consumer_migration_policy == policy
 
 
 def test_assignors_by_name_or_by_kafkas_class_name():
@@ -22,7 +29,8 @@ def test_assignors_by_name_or_by_kafkas_class_name():
 @pytest.mark.parametrize("props", [{"group.consumer.assignors": "sticky"},
                                    {"group.consumer.assignors": ""},
                                    {"group.consumer.max.size": "0"},
-                                   {"group.consumer.session.timeout.ms": "-1"}])
+                                   {"group.consumer.session.timeout.ms": "-1"},
+                                   {"group.consumer.migration.policy": "sideways"}])
 def test_bad_settings_are_refused(props):
     with pytest.raises(ConfigError):
         BrokerConfig.from_props(props)

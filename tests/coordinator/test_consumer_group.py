@@ -488,3 +488,47 @@ def test_transactional_commits_are_fenced_by_the_member_epoch():
     assert commit("a", 0) == [("t", 0, ErrorCode.illegal_generation)]
     assert commit("x", 1) == [("t", 0, ErrorCode.unknown_member_id)]
     assert commit("a", 1) == [("t", 0, ErrorCode.none)]
+
+
+def test_a_failed_write_is_rolled_back_from_the_consumer_groups():
+    """In a cluster a write is replayed when appended; when it cannot be committed the groups
+    go back to what they were before it (and every later uncommitted write), by records that
+    are replayed and written."""
+    import copy
+
+    h = Harness()
+    a = parts(h.hb("a", 0))
+    h.apply(h.shard.commit_offsets(OffsetCommit("g", (CommitTopic(
+        "t", (CommitPartition(0, 5, -1, "", -1),)),), 1, "a"), h.now))
+    before = copy.deepcopy(h.shard.consumer.groups)
+    # b joins (write ending at 100), a revokes (write ending at 200): neither committed
+    for end, req in ((100, ConsumerHeartbeat("g", "b", 0, rebalance_timeout_ms=30_000,
+                                             subscribed_topic_names=("t",))),
+                     (200, ConsumerHeartbeat("g", "a", 1, owned=frozenset(a)))):
+        result = h.shard.consumer_group_heartbeat(req, h.topics, h.now)
+        h.shard.replay_records(result.records, h.now, end)
+    assert set(h.group().members) == {"a", "b"}
+    restore = h.shard.roll_back(100)
+    h.shard.replay_records(restore, h.now)
+    assert h.shard.consumer.groups == before
+    assert h.shard.fetch_offsets("g", None)[0].offset == 5
+    # what is written loads into the same group
+    loaded = CoordinatorShard()
+    loaded.replay_records(h.written + restore, h.now)
+    assert loaded.consumer.groups == before
+
+
+def test_a_committed_write_is_not_rolled_back_and_a_new_group_goes_entirely():
+    h = Harness()
+    result = h.shard.consumer_group_heartbeat(
+        ConsumerHeartbeat("g", "a", 0, rebalance_timeout_ms=30_000,
+                          subscribed_topic_names=("t",)), h.topics, h.now)
+    h.shard.replay_records(result.records, h.now, 100)
+    h.shard.committed(100)
+    assert h.shard.roll_back(100) == [] and set(h.group().members) == {"a"}
+    result = h.shard.consumer_group_heartbeat(
+        ConsumerHeartbeat("n", "x", 0, rebalance_timeout_ms=30_000,
+                          subscribed_topic_names=("t",)), h.topics, h.now)
+    h.shard.replay_records(result.records, h.now, 200)
+    h.shard.replay_records(h.shard.roll_back(200), h.now)
+    assert "n" not in h.shard.consumer.groups and "g" in h.shard.consumer.groups

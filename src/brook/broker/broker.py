@@ -211,7 +211,8 @@ class Broker:
             consumer_config=ConsumerGroupConfig(
                 session_timeout_ms=c.group_consumer_session_timeout_ms,
                 heartbeat_interval_ms=c.group_consumer_heartbeat_interval_ms,
-                max_size=c.group_consumer_max_size, assignors=c.group_consumer_assignors))
+                max_size=c.group_consumer_max_size, assignors=c.group_consumer_assignors,
+                migration_policy=c.group_consumer_migration_policy))
 
     def _new_transaction_shard(self) -> TransactionShard:
         c = self.config

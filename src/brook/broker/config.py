@@ -101,6 +101,14 @@ def _assignor_names(v: str) -> tuple[str, ...]:
     return names
 
 
+def _migration_policy(v: str) -> str:
+    """group.consumer.migration.policy, case-insensitive as Kafka reads it."""
+    policy = v.strip().lower()
+    if policy not in ("bidirectional", "upgrade", "downgrade", "disabled"):
+        raise ValueError("one of bidirectional, upgrade, downgrade, disabled")
+    return policy
+
+
 def _bool(v: str) -> bool:
     v = str(v).strip().lower()
     if v not in ("true", "false"):
@@ -186,6 +194,7 @@ class BrokerConfig:
     group_consumer_heartbeat_interval_ms: int = 5_000
     group_consumer_max_size: int = 2**31 - 1
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    group_consumer_migration_policy: str = "bidirectional"
     # Prometheus metrics over HTTP on this port (brook's key; Kafka has JMX instead): off if None.
     metrics_port: int | None = None
     # A cluster on ZooKeeper (Kafka's keys and defaults): off, the embedded single node, if None.
@@ -324,6 +333,8 @@ class BrokerConfig:
             group_consumer_max_size=get("group.consumer.max.size", 2**31 - 1),
             group_consumer_assignors=get("group.consumer.assignors", ("uniform", "range"),
                                          _assignor_names),
+            group_consumer_migration_policy=get("group.consumer.migration.policy",
+                                                "bidirectional", _migration_policy),
             metrics_port=get("metrics.port", None),
             zookeeper_connect=zk_connect,
             zookeeper_session_timeout_ms=zk_session_timeout,

@@ -18,21 +18,10 @@ from ...protocol.messages import make, response_class, response_module
 from ..auth import authz
 from .api import Api
 from .common import INT32_MIN, NO_THROTTLE, ms
-from .groups import client_host, run_group_op
+from .groups import client_host, run_group_op, topics_image
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
-
-
-def topics_image(broker) -> dict[str, tuple[uuid.UUID, int]]:
-    """The topics a consumer group may subscribe to: name -> (topic id, partition count),
-    internal topics left out as Kafka leaves them out of subscriptions."""
-    if broker.replicas is None:
-        return {name: (tm.topic_id, tm.partitions) for name, tm in broker.metadata.topics.items()
-                if not tm.internal and tm.partitions > 0}
-    cache = broker.replicas.cache
-    return {name: (cache.topic_ids[name], max(parts) + 1) for name, parts in cache.topics.items()
-            if name in cache.topic_ids and parts and not name.startswith("__")}
 
 
 def _owned(topic_partitions) -> frozenset | None:
@@ -113,7 +102,8 @@ def _described(group: ConsumerGroup, assignor: str, mod, names: dict[uuid.UUID, 
 
     members = []
     for m in group.members.values():
-        extra = {"member_type": 1} if version >= 1 else {}
+        # MemberType (v1): 0 a classic member (JoinGroup) inside the group, 1 a consumer one
+        extra = {"member_type": 0 if m.classic is not None else 1} if version >= 1 else {}
         members.append(make(
             mod.Member, member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
             member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,

@@ -5,6 +5,8 @@ group's shard (``brook.coordinator.group.shard``) through the coordinator runtim
 
 from __future__ import annotations
 
+import uuid
+
 from kio.schema.errors import ErrorCode
 
 from ...coordinator.common.runtime import CoordinatorError, CoordinatorNotAvailable
@@ -119,6 +121,17 @@ async def handle_find_coordinator(broker, request, connection):
 # --- JoinGroup ------------------------------------------------------------------------------
 
 
+def topics_image(broker) -> dict[str, tuple[uuid.UUID, int]]:
+    """The topics a consumer group may subscribe to: name -> (topic id, partition count),
+    internal topics left out as Kafka leaves them out of subscriptions."""
+    if broker.replicas is None:
+        return {name: (tm.topic_id, tm.partitions) for name, tm in broker.metadata.topics.items()
+                if not tm.internal and tm.partitions > 0}
+    cache = broker.replicas.cache
+    return {name: (cache.topic_ids[name], max(parts) + 1) for name, parts in cache.topics.items()
+            if name in cache.topic_ids and parts and not name.startswith("__")}
+
+
 async def handle_join_group(broker, request, connection):
     body, version = request.body, request.api_version
     session = ms(body.session_timeout)
@@ -143,7 +156,8 @@ async def handle_join_group(broker, request, connection):
     else:
         try:
             resp = await run_group_op(broker, body.group_id,
-                                      lambda shard, now: shard.join_group(req, now))
+                                      lambda shard, now: shard.join_group(
+                                          req, now, lambda: topics_image(broker)))
         except CoordinatorError as exc:
             resp = classic.JoinGroupResponse(error=exc.code, member_id=body.member_id)
     mod = response_module(JOIN_GROUP, version)

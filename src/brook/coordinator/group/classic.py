@@ -680,6 +680,39 @@ class ClassicGroupCoordinator:
                 )
         return completions
 
+    # --- online migration -------------------------------------------------------------------
+
+    def fail_parked(self, group: ClassicGroup, error: ErrorCode) -> list[Completion]:
+        """``error`` for every parked JoinGroup and SyncGroup of the group (it is converted
+        into a consumer group: its members rejoin that)."""
+        completions = []
+        for mid, member in group.members.items():
+            if member.awaiting_join:
+                completions.append(Completion(join_key(group.group_id, mid),
+                                              JoinGroupResponse(error=error, member_id=mid)))
+            if member.awaiting_sync:
+                completions.append(Completion(sync_key(group.group_id, mid),
+                                              SyncGroupResponse(error=error)))
+            member.awaiting_join = member.awaiting_sync = False
+        return completions
+
+    def cancel_timers(self, group: ClassicGroup) -> None:
+        """The group's timers stopped (it is converted into a consumer group)."""
+        gid = group.group_id
+        for key in (join_deadline_key(gid), initial_delay_key(gid), sync_deadline_key(gid)):
+            self.timers.cancel(key)
+        self._initial.pop(gid, None)
+        for mid in group.members:
+            self.timers.cancel(heartbeat_key(gid, mid))
+
+    def adopt(self, group: ClassicGroup, now: int) -> CoordinatorResult:
+        """A group converted from a consumer group (Stable, in ``self.groups``): its members'
+        sessions start, and it prepares a rebalance so they all rejoin."""
+        for member in group.members.values():
+            self._schedule_heartbeat(group, member, now)
+        return self._prepare_rebalance(group, now, f"Downgrade group {group.group_id} from "
+                                                   f"consumer to classic.")
+
     # --- Heartbeat ----------------------------------------------------------------------------
 
     def heartbeat(self, request: Heartbeat, now: int) -> CoordinatorResult:

@@ -37,6 +37,7 @@ from .consumer_group import (
     replay,
 )
 from .consumer_schemas import (
+    ClassicMemberMetadata,
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupMemberMetadataKey,
     ConsumerGroupMetadataKey,
@@ -48,6 +49,23 @@ from .consumer_schemas import (
     ConsumerGroupTargetAssignmentMetadataKey,
     ConsumerGroupTargetAssignmentMetadataValue,
     TopicMetadata,
+)
+from .classic import (
+    Heartbeat,
+    HeartbeatResponse,
+    JoinGroup,
+    JoinGroupResponse,
+    LeaveGroup,
+    LeaveGroupResponse,
+    SyncGroup,
+    SyncGroupResponse,
+)
+from .consumer_protocol import (
+    PROTOCOL_TYPE,
+    MalformedProtocol,
+    decode_subscription,
+    encode_assignment,
+    protocol_version,
 )
 from .reconciliation import MemberAssignment, MemberState, reconcile
 from .topic_regex import InvalidRegex, compile_regex
@@ -67,6 +85,16 @@ class ConsumerGroupConfig:
     heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
     max_size: int = 2**31 - 1  # group.consumer.max.size
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
+    #: group.consumer.migration.policy: bidirectional, upgrade, downgrade or disabled
+    migration_policy: str = "bidirectional"
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return self.migration_policy in ("bidirectional", "upgrade")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return self.migration_policy in ("bidirectional", "downgrade")
 
 
 @dataclass(frozen=True)
@@ -131,6 +159,11 @@ class ConsumerGroupCoordinator:
         #: metrics: group epoch bumps, and members moved to a new epoch (counted when decided)
         self.rebalances = 0
         self.reconciliations = 0
+        #: the shard's online downgrade: given a group id and the records that fence its last
+        #: member of the new protocol, the result that also makes it a classic group (None:
+        #: it stays a consumer group)
+        self.downgrade: Callable[[str, list[CoordinatorRecord], int],
+                                 CoordinatorResult | None] = lambda g, r, n: None
 
     # --- replay -----------------------------------------------------------------------------
 
@@ -142,20 +175,27 @@ class ConsumerGroupCoordinator:
         and one asked to revoke partitions its rebalance timeout to do it."""
         for group in self.groups.values():
             for member in group.members.values():
-                self._schedule_session(group.group_id, member.member_id, now)
+                self._schedule_session(group.group_id, member.member_id, now,
+                                       member.classic.session_timeout_ms
+                                       if member.classic is not None else None)
                 self._schedule_revocation(group.group_id, member, MemberAssignment(),
                                           member.assignment, now)
 
     # --- the heartbeat ----------------------------------------------------------------------
 
     def heartbeat(self, req: ConsumerHeartbeat, topics: TopicsImage, now: int,
-                  classic_group_exists: bool = False) -> CoordinatorResult:
+                  classic_group_exists: bool = False,
+                  upgrade: list[CoordinatorRecord] | None = None) -> CoordinatorResult:
         """A ConsumerGroupHeartbeat; the response is a ``ConsumerHeartbeatResponse``.
-        ``classic_group_exists``: a classic group with members has the id (not ours)."""
+        ``classic_group_exists``: a classic group with members has the id (not ours).
+        ``upgrade``: the records that convert the classic group of the id into a consumer
+        group (online upgrade), written before the heartbeat's own when it joins."""
         try:
             self._validate(req)
             if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 return self._leave(req, now)
+            if upgrade is not None and req.member_epoch == 0:
+                return self._heartbeat(req, topics, now, prelude=upgrade)
             if classic_group_exists:
                 raise _Refused(ErrorCode.group_id_not_found,
                                f"Group {req.group_id} is not a consumer group.")
@@ -198,16 +238,21 @@ class ConsumerGroupCoordinator:
             except InvalidRegex as e:
                 raise _Refused(ErrorCode.invalid_regular_expression, str(e)) from None
 
-    def _heartbeat(self, req: ConsumerHeartbeat, topics: TopicsImage,
-                   now: int) -> CoordinatorResult:
+    def _heartbeat(self, req: ConsumerHeartbeat, topics: TopicsImage, now: int,
+                   prelude: list[CoordinatorRecord] = (),  # type: ignore[assignment]
+                   classic: ClassicMemberMetadata | None = None) -> CoordinatorResult:
+        """A member's heartbeat (or a classic member's JoinGroup, with ``classic``), after the
+        ``prelude`` records (an upgrade's) are applied to the scratch group."""
         group = self.groups.get(req.group_id)
         if group is None:
-            if req.member_epoch != 0:
+            if req.member_epoch != 0 and not prelude:
                 raise _Refused(ErrorCode.group_id_not_found,
                                f"Consumer group {req.group_id} not found.")
             group = ConsumerGroup(req.group_id)
         scratch = {req.group_id: group.copy()}
         w = _Writer(scratch)
+        for record in prelude:
+            w.add(record.key, record.value)
         g = scratch[req.group_id]
         member, replaced = self._member_for(g, req, w)
         # the member's metadata, from what this heartbeat says
@@ -225,8 +270,9 @@ class ConsumerGroupCoordinator:
             rebalance_timeout_ms=(req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
                                   else member.rebalance_timeout_ms),
             server_assignor=(req.server_assignor if req.server_assignor is not None
-                             else member.server_assignor))
-        new_member = req.member_id not in group.members or replaced
+                             else member.server_assignor),
+            classic=classic)
+        new_member = req.member_id not in g.members or replaced
         bump = new_member and not replaced
         if new_member or updated.metadata_value() != member.metadata_value():
             w.add(ConsumerGroupMemberMetadataKey(g.group_id, updated.member_id),
@@ -255,7 +301,13 @@ class ConsumerGroupCoordinator:
         if after != before or new_member:
             w.add(ConsumerGroupCurrentMemberAssignmentKey(g.group_id, member.member_id),
                   current_assignment_value(after))
-        self._schedule_session(g.group_id, member.member_id, now)
+        self._schedule_session(g.group_id, member.member_id, now,
+                               classic.session_timeout_ms if classic is not None else None)
+        if prelude:  # the converted classic members: their sessions from now on
+            for m in g.members.values():
+                if m.classic is not None and m.member_id != member.member_id:
+                    self._schedule_session(g.group_id, m.member_id, now,
+                                           m.classic.session_timeout_ms)
         self._schedule_revocation(g.group_id, member, before, after, now)
         full = (req.member_epoch == 0 or (req.rebalance_timeout_ms != -1
                                           and req.subscribed_topic_names is not None
@@ -374,9 +426,20 @@ class ConsumerGroupCoordinator:
             self.timers.cancel(_revocation_key(req.group_id, member.member_id))
             return CoordinatorResult(records=records, response=ConsumerHeartbeatResponse(
                 ErrorCode.none, None, member.member_id, STATIC_LEAVE_EPOCH))
-        records = self._fence(req.group_id, member.member_id)
-        return CoordinatorResult(records=records, response=ConsumerHeartbeatResponse(
-            ErrorCode.none, None, member.member_id, LEAVE_EPOCH))
+        result = self._fence_result(req.group_id, member.member_id, now)
+        result.response = ConsumerHeartbeatResponse(ErrorCode.none, None, member.member_id,
+                                                    LEAVE_EPOCH)
+        return result
+
+    def _fence_result(self, group_id: str, member_id: str, now: int) -> CoordinatorResult:
+        """A member removed; the group made a classic one again when only classic members are
+        left (online downgrade, the shard's ``downgrade``)."""
+        records = self._fence(group_id, member_id)
+        if records:
+            downgraded = self.downgrade(group_id, records, now)
+            if downgraded is not None:
+                return downgraded
+        return CoordinatorResult(records=records)
 
     def _fence(self, group_id: str, member_id: str) -> list[CoordinatorRecord]:
         """The records that remove a member and bump the group epoch."""
@@ -399,12 +462,14 @@ class ConsumerGroupCoordinator:
         w.add(ConsumerGroupTargetAssignmentMemberKey(g.group_id, member_id), None)
         w.add(ConsumerGroupMemberMetadataKey(g.group_id, member_id), None)
 
-    def _schedule_session(self, group_id: str, member_id: str, now: int) -> None:
+    def _schedule_session(self, group_id: str, member_id: str, now: int,
+                          timeout_ms: int | None = None) -> None:
+        """A member's session: the group's, or a classic member's own session timeout."""
         def expired(at: int) -> CoordinatorResult:
-            return CoordinatorResult(records=self._fence(group_id, member_id))
+            return self._fence_result(group_id, member_id, at)
 
         self.timers.schedule(_session_key(group_id, member_id),
-                             now + self.config.session_timeout_ms, expired)
+                             now + (timeout_ms or self.config.session_timeout_ms), expired)
 
     def _schedule_revocation(self, group_id: str, member: ConsumerMember,
                              before: MemberAssignment, after: MemberAssignment, now: int) -> None:
@@ -424,15 +489,25 @@ class ConsumerGroupCoordinator:
             if m is None or m.assignment.state != MemberState.UNREVOKED_PARTITIONS \
                     or m.member_epoch != epoch:
                 return CoordinatorResult()
-            return CoordinatorResult(records=self._fence(group_id, member.member_id))
+            return self._fence_result(group_id, member.member_id, at)
 
         self.timers.schedule(key, now + timeout, expired)
 
-    def poll(self, now: int) -> CoordinatorResult:
-        result = CoordinatorResult()
+    def cancel_timers(self, group_id: str, member_id: str) -> None:
+        self.timers.cancel(_session_key(group_id, member_id))
+        self.timers.cancel(_revocation_key(group_id, member_id))
+
+    def poll(self, now: int) -> list[CoordinatorResult]:
+        """What is due: the results replayed by the runtime merged into one write, and each
+        downgrade (applied by the shard itself) as a write of its own."""
+        merged = CoordinatorResult()
+        own = []
         for due in self.timers.expire(now):
-            result.merge(due)
-        return result
+            if due.replay:
+                merged.merge(due)
+            else:
+                own.append(due)
+        return [merged, *own]
 
     # --- groups as a whole ------------------------------------------------------------------
 
@@ -516,3 +591,181 @@ def _subscription_metadata(g: ConsumerGroup, topics: TopicsImage) -> dict[str, T
             out[name] = TopicMetadata(topic_id, name, count)
     return out
 
+
+
+# --- classic members inside a consumer group (online migration) -------------------------------
+
+
+class ClassicMembers:
+    """JoinGroup, SyncGroup, Heartbeat and LeaveGroup of classic members of a consumer group
+    (Kafka 4's ``classicGroup*ToConsumerGroup``): a JoinGroup is a full heartbeat of the new
+    protocol whose subscription and owned partitions come from the embedded ConsumerProtocol;
+    its generation is the member epoch; SyncGroup hands out the member's current assignment;
+    Heartbeat answers REBALANCE_IN_PROGRESS while the member has to rejoin to progress."""
+
+    def __init__(self, coordinator: ConsumerGroupCoordinator) -> None:
+        self.c = coordinator
+
+    def join(self, req: JoinGroup, topics: TopicsImage, now: int) -> CoordinatorResult:
+        g = self.c.groups[req.group_id]
+
+        def refuse(code: ErrorCode) -> CoordinatorResult:
+            return CoordinatorResult(response=JoinGroupResponse(error=code,
+                                                                member_id=req.member_id))
+
+        names = [name for name, _ in req.protocols]
+        classic = [m.classic for m in g.members.values()
+                   if m.classic is not None and m.member_id != req.member_id]
+        if req.protocol_type != PROTOCOL_TYPE or not names or not any(
+                all(n in {p for p, _ in c.supported_protocols} for c in classic) for n in names):
+            return refuse(ErrorCode.inconsistent_group_protocol)
+        subscription = None
+        for _, metadata in req.protocols:
+            try:
+                subscription = decode_subscription(metadata)
+                break
+            except MalformedProtocol:
+                continue
+        if subscription is None:
+            return refuse(ErrorCode.inconsistent_group_protocol)
+        member_id = req.member_id
+        if not member_id:
+            member_id = self.c._new_member_id()
+            if req.version >= 4 and req.group_instance_id is None:  # KIP-394
+                return CoordinatorResult(response=JoinGroupResponse(
+                    error=ErrorCode.member_id_required, member_id=member_id))
+        known = g.members.get(member_id)
+        prelude: list[CoordinatorRecord] = []
+        static_id = (g.static_members.get(req.group_instance_id)
+                     if req.group_instance_id is not None else None)
+        if static_id is not None and static_id != member_id:
+            if req.member_id:
+                return refuse(ErrorCode.fenced_instance_id)
+            # a static member back with a new id: the old one goes, the new one joins
+            prelude = self.c._fence(req.group_id, static_id)[:3]  # without its epoch bump
+        owned = frozenset((topics[t][0], p) for t, ps in subscription.owned.items()
+                          if t in topics for p in ps)
+        hb = ConsumerHeartbeat(
+            req.group_id, member_id, known.member_epoch if known is not None else 0,
+            req.group_instance_id, subscription.rack_id, req.rebalance_timeout_ms,
+            tuple(subscription.topics), None, None,
+            owned if known is not None else frozenset(), req.client_id, req.client_host)
+        metadata = ClassicMemberMetadata(req.session_timeout_ms, tuple(req.protocols))
+        try:
+            result = self.c._heartbeat(hb, topics, now, prelude=prelude, classic=metadata)
+        except _Refused as refused:
+            return refuse(refused.code)
+        response = result.response
+        assert isinstance(response, ConsumerHeartbeatResponse)
+        result.response = JoinGroupResponse(
+            error=ErrorCode.none, member_id=member_id, generation=response.member_epoch,
+            protocol_type=PROTOCOL_TYPE, protocol=names[0])
+        return result
+
+    def _member(self, group_id: str, member_id: str, instance_id: str | None,
+                generation: int) -> tuple[ConsumerGroup, ConsumerMember | ErrorCode]:
+        """The classic member a SyncGroup or Heartbeat is from, or the error to answer."""
+        g = self.c.groups[group_id]
+        if instance_id is not None:
+            static_id = g.static_members.get(instance_id)
+            if static_id is None:
+                return g, ErrorCode.unknown_member_id
+            if static_id != member_id:
+                return g, ErrorCode.fenced_instance_id
+        member = g.members.get(member_id)
+        if member is None or member.classic is None:
+            return g, ErrorCode.unknown_member_id
+        if generation != member.member_epoch:
+            return g, ErrorCode.illegal_generation
+        return g, member
+
+    def sync(self, req: SyncGroup, now: int) -> CoordinatorResult:
+        g, member = self._member(req.group_id, req.member_id, req.group_instance_id,
+                                 req.generation)
+        if isinstance(member, ErrorCode):
+            return CoordinatorResult(response=SyncGroupResponse(member))
+        assert member.classic is not None
+        protocols = member.classic.supported_protocols
+        if ((req.protocol_type is not None and req.protocol_type != PROTOCOL_TYPE)
+                or (req.protocol is not None and req.protocol not in {n for n, _ in protocols})):
+            return CoordinatorResult(response=SyncGroupResponse(
+                ErrorCode.inconsistent_group_protocol))
+        if (g.group_epoch > member.member_epoch
+                and member.assignment.state != MemberState.UNREVOKED_PARTITIONS):
+            return CoordinatorResult(response=SyncGroupResponse(ErrorCode.rebalance_in_progress))
+        self.c._schedule_session(g.group_id, member.member_id, now,
+                                 member.classic.session_timeout_ms)
+        try:
+            version = protocol_version(protocols[0][1])
+        except MalformedProtocol:
+            version = 0
+        return CoordinatorResult(response=SyncGroupResponse(
+            ErrorCode.none, encode_assignment(names_of(g, member.assignment.assigned), version),
+            PROTOCOL_TYPE, req.protocol or protocols[0][0]))
+
+    def heartbeat(self, req: Heartbeat, now: int) -> CoordinatorResult:
+        g, member = self._member(req.group_id, req.member_id, req.group_instance_id,
+                                 req.generation)
+        if isinstance(member, ErrorCode):
+            return CoordinatorResult(response=HeartbeatResponse(member))
+        assert member.classic is not None
+        self.c._schedule_session(g.group_id, member.member_id, now,
+                                 member.classic.session_timeout_ms)
+        # the member rejoins to progress: a new group epoch, partitions to revoke, or
+        # partitions it waits for that are free now
+        a = member.assignment
+        waiting = g.target.get(member.member_id, frozenset()) - a.assigned
+        free = any(g.owners.get(p) is None for p in waiting)
+        rejoin = (member.member_epoch < g.group_epoch
+                  or a.state == MemberState.UNREVOKED_PARTITIONS
+                  or (a.state == MemberState.UNRELEASED_PARTITIONS and free))
+        return CoordinatorResult(response=HeartbeatResponse(
+            ErrorCode.rebalance_in_progress if rejoin else ErrorCode.none))
+
+    def leave(self, req: LeaveGroup, now: int) -> CoordinatorResult:
+        g = self.c.groups[req.group_id]
+        answers = []
+        leaving = []
+        for m in req.members:
+            member_id = m.member_id
+            if m.group_instance_id is not None:
+                static_id = g.static_members.get(m.group_instance_id)
+                if static_id is None:
+                    answers.append((member_id, m.group_instance_id, ErrorCode.unknown_member_id))
+                    continue
+                if member_id and member_id != static_id:
+                    answers.append((member_id, m.group_instance_id, ErrorCode.fenced_instance_id))
+                    continue
+                member_id = static_id
+            member = g.members.get(member_id)
+            if member is None or member.classic is None:
+                answers.append((member_id, m.group_instance_id, ErrorCode.unknown_member_id))
+                continue
+            answers.append((member_id, m.group_instance_id, ErrorCode.none))
+            if member_id not in leaving:
+                leaving.append(member_id)
+        result = CoordinatorResult()
+        if leaving:
+            scratch = {g.group_id: g.copy()}
+            w = _Writer(scratch)
+            for member_id in leaving:
+                self.c.cancel_timers(g.group_id, member_id)
+                self.c._remove_member_records(scratch[g.group_id], member_id, w)
+            w.add(ConsumerGroupMetadataKey(g.group_id),
+                  ConsumerGroupMetadataValue(scratch[g.group_id].group_epoch + 1))
+            self.c.rebalances += 1
+            result.records = w.records
+        result.response = LeaveGroupResponse(ErrorCode.none, tuple(answers))
+        return result
+
+
+def names_of(g: ConsumerGroup, partitions: frozenset[Partition]) -> dict[str, tuple[int, ...]]:
+    """Partitions by topic name, from the group's subscribed topics (ids it does not know are
+    left out)."""
+    names = {t.topic_id: t.topic_name for t in g.topics.values()}
+    out: dict[str, list[int]] = {}
+    for topic_id, p in partitions:
+        name = names.get(topic_id)
+        if name is not None:
+            out.setdefault(name, []).append(p)
+    return {t: tuple(sorted(ps)) for t, ps in out.items()}

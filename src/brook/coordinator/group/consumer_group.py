@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from .assignors import Partition
 from .consumer_schemas import (
+    ClassicMemberMetadata,
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataKey,
@@ -64,6 +65,8 @@ class ConsumerMember:
     rebalance_timeout_ms: int = -1
     server_assignor: str | None = None
     assignment: MemberAssignment = MemberAssignment()
+    #: a member that speaks the classic protocol (JoinGroup, SyncGroup) inside the group
+    classic: ClassicMemberMetadata | None = None
 
     @property
     def member_epoch(self) -> int:
@@ -73,7 +76,7 @@ class ConsumerMember:
         return ConsumerGroupMemberMetadataValue(
             self.instance_id, self.rack_id, self.client_id, self.client_host,
             self.subscribed_topic_names, self.subscribed_topic_regex, self.rebalance_timeout_ms,
-            self.server_assignor)
+            self.server_assignor, self.classic)
 
 
 @dataclass
@@ -185,7 +188,8 @@ def _replay_member(group: ConsumerGroup, member_id: str,
         member_id, value.instance_id, value.rack_id, value.client_id, value.client_host,
         tuple(value.subscribed_topic_names), value.subscribed_topic_regex,
         value.rebalance_timeout_ms, value.server_assignor,
-        old.assignment if old is not None else MemberAssignment())
+        old.assignment if old is not None else MemberAssignment(),
+        value.classic_member_metadata)
     group.members[member_id] = member
     if value.instance_id is not None:
         group.static_members[value.instance_id] = member_id

@@ -19,10 +19,12 @@ transaction marker for the partition is an operation of the shard too
 is committed (a cluster's, until the high watermark passes it) keeps what it replaced of the
 committed offsets until the runtime calls ``committed`` or ``roll_back``
 (``brook.coordinator.group.uncommitted``); OffsetFetch answers the committed offsets meanwhile.
+The consumer groups such a write changed are copied before it, and put back by ``roll_back``.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from operator import itemgetter
 from typing import NamedTuple
@@ -44,6 +46,7 @@ from .classic import (
 from .classic_group import ClassicGroup, GroupState
 from .commit_runs import CommitBlock, CommitRun
 from .consumer import (
+    ClassicMembers,
     ConsumerGroupConfig,
     ConsumerGroupCoordinator,
     ConsumerHeartbeat,
@@ -51,8 +54,16 @@ from .consumer import (
     TopicsImage,
 )
 from .consumer_group import ConsumerGroup
+from .consumer_group import replay as replay_consumer
 from .consumer_schemas import CONSUMER_GROUP_KEYS
 from .loader import GroupBatchReplayer
+from .migration import (
+    MalformedProtocol,
+    classic_group_of,
+    consumer_group_records,
+    group_records,
+    tombstones,
+)
 from .offsets import (
     CommitTopic,
     FetchedOffset,
@@ -121,6 +132,11 @@ class CoordinatorShard:
         self.offsets.empty_consumer_groups = lambda: [
             g for g, group in self.consumer.groups.items() if not group.members]
         self.offsets.consumer_group_tombstones = self.consumer.delete_records
+        self.classic_members = ClassicMembers(self.consumer)
+        #: the consumer groups as they were before each uncommitted write that changed them:
+        #: (end, {group id: the group before, None if there was none}), oldest first
+        self._consumer_undo: deque[tuple[int, dict[str, ConsumerGroup | None]]] = deque()
+        self.consumer.downgrade = self._downgrade
 
     @property
     def groups(self) -> dict[str, ClassicGroup]:
@@ -183,6 +199,15 @@ class CoordinatorShard:
         the committed offsets is kept until ``committed`` or ``roll_back``."""
         if end is not None:
             self.offsets.begin_write()
+            before = {}
+            for record in records:
+                if type(record) is CoordinatorRecord and type(record.key) in CONSUMER_GROUP_KEYS:
+                    gid = record.key.group  # type: ignore[attr-defined]
+                    if gid not in before:
+                        group = self.consumer.groups.get(gid)
+                        before[gid] = group.copy() if group is not None else None
+            if before:
+                self._consumer_undo.append((end, before))
         try:
             for record in records:
                 kind = type(record)
@@ -203,12 +228,27 @@ class CoordinatorShard:
         """The high watermark reached ``offset``: the writes that end there or before are
         committed."""
         self.offsets.committed(offset)
+        undo = self._consumer_undo
+        while undo and undo[0][0] <= offset:
+            undo.popleft()
 
     def roll_back(self, end: int) -> list[CoordinatorRecord]:
-        """The write ending at ``end`` failed: the offsets it and every later uncommitted write
-        changed go back to what they were, as records to replay and write (group membership
-        is not rolled back)."""
-        return self.offsets.roll_back(end)
+        """The write ending at ``end`` failed: the offsets and the consumer groups it and every
+        later uncommitted write changed go back to what they were, as records to replay and
+        write (a consumer group: tombstones of what it is now, then the records of what it
+        was; classic groups are not rolled back)."""
+        records = self.offsets.roll_back(end)
+        restored: dict[str, ConsumerGroup | None] = {}
+        undo = self._consumer_undo
+        while undo and undo[-1][0] >= end:
+            restored.update(undo.pop()[1])  # an earlier write's group wins
+        for gid, group in restored.items():
+            now = self.consumer.groups.get(gid)
+            if now is not None:
+                records += tombstones(now)
+            if group is not None:
+                records += group_records(group)
+        return records
 
     def loaded(self, now: int) -> CoordinatorResult:
         """The partition is loaded: members get session deadlines, the cache gives back the
@@ -232,17 +272,17 @@ class CoordinatorShard:
     def poll(self, now: int) -> list[CoordinatorResult]:
         """What is due at ``now``, as separate writes: the groups' timers (sessions, join and
         sync deadlines), then the offsets' expiry check."""
-        return [self.classic.poll(now), self.consumer.poll(now), self.offsets.poll(now)]
+        return [self.classic.poll(now), *self.consumer.poll(now), self.offsets.poll(now)]
 
     # --- the classic group protocol -------------------------------------------------------
 
-    def join_group(self, request: JoinGroup, now: int) -> CoordinatorResult:
+    def join_group(self, request: JoinGroup, now: int,
+                   topics: Callable[[], TopicsImage] | None = None) -> CoordinatorResult:
+        """A JoinGroup; to a consumer group with members it joins as a classic member of it
+        (``topics()``: the broker's topics, for its subscription)."""
         consumer = self.consumer.groups.get(request.group_id)
         if consumer is not None and consumer.members:
-            # classic members inside a consumer group (online migration): not served
-            return CoordinatorResult(response=JoinGroupResponse(
-                error=ErrorCode.inconsistent_group_protocol, member_id=request.member_id),
-                replay=False)
+            return self.classic_members.join(request, topics() if topics else {}, now)
         if consumer is None:
             return self.classic.join_group(request, now)
         # An empty consumer group becomes a classic group, its offsets kept (Kafka's offline
@@ -258,13 +298,70 @@ class CoordinatorShard:
         return result
 
     def sync_group(self, request: SyncGroup, now: int) -> CoordinatorResult:
+        if self._in_consumer_group(request.group_id):
+            return self.classic_members.sync(request, now)
         return self.classic.sync_group(request, now)
 
     def heartbeat(self, request: Heartbeat, now: int) -> CoordinatorResult:
+        if self._in_consumer_group(request.group_id):
+            return self.classic_members.heartbeat(request, now)
         return self.classic.heartbeat(request, now)
 
     def leave_group(self, request: LeaveGroup, now: int) -> CoordinatorResult:
+        if self._in_consumer_group(request.group_id):
+            return self.classic_members.leave(request, now)
         return self.classic.leave_group(request, now)
+
+    def _in_consumer_group(self, group_id: str) -> bool:
+        group = self.consumer.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    # --- online migration (group.consumer.migration.policy) -------------------------------
+
+    def _upgrade_records(self, group_id: str,
+                         topics: TopicsImage) -> list[CoordinatorRecord] | None:
+        """The records converting the classic group ``group_id`` (with members) into a
+        consumer group; None when it may not be converted (Kafka's ``validateOnlineUpgrade``,
+        and a member's embedded protocol that cannot be read)."""
+        classic = self.classic.groups.get(group_id)
+        if (classic is None or not self.consumer.config.upgrade_enabled
+                or classic.is_in(S.DEAD) or classic.protocol_type != "consumer"
+                or len(classic.members) > self.consumer.config.max_size):
+            return None
+        try:
+            return consumer_group_records(classic, topics)
+        except MalformedProtocol:
+            return None
+
+    def _downgrade(self, group_id: str, fence: list[CoordinatorRecord],
+                   now: int) -> CoordinatorResult | None:
+        """After ``fence`` (the records removing a member): when the members left all speak
+        the classic protocol, the group becomes a classic group (Kafka's
+        ``convertToClassicGroup``), which prepares a rebalance. Applied here, as the classic
+        operations apply their state; the result is not replayed."""
+        group = self.consumer.groups.get(group_id)
+        if group is None or not self.consumer.config.downgrade_enabled:
+            return None
+        after = {group_id: group.copy()}
+        for r in fence:
+            replay_consumer(after, r.key, r.value)
+        rest = after[group_id]
+        if not rest.members or any(m.classic is None for m in rest.members.values()):
+            return None
+        # as Kafka: the whole group tombstoned (the leaving member with it), no epoch bump;
+        # the classic group at the group epoch, without the leaving member
+        records = tombstones(group)
+        classic = classic_group_of(rest, group.group_epoch, now)
+        records.append(CoordinatorRecord(GroupMetadataKey(group_id), classic.to_metadata_value()))
+        for r in records[:-1]:
+            self.consumer.replay(r.key, r.value)
+        for member_id in group.members:
+            self.consumer.cancel_timers(group_id, member_id)
+        self.classic.groups[group_id] = classic
+        result = self.classic.adopt(classic, now)
+        result.records[:0] = records
+        result.replay = False
+        return result
 
     # --- the consumer group protocol (KIP-848) --------------------------------------------
 
@@ -278,6 +375,18 @@ class CoordinatorShard:
         converts = (classic is not None and group_id not in self.consumer.groups
                     and classic.is_in(S.EMPTY) and not classic.members)
         in_use = classic is not None and group_id not in self.consumer.groups and not converts
+        if in_use and request.member_epoch == 0:  # online upgrade
+            upgrade = self._upgrade_records(group_id, topics)
+            if upgrade is not None:
+                result = self.consumer.heartbeat(request, topics, now, upgrade=upgrade)
+                response = result.response
+                if (type(response) is ConsumerHeartbeatResponse
+                        and response.error == ErrorCode.none):
+                    # the classic members waiting in a rebalance rejoin (the consumer group)
+                    result.completions += self.classic.fail_parked(
+                        classic, ErrorCode.rebalance_in_progress)
+                    self.classic.cancel_timers(classic)
+                    return result
         result = self.consumer.heartbeat(request, topics, now, classic_group_exists=in_use)
         response = result.response
         if (converts and result.records and type(response) is ConsumerHeartbeatResponse
