@@ -1,0 +1,149 @@
+"""brook's Spark pipelines as an application of a Spark standalone cluster: run as a process of
+its own (the driver), with brook shipped to the executors as a zip in ``spark.submit.pyFiles``.
+
+    python -m tests.spark.cluster_job MASTER_URL BROOK_ZIP BOOTSTRAP WORK_DIR JOB [ARGS...]
+
+JOB ``pipelines`` (topic ``in``): batch reads with format brook and brook.spark.read, a batch
+write, streaming queries (read_stream and format brook) into the sink with group commits,
+each ``trigger(availableNow=True)``; prints one JSON line of what it saw.
+JOB ``copy IN OUT CHECKPOINT PER_TRIGGER EVENTS``: a read_stream query copying IN to OUT with
+the sink's exactlyOnce and group ``copy``, each task appending ``task <pid> <partition>`` to
+the file EVENTS and then reading slowly, so that a test can kill its executor mid-batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from pyspark.sql import SparkSession
+
+
+def session(master: str, brook_zip: str, app: str) -> SparkSession:
+    # The Python that runs the tasks' functions, on the driver and on executors (the path must
+    # exist on the executors' machines: here, the same machine).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (SparkSession.builder.master(master).appName(app)
+             # how executors import brook: the zip, added to their Python workers' path
+             .config("spark.submit.pyFiles", brook_zip)
+             .config("spark.executor.memory", "512m")
+             .config("spark.executor.cores", "1")
+             .config("spark.cores.max", "2")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.python.authenticate.socketTimeout", "120s")
+             .config("spark.task.maxFailures", "4")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    # wait for both executors (one core each), so that the tasks spread over both workers
+    deadline = time.monotonic() + 120
+    while (spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() < 3
+           and time.monotonic() < deadline):
+        time.sleep(0.2)
+    return spark
+
+
+def where_brook_is_imported(spark: SparkSession) -> list[str]:
+    def locate(_):
+        import brook
+
+        yield brook.__file__
+
+    return sorted(set(spark.sparkContext.parallelize(range(4), 4).mapPartitions(locate)
+                      .collect()))
+
+
+def pipelines(spark: SparkSession, bootstrap: str, work: str) -> dict:
+    import brook.spark
+
+    brook.spark.register(spark)
+    kafka = {"kafka.bootstrap.servers": bootstrap}
+    out: dict = {"brook_files": where_brook_is_imported(spark),
+                 "executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1}
+    # batch reads
+    fmt = spark.read.format("brook").options(**kafka, subscribe="in").load()
+    out["batch_format_rows"] = fmt.count()
+    bulk = brook.spark.read(spark, {**kafka, "subscribe": "in"})
+    out["batch_read_rows"] = bulk.count()
+    out["batch_read_distinct"] = bulk.select("partition", "offset").distinct().count()
+    # a batch write
+    (fmt.selectExpr("key", "value").write.format("brook").options(**kafka)
+     .option("topic", "batch-out").mode("append").save())
+    # streaming: read_stream and format brook, into the sink, with group commits
+    queries = {
+        "stream-out": brook.spark.read_stream(spark, {**kafka, "subscribe": "in",
+                                                      "startingOffsets": "earliest",
+                                                      "maxOffsetsPerTrigger": "700",
+                                                      "group.id": "cluster-read-stream"}),
+        "format-out": (spark.readStream.format("brook").options(**kafka, subscribe="in")
+                       .option("startingOffsets", "earliest")
+                       .option("maxOffsetsPerTrigger", "700")
+                       .option("group.id", "cluster-format").load()),
+    }
+    for topic, df in queries.items():
+        query = (df.selectExpr("key", "value").writeStream.format("brook").options(**kafka)
+                 .option("topic", topic)
+                 .option("checkpointLocation", os.path.join(work, f"checkpoint-{topic}"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        out[f"{topic}_input_rows"] = [p.numInputRows for p in query.recentProgress
+                                      if p.numInputRows]
+    return out
+
+
+class SlowReads:
+    """mapInArrow's function for ``copy``: the rows as they are, each task's start recorded and
+    its batches slowed down, so that a test can kill the executor while the task runs."""
+
+    def __init__(self, events: str) -> None:
+        self.events = events
+
+    def __call__(self, batches):
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        with open(self.events, "a") as f:
+            f.write(f"task {os.getpid()} {ctx.getLocalProperty('streaming.sql.batchId')} "
+                    f"{ctx.partitionId()} {ctx.attemptNumber()}\n")
+        for batch in batches:
+            time.sleep(0.5)
+            yield batch
+
+
+def copy(spark: SparkSession, bootstrap: str, work: str, source: str, target: str,
+         checkpoint: str, per_trigger: str, events: str) -> dict:
+    import brook.spark
+    from brook.spark.schema import spark_schema
+
+    kafka = {"kafka.bootstrap.servers": bootstrap}
+    df = brook.spark.read_stream(spark, {**kafka, "subscribe": source,
+                                         "startingOffsets": "earliest",
+                                         "maxOffsetsPerTrigger": per_trigger,
+                                         "group.id": "copy"})
+    query = (df.mapInArrow(SlowReads(events), spark_schema(False))
+             .selectExpr("key", "value").writeStream.format("brook").options(**kafka)
+             .option("topic", target).option("exactlyOnce", "true")
+             .option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    return {"input_rows": [p.numInputRows for p in query.recentProgress if p.numInputRows]}
+
+
+def main(master: str, brook_zip: str, bootstrap: str, work: str, job: str, *args: str) -> None:
+    spark = session(master, brook_zip, f"brook-{job}")
+    try:
+        result = (pipelines(spark, bootstrap, work) if job == "pipelines"
+                  else copy(spark, bootstrap, work, *args))
+    finally:
+        spark.stop()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
