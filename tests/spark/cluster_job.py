@@ -7,7 +7,7 @@ JOB ``pipelines`` (topic ``in``): batch reads with format brook and brook.spark.
 write, streaming queries (read_stream and format brook) into the sink with group commits,
 each ``trigger(availableNow=True)``; prints one JSON line of what it saw.
 JOB ``copy IN OUT CHECKPOINT PER_TRIGGER EVENTS``: a read_stream query copying IN to OUT with
-the sink's exactlyOnce and group ``copy``, each task appending ``task <pid> <partition>`` to
+the sink's exactlyOnce and group ``copy``, each task appending ``task <pid> <batch> <partition> <attempt> <executor id>`` to
 the file EVENTS and then reading slowly, so that a test can kill its executor mid-batch.
 """
 
@@ -97,6 +97,19 @@ def pipelines(spark: SparkSession, bootstrap: str, work: str) -> dict:
     return out
 
 
+def executor_id() -> str:
+    """The id of the executor JVM this Python worker runs under (from its command line)."""
+    pid = os.getpid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+        if b"--executor-id" in args:
+            return args[args.index(b"--executor-id") + 1].decode()
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    return "?"
+
+
 class SlowReads:
     """mapInArrow's function for ``copy``: the rows as they are, each task's start recorded and
     its batches slowed down, so that a test can kill the executor while the task runs."""
@@ -110,7 +123,7 @@ class SlowReads:
         ctx = TaskContext.get()
         with open(self.events, "a") as f:
             f.write(f"task {os.getpid()} {ctx.getLocalProperty('streaming.sql.batchId')} "
-                    f"{ctx.partitionId()} {ctx.attemptNumber()}\n")
+                    f"{ctx.partitionId()} {ctx.attemptNumber()} {executor_id()}\n")
         for batch in batches:
             time.sleep(0.5)
             yield batch
@@ -121,6 +134,7 @@ def copy(spark: SparkSession, bootstrap: str, work: str, source: str, target: st
     import brook.spark
     from brook.spark.schema import spark_schema
 
+    brook.spark.register(spark)
     kafka = {"kafka.bootstrap.servers": bootstrap}
     df = brook.spark.read_stream(spark, {**kafka, "subscribe": source,
                                          "startingOffsets": "earliest",

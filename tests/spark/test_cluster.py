@@ -186,18 +186,20 @@ def test_an_executor_killed_mid_batch(cluster, brook_zip, kafka, tmp_path):
     deadline = time.monotonic() + 300
     while killed is None and proc.poll() is None and time.monotonic() < deadline:
         for line in events.read_text().splitlines():
-            _, pid, batch, _partition, _attempt = line.split()
+            _, pid, batch, partition, _attempt, executor = line.split()
             if batch == "1":  # a task of the second micro-batch is reading
                 killed = executor_of(cluster, int(pid))
                 if killed:
+                    killed_task, killed_executor = partition, executor
                     os.kill(killed, signal.SIGKILL)
                     break
         time.sleep(0.1)
     assert killed, f"no task of micro-batch 1 seen: {events.read_text()}"
     got = result_of(proc, tmp_path)
-    # the tasks that ran on the dead executor ran again (another attempt, another process)
-    tasks = [line.split() for line in events.read_text().splitlines()]
-    assert any(attempt != "0" for _, _, batch, _, attempt in tasks if batch == "1"), tasks
+    # the task that ran on the dead executor ran again, on another executor
+    tasks = [line.split()[2:] for line in events.read_text().splitlines()]
+    retries = [t for t in tasks if t[0] == "1" and t[1] == killed_task and t[2] != "0"]
+    assert retries and all(t[3] != killed_executor for t in retries), tasks
     out = read_all(kafka, "kout")
     assert len(out) == 3000 and set(out) == values
     assert committed(kafka, "copy") == end_offsets(kafka, "kin")
