@@ -1,4 +1,4 @@
-"""A Spark standalone cluster of separate processes, started from pip's pyspark: a master and
+"""A Spark standalone cluster of separate processes started from pip's pyspark: a master and
 workers (``spark-class org.apache.spark.deploy.master.Master`` / ``...deploy.worker.Worker``),
 each a JVM of its own bound to 127.0.0.1 on free ports; the workers start each application's
 executors as JVMs of their own, which start their own Python workers.
@@ -7,7 +7,10 @@ executors as JVMs of their own, which start their own Python workers.
         cluster.url                 # spark://127.0.0.1:PORT, for SparkSession.builder.master
         cluster.executors()         # {pid: worker pid} of the executor JVMs running now
 
-Processes are started and stopped by their PIDs only.
+``ConnectServer`` is pyspark's Spark Connect server, a process of its own, for
+``SparkSession.builder.remote(server.url)``.
+
+Processes are started and stopped by their PIDs (process groups) only.
 """
 
 from __future__ import annotations
@@ -158,6 +161,81 @@ class StandaloneCluster:
                 proc.wait(10)
 
     def __enter__(self) -> StandaloneCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class ConnectServer:
+    """pyspark's Spark Connect server (``SparkConnectServer`` through ``spark-submit``) on
+    ``local[cores]``, bound to 127.0.0.1 on a free port: ``sc://127.0.0.1:PORT``."""
+
+    def __init__(self, base_dir: str | os.PathLike[str], cores: int = 2,
+                 start_timeout: float = 120.0, python_path: str | None = None) -> None:
+        self.base = Path(base_dir)
+        self.python_path = python_path  # the server's and its tasks' PYTHONPATH
+        self.cores = cores
+        self.start_timeout = start_timeout
+        self.port = free_port()
+        self.url = f"sc://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> ConnectServer:
+        import pyspark
+
+        self.base.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env.update(SPARK_HOME=str(Path(pyspark.__file__).parent), SPARK_LOCAL_IP="127.0.0.1",
+                   PYSPARK_PYTHON=sys.executable)
+        if self.python_path:
+            env["PYTHONPATH"] = self.python_path
+        log = open(self.base / "connect-server.log", "ab")
+        try:
+            self.proc = subprocess.Popen(
+                [str(SPARK_CLASS.parent / "spark-submit"),
+                 "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+                 "--name", "brook-connect", "--master", f"local[{self.cores},3]",
+                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                 "--conf", f"spark.connect.grpc.binding.port={self.port}",
+                 "--conf", "spark.ui.enabled=false",
+                 "--conf", "spark.sql.session.timeZone=UTC",
+                 "--conf", "spark.python.authenticate.socketTimeout=120s",
+                 "spark-internal"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.base,
+                start_new_session=True)
+        finally:
+            log.close()
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the Spark Connect server exited ({self.proc.returncode}); "
+                                   f"log in {self.base}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Spark Connect server did not listen in "
+                                   f"{self.start_timeout:.0f} s; log in {self.base}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def __enter__(self) -> ConnectServer:
         try:
             return self.start()
         except BaseException:

@@ -9,7 +9,10 @@ their Python path).
   group commits;
 - an executor JVM killed with SIGKILL in the middle of a streaming micro-batch: Spark runs its
   tasks again on the other worker; the exactly-once output holds each input record once and
-  the group's committed offsets reach the input's end.
+  the group's committed offsets reach the input's end;
+- the same pipelines through Spark Connect: a client (tests/spark/connect_job.py) of pyspark's
+  Spark Connect server, which has brook on its Python path (a streaming read's tasks do not see
+  what the client ships with ``spark.addArtifacts``; batch tasks do).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from confluent_kafka import TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 import brook  # noqa: E402
-from tests.spark.standalone import StandaloneCluster, java_missing  # noqa: E402
+from tests.spark.standalone import ConnectServer, StandaloneCluster, java_missing  # noqa: E402
 from tests.support.broker_harness import BrokerProcess, create_topic_confluent  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.timeout(900)]
@@ -59,6 +62,19 @@ def cluster(tmp_path_factory):
     with StandaloneCluster(tmp_path_factory.mktemp("spark-standalone"), workers=2,
                            cores=1) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def connect(tmp_path_factory):
+    reason = java_missing()
+    if reason:
+        pytest.skip(f"no Spark Connect server: {reason}")
+    pytest.importorskip("grpc", reason="Spark Connect's client needs grpcio (the spark extra)")
+    # brook installed beside the server: Spark 4.3 gives a Python streaming source's tasks
+    # none of the session's artifacts (docs/spark.md, Spark Connect)
+    with ConnectServer(tmp_path_factory.mktemp("spark-connect"), cores=2,
+                       python_path=str(Path(brook.__file__).parent.parent)) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -204,3 +220,23 @@ def test_an_executor_killed_mid_batch(cluster, brook_zip, kafka, tmp_path):
     assert len(out) == 3000 and set(out) == values
     assert committed(kafka, "copy") == end_offsets(kafka, "kin")
     assert sum(got["input_rows"]) >= 3000
+
+
+def test_pipelines_run_through_spark_connect(connect, brook_zip, kafka, tmp_path):
+    create_topic_confluent(kafka.bootstrap, "cin", partitions=2)
+    values = produce(kafka, "cin", 2000)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.spark.connect_job", connect.url, brook_zip,
+         kafka.bootstrap, str(tmp_path)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=open(tmp_path / "driver.log", "wb"), text=True)
+    got = result_of(proc, tmp_path)
+    assert got["session"] == "pyspark.sql.connect.session"
+    assert got["batch_format_rows"] == got["batch_read_rows"] == 2000
+    for topic in ("connect-batch-out", "connect-stream-out", "connect-format-out"):
+        out = read_all(kafka, topic)
+        assert len(out) == 2000 and set(out) == values, topic
+    for topic in ("connect-stream-out", "connect-format-out"):
+        assert sum(got[f"{topic}_input_rows"]) == 2000, got
+        assert got[f"{topic}_lag"][-1]["maxOffsetsBehindLatest"] == "0", got
+    for group in ("connect-read-stream", "connect-format"):
+        assert committed(kafka, group) == end_offsets(kafka, "cin"), group
