@@ -3,9 +3,9 @@ its own (the driver), with brook shipped to the executors as a zip in ``spark.su
 
     python -m tests.spark.cluster_job MASTER_URL BROOK_ZIP BOOTSTRAP WORK_DIR JOB [ARGS...]
 
-JOB ``pipelines`` (topic ``in``): batch reads with format brook and brook.spark.read, a batch
-write, streaming queries (read_stream and format brook) into the sink with group commits,
-each ``trigger(availableNow=True)``; prints one JSON line of what it saw.
+JOB ``pipelines`` (topic ``in``, ``pipelines()``): batch reads with format brook and
+brook.spark.read, a batch write, streaming queries (read_stream and format brook) into the sink
+with group commits, each ``trigger(availableNow=True)``; prints one JSON line of what it saw.
 JOB ``copy IN OUT CHECKPOINT PER_TRIGGER EVENTS``: a read_stream query copying IN to OUT with
 the sink's exactlyOnce and group ``copy``, each task appending ``task <pid> <batch> <partition> <attempt> <executor id>`` to
 the file EVENTS and then reading slowly, so that a test can kill its executor mid-batch.
@@ -50,50 +50,57 @@ def session(master: str, brook_zip: str, app: str) -> SparkSession:
 
 
 def where_brook_is_imported(spark: SparkSession) -> list[str]:
-    def locate(_):
+    """Where the tasks' Python workers import brook from (mapInArrow: classic and Connect)."""
+    def locate(batches):
+        import pyarrow as pa
+
         import brook
 
-        yield brook.__file__
+        for _ in batches:
+            yield pa.RecordBatch.from_pydict({"file": [brook.__file__]})
 
-    return sorted(set(spark.sparkContext.parallelize(range(4), 4).mapPartitions(locate)
-                      .collect()))
+    return sorted({r.file for r in spark.range(0, 4, 1, 4).mapInArrow(locate, "file string")
+                   .collect()})
 
 
-def pipelines(spark: SparkSession, bootstrap: str, work: str) -> dict:
+def pipelines(spark: SparkSession, bootstrap: str, work: str, source: str = "in",
+              prefix: str = "") -> dict:
+    """Batch reads of ``source`` (format brook, brook.spark.read), a batch write to
+    ``{prefix}batch-out``, and streaming queries (read_stream, format brook) into the sink
+    (``{prefix}stream-out``, ``{prefix}format-out``) with groups ``{prefix}read-stream`` and
+    ``{prefix}format``: what each saw, and where the tasks imported brook from."""
     import brook.spark
 
     brook.spark.register(spark)
     kafka = {"kafka.bootstrap.servers": bootstrap}
-    out: dict = {"brook_files": where_brook_is_imported(spark),
-                 "executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1}
+    out: dict = {"brook_files": where_brook_is_imported(spark)}
     # batch reads
-    fmt = spark.read.format("brook").options(**kafka, subscribe="in").load()
+    fmt = spark.read.format("brook").options(**kafka, subscribe=source).load()
     out["batch_format_rows"] = fmt.count()
-    bulk = brook.spark.read(spark, {**kafka, "subscribe": "in"})
+    bulk = brook.spark.read(spark, {**kafka, "subscribe": source})
     out["batch_read_rows"] = bulk.count()
     out["batch_read_distinct"] = bulk.select("partition", "offset").distinct().count()
     # a batch write
     (fmt.selectExpr("key", "value").write.format("brook").options(**kafka)
-     .option("topic", "batch-out").mode("append").save())
+     .option("topic", f"{prefix}batch-out").mode("append").save())
     # streaming: read_stream and format brook, into the sink, with group commits
+    reading = {**kafka, "subscribe": source, "startingOffsets": "earliest",
+               "maxOffsetsPerTrigger": "700"}
     queries = {
-        "stream-out": brook.spark.read_stream(spark, {**kafka, "subscribe": "in",
-                                                      "startingOffsets": "earliest",
-                                                      "maxOffsetsPerTrigger": "700",
-                                                      "group.id": "cluster-read-stream"}),
-        "format-out": (spark.readStream.format("brook").options(**kafka, subscribe="in")
-                       .option("startingOffsets", "earliest")
-                       .option("maxOffsetsPerTrigger", "700")
-                       .option("group.id", "cluster-format").load()),
+        "stream-out": brook.spark.read_stream(spark, {**reading,
+                                                      "group.id": f"{prefix}read-stream"}),
+        "format-out": (spark.readStream.format("brook").options(**reading)
+                       .option("group.id", f"{prefix}format").load()),
     }
-    for topic, df in queries.items():
+    for name, df in queries.items():
         query = (df.selectExpr("key", "value").writeStream.format("brook").options(**kafka)
-                 .option("topic", topic)
-                 .option("checkpointLocation", os.path.join(work, f"checkpoint-{topic}"))
+                 .option("topic", prefix + name)
+                 .option("checkpointLocation", os.path.join(work, f"checkpoint-{name}"))
                  .trigger(availableNow=True).start())
         query.awaitTermination()
-        out[f"{topic}_input_rows"] = [p.numInputRows for p in query.recentProgress
-                                      if p.numInputRows]
+        progress = [p for p in query.recentProgress if p.numInputRows]
+        out[f"{name}_input_rows"] = [p.numInputRows for p in progress]
+        out[f"{name}_lag"] = [brook.spark.offsets_behind_latest(p.sources[0]) for p in progress]
     return out
 
 
@@ -152,8 +159,12 @@ def copy(spark: SparkSession, bootstrap: str, work: str, source: str, target: st
 def main(master: str, brook_zip: str, bootstrap: str, work: str, job: str, *args: str) -> None:
     spark = session(master, brook_zip, f"brook-{job}")
     try:
-        result = (pipelines(spark, bootstrap, work) if job == "pipelines"
-                  else copy(spark, bootstrap, work, *args))
+        if job == "pipelines":
+            result = pipelines(spark, bootstrap, work, prefix="cluster-")
+            result["executors"] = (spark.sparkContext._jsc.sc().getExecutorMemoryStatus()
+                                   .size() - 1)
+        else:
+            result = copy(spark, bootstrap, work, *args)
     finally:
         spark.stop()
     print("RESULT " + json.dumps(result), flush=True)

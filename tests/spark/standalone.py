@@ -45,7 +45,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class StandaloneCluster:
+def stop_group(proc: subprocess.Popen | None, timeout: float = 30.0) -> None:
+    """SIGTERM to the process group a process leads (a JVM and what it started), SIGKILL if
+    it has not ended within ``timeout``."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+class _Processes:
+    def start(self):
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class StandaloneCluster(_Processes):
     def __init__(self, base_dir: str | os.PathLike[str], workers: int = 2, cores: int = 1,
                  memory: str = "1g", start_timeout: float = 120.0) -> None:
         self.base = Path(base_dir)
@@ -145,33 +178,10 @@ class StandaloneCluster:
 
     def stop(self) -> None:
         for proc in [*self.worker_procs, self.master]:
-            if proc is None or proc.poll() is not None:
-                continue
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)  # its session: the JVM and its executors
-            except ProcessLookupError:
-                continue
-        for proc in [*self.worker_procs, self.master]:
-            if proc is None:
-                continue
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-
-    def __enter__(self) -> StandaloneCluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+            stop_group(proc)  # each JVM's group: a worker's holds its executors
 
 
-class ConnectServer:
+class ConnectServer(_Processes):
     """pyspark's Spark Connect server (``SparkConnectServer`` through ``spark-submit``) on
     ``local[cores]``, bound to 127.0.0.1 on a free port: ``sc://127.0.0.1:PORT``."""
 
@@ -226,21 +236,4 @@ class ConnectServer:
             time.sleep(0.5)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def __enter__(self) -> ConnectServer:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        stop_group(self.proc)
