@@ -190,3 +190,16 @@ def test_pack_covers_every_item_in_at_most_tasks_groups_within_the_largest_of_th
     if sizes:
         loads = [sum(sizes[i] for i in g) for g in groups]
         assert max(loads) <= sum(sizes) / min(tasks, len(sizes)) + max(sizes)
+
+
+# ------------------------------------------------------------------------ lag
+
+
+def test_offsets_behind_latest_are_spark_kafka_sources_metrics():
+    end = '{"a":{"0":10,"1":40}}'
+    latest = {"a": {"0": 25, "1": 40, "2": 6}}  # partition 2 not read yet: behind from 0
+    assert om.offsets_behind_latest(end, latest) == {
+        "minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "15",
+        "avgOffsetsBehindLatest": str(21 / 3)}
+    assert om.offsets_behind_latest(None, latest) == {}
+    assert om.offsets_behind_latest(end, None) == {}

@@ -55,4 +55,17 @@ def read_stream(spark: "SparkSession", options=None, **more):
     return bulk_read_stream(spark, options, **more)
 
 
-__all__ = ["FORMAT", "register", "local_session", "read", "read_stream"]
+def offsets_behind_latest(source) -> dict[str, str]:
+    """``minOffsetsBehindLatest``, ``maxOffsetsBehindLatest`` and ``avgOffsetsBehindLatest``
+    of one source of a streaming progress report (``query.lastProgress.sources[0]``, or its
+    JSON as a dict), as Spark's Kafka source reports them in ``sources[].metrics``: Spark 4.3
+    takes no metrics from Python sources (docs/spark.md, *Progress reports*)."""
+    from .offsets import offsets_behind_latest as behind
+
+    if isinstance(source, dict):
+        return behind(source.get("endOffset"), source.get("latestOffset"))
+    return behind(source.endOffset, source.latestOffset)
+
+
+__all__ = ["FORMAT", "register", "local_session", "read", "read_stream",
+           "offsets_behind_latest"]

@@ -6,6 +6,8 @@ source only plans: format ``brook-ranges`` (the planning of format ``brook``, it
 read limits, ``availableNow``, group commits and checkpoints unchanged) returns one descriptor
 row per input partition (topic, partition, start, end), and ``mapInArrow`` reads each range
 with brook's bulk reader in the same Spark task: the JVM receives Arrow batches, copied once.
+In a streaming read each descriptor is followed by rows of nulls up to the offsets of its range
+(dropped right after the scan), because Spark counts a source's input rows at its scan.
 
 The ranges of a batch are packed into as many tasks as the session has cores (option
 ``maxTasks``, by default Spark's default parallelism), balanced by their numbers of offsets,
@@ -35,12 +37,15 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 RANGES_FORMAT = "brook-ranges"
+# Nullable: a streaming read pads its descriptors with rows of nulls (see _padded).
 RANGES = StructType([
-    StructField("topic", StringType(), False),
-    StructField("partition", IntegerType(), False),
-    StructField("start", LongType(), False),
-    StructField("end", LongType(), False),
+    StructField("topic", StringType(), True),
+    StructField("partition", IntegerType(), True),
+    StructField("start", LongType(), True),
+    StructField("end", LongType(), True),
 ])
+#: Padding rows are handed to Spark in Arrow batches of at most this many rows.
+PAD_BATCH_ROWS = 1 << 16
 
 
 @dataclass
@@ -60,12 +65,48 @@ def packed(partitions: Sequence[InputPartition], options: SourceOptions) -> list
                                                          lambda r: r.end - r.start)]
 
 
-def _descriptor(partition: InputPartition) -> Iterator[tuple]:
+def _ranges_of(partition: InputPartition) -> list[OffsetRange]:
+    # Spark reads InputPartition(None) for no splits; an empty range has nothing to read.
+    group = partition.ranges if isinstance(partition, RangeGroup) else (partition,)
+    return [r for r in group if isinstance(r, OffsetRange) and r.end > r.start]
+
+
+def _descriptors(partition: InputPartition) -> Iterator[tuple]:
     freeze_worker_heap()
-    # Spark reads InputPartition(None) for no splits
-    for r in partition.ranges if isinstance(partition, RangeGroup) else (partition,):
-        if isinstance(r, OffsetRange):
-            yield r.topic, r.partition, r.start, r.end
+    for r in _ranges_of(partition):
+        yield r.topic, r.partition, r.start, r.end
+
+
+_arrow_ranges: pa.Schema | None = None
+_null_rows: pa.RecordBatch | None = None
+
+
+def _padded(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """A streaming task's descriptors, each followed by rows of nulls up to the number of
+    offsets its range holds, that ``_load`` filters out again right after the scan.
+
+    Spark's progress reports count a streaming source's input rows as the rows its scan
+    returns (the scan node's ``numOutputRows``; Python sources cannot report it otherwise),
+    and the records are read later, by mapInArrow, in the same task: without the padding a
+    micro-batch of a million records would count as a few rows. A range of n offsets is
+    n rows, which are its records unless some offsets hold none (transaction markers,
+    aborted or compacted records): see docs/spark.md."""
+    global _arrow_ranges, _null_rows
+    freeze_worker_heap()
+    if _null_rows is None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        _arrow_ranges = to_arrow_schema(RANGES, timezone="UTC")
+        _null_rows = pa.RecordBatch.from_arrays(
+            [pa.nulls(PAD_BATCH_ROWS, f.type) for f in _arrow_ranges], schema=_arrow_ranges)
+    for r in _ranges_of(partition):
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([v], f.type) for v, f in zip((r.topic, r.partition, r.start, r.end),
+                                                    _arrow_ranges)], schema=_arrow_ranges)
+        pad = r.end - r.start - 1
+        while pad > 0:
+            yield _null_rows if pad >= PAD_BATCH_ROWS else _null_rows.slice(0, pad)
+            pad -= PAD_BATCH_ROWS
 
 
 class _RangesBatchReader(BrookBatchReader):
@@ -73,7 +114,7 @@ class _RangesBatchReader(BrookBatchReader):
         return packed(super().partitions(), self.planner.options)
 
     def read(self, partition: InputPartition):
-        return _descriptor(partition)
+        return _descriptors(partition)
 
 
 class _RangesStreamReader(BrookStreamReader):
@@ -81,7 +122,7 @@ class _RangesStreamReader(BrookStreamReader):
         return packed(super().partitions(start, end), self.planner.options)
 
     def read(self, partition: InputPartition):
-        return _descriptor(partition)
+        return _padded(partition)
 
 
 class BrookRangesDataSource(DataSource):
@@ -138,7 +179,8 @@ def _load(spark: "SparkSession", options: dict[str, str], streaming: bool) -> "D
     parsed = SourceOptions.parse(options, streaming=streaming)
     spark.dataSource.register(BrookRangesDataSource)
     source = spark.readStream if streaming else spark.read
-    descriptors = source.format(RANGES_FORMAT).options(**options).load()
+    descriptors = (source.format(RANGES_FORMAT).options(**options).load()
+                   .where("topic IS NOT NULL"))  # the padding of streaming reads
     return descriptors.mapInArrow(_ReadRanges(parsed), spark_schema(parsed.include_headers))
 
 

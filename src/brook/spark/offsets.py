@@ -187,3 +187,21 @@ def pack(items: Sequence[T], tasks: int, size: Callable[[T], int]) -> list[list[
         members[g].append(i)
     return [[items[i] for i in sorted(m)] for m in members if m]
 
+
+
+def offsets_behind_latest(end: object, latest: object) -> dict[str, str]:
+    """Spark's Kafka source's lag metrics from a progress report's ``endOffset`` and
+    ``latestOffset`` (JSON strings or dicts): per partition with a latest offset, latest minus
+    the end of the micro-batch (0 when the batch did not read the partition yet), and their
+    minimum, maximum and mean, as strings as in ``sources[].metrics``; empty when either is
+    missing."""
+    if not end or not latest:
+        return {}
+    consumed = from_json(end, "endOffset")
+    behind = [offset - consumed.get(tp, 0) for tp, offset in from_json(latest, "latestOffset")
+              .items()]
+    if not behind:
+        return {}
+    return {"minOffsetsBehindLatest": str(min(behind)),
+            "maxOffsetsBehindLatest": str(max(behind)),
+            "avgOffsetsBehindLatest": str(sum(behind) / len(behind))}
