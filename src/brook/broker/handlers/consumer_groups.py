@@ -11,14 +11,14 @@ from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
 
-from ...coordinator.common.runtime import CoordinatorError, CoordinatorNotAvailable
+from ...coordinator.common.runtime import CoordinatorError
 from ...coordinator.group.consumer import ConsumerHeartbeat, ConsumerHeartbeatResponse
 from ...coordinator.group.consumer_group import ConsumerGroup, by_topic
 from ...protocol.messages import make, response_class, response_module
 from ..auth import authz
 from .api import Api
 from .common import INT32_MIN, NO_THROTTLE, ms
-from .groups import client_host, run_group_op, topics_image
+from .groups import client_host, read_group, run_group_op, topics_image
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
@@ -122,26 +122,16 @@ async def handle_describe(broker, request, connection):
     names = {t: n for n, (t, _) in topics_image(broker).items()}
     out = []
     for group_id in body.group_ids:
-        code, message, summary, ops = ErrorCode.none, None, None, INT32_MIN
-        if not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.GROUP, group_id):
-            code = ErrorCode.group_authorization_failed
-        elif not group_id:
-            code = ErrorCode.invalid_group_id
-        else:
-            try:
-                if broker.coordinator is None:
-                    raise CoordinatorNotAvailable()
-                summary = await broker.coordinator.read(
-                    group_id, lambda shard, now: _describe_on(shard, group_id, mod, names,
-                                                              version))
-                if summary is None:
-                    code = ErrorCode.group_id_not_found
-                    message = f"Group {group_id} not found."
-                    summary = None
-                elif body.include_authorized_operations:
-                    ops = authz.authorized_operations(broker, connection, authz.GROUP, group_id)
-            except CoordinatorError as exc:
-                code = exc.code
+        message, ops = None, INT32_MIN
+        code, summary = await read_group(
+            broker, connection, group_id,
+            lambda shard, now: _describe_on(shard, group_id, mod, names, version))
+        if code == ErrorCode.none:
+            if summary is None:
+                code = ErrorCode.group_id_not_found
+                message = f"Group {group_id} not found."
+            elif body.include_authorized_operations:
+                ops = authz.authorized_operations(broker, connection, authz.GROUP, group_id)
         if summary is None:
             summary = dict(group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="",
                            members=())

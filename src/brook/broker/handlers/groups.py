@@ -269,29 +269,35 @@ def _described(d, mod):
                 members=members), d.error, d.message
 
 
+async def read_group(broker, connection, group_id: str, fn) -> tuple[ErrorCode, object]:
+    """A describe request's read of one group (DescribeGroups, ConsumerGroupDescribe): Group
+    Describe, a group id, and ``fn(shard, now)`` on the group's shard; (NONE, its value) or
+    (the error, None)."""
+    if not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, None
+    if not group_id:
+        return ErrorCode.invalid_group_id, None
+    try:
+        if broker.coordinator is None:
+            raise CoordinatorNotAvailable()
+        return ErrorCode.none, await broker.coordinator.read(group_id, fn)
+    except CoordinatorError as exc:
+        return exc.code, None
+
+
 async def handle_describe_groups(broker, request, connection):
     body, version = request.body, request.api_version
     mod = response_module(DESCRIBE_GROUPS, version)
     out = []
     include_ops = getattr(body, "include_authorized_operations", False)
     for group_id in body.groups:
-        code, summary, text = ErrorCode.none, None, None
-        ops = INT32_MIN
-        if not authz.allowed(broker, connection, authz.Op.DESCRIBE, authz.GROUP, group_id):
-            code = ErrorCode.group_authorization_failed
-        elif not group_id:
-            code = ErrorCode.invalid_group_id
-        else:
-            try:
-                if broker.coordinator is None:
-                    raise CoordinatorNotAvailable()
-                described = await broker.coordinator.read(
-                    group_id, lambda shard, now: shard.describe_group(group_id))
-                summary, code, text = _described(described, mod)
-                if include_ops and code == ErrorCode.none:
-                    ops = authz.authorized_operations(broker, connection, authz.GROUP, group_id)
-            except CoordinatorError as exc:
-                code = exc.code
+        summary, text, ops = None, None, INT32_MIN
+        code, described = await read_group(
+            broker, connection, group_id, lambda shard, now: shard.describe_group(group_id))
+        if code == ErrorCode.none:
+            summary, code, text = _described(described, mod)
+            if include_ops and code == ErrorCode.none:
+                ops = authz.authorized_operations(broker, connection, authz.GROUP, group_id)
         if summary is None:
             summary = dict(group_state="", protocol_type="", protocol_data="", members=())
         out.append(make(mod.DescribedGroup, error_code=code, error_message=text, group_id=group_id,
